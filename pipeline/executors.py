@@ -1,0 +1,214 @@
+"""Executors: submit a plan's jobs to Slurm, or run them here in dependency order.
+
+All three are submitit executors. On Slurm the dependencies are real `--dependency` clauses and the
+scheduler orders the jobs. submitit's LocalExecutor ignores dependencies (and kills a job after two
+minutes unless told otherwise), so for `local` and `debug` `run_dag` plays the scheduler: it starts a
+job when its dependencies ended, applies `afterok`/`afterany` the way Slurm does with
+`kill_invalid_depend` (a dependant of a failed `afterok` job is cancelled), runs independent jobs in
+parallel up to `max_parallel`, and gives every job an explicit time limit.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+from omegaconf import DictConfig
+
+from pipeline.jobs import GateJob, StageJob
+from pipeline.plan import JobSpec
+
+FINAL_OK = "COMPLETED"
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+            "BOOT_FAIL", "DEADLINE", "REVOKED"}
+
+
+def job_callable(spec: JobSpec, run_dir: Path) -> Any:
+    if spec.kind == "gate":
+        return GateJob(str(run_dir))
+    return StageJob(str(run_dir), str(spec.stage), spec.part)
+
+
+def python_argv(cfg: DictConfig) -> list[str]:
+    """The interpreter a job starts: the current one, or `python` inside the Apptainer image.
+
+    Every element comes from the config as one argv item; submitit needs a string, so it is joined
+    with `shlex.join`, which quotes each item: a config value can never become shell syntax.
+    """
+    import sys
+
+    if cfg.container.kind != "apptainer":
+        return [sys.executable]
+    argv = [str(cfg.container.binary), "exec"]
+    if cfg.container.nv:
+        argv.append("--nv")
+    binds = dict.fromkeys([str(cfg.run_dir), str(cfg.audit_dir), str(cfg.checkpoint_dir),
+                           *(str(b) for b in cfg.container.binds)])
+    for bind in binds:
+        argv += ["--bind", bind if ":" in bind else f"{bind}:{bind}"]
+    argv += [str(a) for a in cfg.container.extra_args]
+    return [*argv, str(cfg.container.image), str(cfg.container.python)]
+
+
+def slurm_parameters(spec: JobSpec, cfg: DictConfig, dependency: str | None) -> dict[str, Any]:
+    """sbatch options in submitit's Slurm names; `None` means "leave it to the cluster's default"."""
+    res = spec.resources
+    params: dict[str, Any] = {
+        "job_name": f"preflight-{spec.name}", "time": int(res["time_min"]),
+        "cpus_per_task": int(res["cpus_per_task"]), "mem": f"{res['mem_gb']}GB",
+        "partition": res.get("partition"), "account": res.get("account"), "qos": res.get("qos"),
+        "dependency": dependency, "signal_delay_s": int(cfg.launcher.signal_delay_s),
+        "stderr_to_stdout": True,
+    }
+    if res.get("gpus_per_node"):
+        params["gpus_per_node"] = int(res["gpus_per_node"])
+    extra = cfg.launcher.get("additional_parameters")
+    if extra:
+        params["additional_parameters"] = dict(extra)
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def dependency_clause(spec: JobSpec, ids: dict[str, str]) -> str | None:
+    """`afterok:1:2,afterany:3`: Slurm's syntax; commas mean every clause must hold."""
+    by_kind: dict[str, list[str]] = {}
+    for name, kind in spec.deps:
+        if name in ids:
+            by_kind.setdefault(kind, []).append(ids[name])
+    return ",".join(f"{kind}:{':'.join(job_ids)}" for kind, job_ids in by_kind.items()) or None
+
+
+def submit_slurm(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path,
+                 on_submit: Callable[[JobSpec, Any], None]) -> dict[str, Any]:
+    submitted: dict[str, Any] = {}
+    for spec in jobs:
+        if spec.reused:
+            continue
+        ids = {name: job.job_id for name, job in submitted.items()}
+        # one executor per job: update_parameters accumulates, and a dependency must not leak
+        executor = submitit.SlurmExecutor(folder=run_dir / "submitit" / "%j",
+                                          max_num_timeout=int(cfg.launcher.requeue_max),
+                                          python=shlex.join(python_argv(cfg)))
+        executor.update_parameters(**slurm_parameters(spec, cfg, dependency_clause(spec, ids)))
+        submitted[spec.name] = executor.submit(job_callable(spec, run_dir))
+        on_submit(spec, submitted[spec.name])
+    return submitted
+
+
+def sbatch_preview(spec: JobSpec, cfg: DictConfig, run_dir: Path, ids: dict[str, str]) -> str:
+    """The sbatch script `submit_slurm` would write for this job (dry_run), without needing `srun`."""
+    from submitit.slurm.slurm import _make_sbatch_string  # submitit's own renderer, as it submits
+
+    folder = run_dir / "submitit" / "%j"
+    command = " ".join([shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    return _make_sbatch_string(command=command, folder=folder,
+                               **slurm_parameters(spec, cfg, dependency_clause(spec, ids)))
+
+
+def chain_sbatch(script: Path, gate_job_id: str) -> str:
+    out = subprocess.run(["sbatch", "--parsable", f"--dependency=afterok:{gate_job_id}", str(script)],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return out.strip().split(";")[0]
+
+
+def slurm_available() -> bool:
+    """`launcher=auto` submits to Slurm only where a controller answers."""
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=15,
+                              check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+# ----------------------------------------------------------------------------------------- local
+
+
+@dataclass
+class LocalState:
+    spec: JobSpec
+    state: str = "PENDING"
+    job: Any = None
+    job_id: str | None = None
+    reason: str = ""
+
+
+def _local_executor(kind: str, cfg: DictConfig, run_dir: Path) -> submitit.Executor:
+    folder = run_dir / "submitit" / "%j"
+    if kind == "debug":
+        return submitit.DebugExecutor(folder=folder)
+    return submitit.LocalExecutor(folder=folder, max_num_timeout=int(cfg.launcher.requeue_max),
+                                  python=shlex.join(python_argv(cfg)))
+
+
+def _finished_state(job: Any) -> str | None:
+    if not job.done():
+        return None
+    if not job.paths.result_pickle.exists():
+        return "FAILED"
+    return FINAL_OK if job.exception() is None else "FAILED"
+
+
+def _start(executor: submitit.Executor, kind: str, item: LocalState, run_dir: Path) -> None:
+    res = item.spec.resources
+    executor.update_parameters(timeout_min=float(res["time_min"]), name=f"preflight-{item.spec.name}")
+    item.job = executor.submit(job_callable(item.spec, run_dir))
+    item.job_id, item.state = str(item.job.job_id), "RUNNING"
+    if kind == "debug":  # DebugExecutor runs the call in this process when asked for its result
+        try:
+            item.job.result()
+            item.state = FINAL_OK
+        except SystemExit as exc:
+            item.state, item.reason = "FAILED", f"exit {exc.code}"
+        except Exception as exc:  # noqa: BLE001 - the stage recorded it; the gate reports it
+            item.state, item.reason = "FAILED", f"{type(exc).__name__}: {exc}"
+
+
+def _blocked_by(item: LocalState, states: dict[str, LocalState]) -> str | None:
+    for name, kind in item.spec.deps:
+        dep = states[name]
+        if dep.state not in TERMINAL:
+            return "waiting"
+        if kind == "afterok" and dep.state != FINAL_OK:
+            return f"DependencyNeverSatisfied ({name} {dep.state})"
+    return None
+
+
+def run_dag(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, kind: str,
+            on_change: Callable[[dict[str, LocalState]], None]) -> dict[str, LocalState]:
+    """Run the plan here, in dependency order, until every job has ended."""
+    executor = _local_executor(kind, cfg, run_dir)
+    states = {spec.name: LocalState(spec) for spec in jobs if not spec.reused}
+    for spec in jobs:
+        if spec.reused:
+            states[spec.name] = LocalState(spec, state=FINAL_OK, reason="reused")
+    max_parallel = int(cfg.launcher.max_parallel or os.cpu_count() or 1)
+    while any(s.state not in TERMINAL for s in states.values()):
+        changed = False
+        for item in states.values():
+            if item.state == "RUNNING" and (done := _finished_state(item.job)):
+                item.state, changed = done, True
+        running = sum(s.state == "RUNNING" for s in states.values())
+        for item in states.values():
+            if item.state != "PENDING":
+                continue
+            why = _blocked_by(item, states)
+            if why and why != "waiting":
+                item.state, item.reason, changed = "CANCELLED", why, True
+            elif why is None and running < max_parallel:
+                _start(executor, kind, item, run_dir)
+                running += item.state == "RUNNING"
+                changed = True
+        if changed:
+            on_change(states)
+        time.sleep(float(cfg.launcher.poll_s))
+    on_change(states)
+    return states

@@ -1,0 +1,115 @@
+"""The gate job: merge every stage result into one decision and record it.
+
+The gate runs `afterany` on the stages, so it also runs when a stage crashed or was cancelled; a
+stage without a readable result becomes an `error` check, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline import audit
+from pipeline.jobs import load_plan, load_run_config, result_path
+from pipeline.records import Check, GateRecord, RecordError, StageResult
+from pipeline.storage import atomic_write_json
+from pipeline.waivers import apply_waivers
+
+
+def run_gate(run_dir: Path) -> int:
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    plan = load_plan(run_dir)
+    record = merge(cfg, plan, collect_results(run_dir, plan))
+    atomic_write_json(run_dir / "gate.json", record.to_dict())
+    audit.write_record(Path(cfg.audit_dir), record)
+    print(f"gate: {record.gate} ({record.verdict})" + "".join(f"\n  - {r}" for r in record.reasons))
+    return record.exit_code
+
+
+def stage_names(plan: dict[str, Any]) -> list[str]:
+    return [name for name, job in plan["jobs"].items() if job["kind"] == "stage"]
+
+
+def collect_results(run_dir: Path, plan: dict[str, Any]) -> list[StageResult]:
+    states = _job_states(run_dir, plan)
+    return [_read_result(run_dir, name, states.get(name)) for name in stage_names(plan)]
+
+
+def _read_result(run_dir: Path, stage: str, job: dict[str, Any] | None) -> StageResult:
+    path = result_path(run_dir, stage)
+    try:
+        return StageResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        state = (job or {}).get("state", "unknown")
+        message = f"no result at {path}: the stage job ({(job or {}).get('job_id')}) ended {state}"
+    except (json.JSONDecodeError, RecordError, TypeError, ValueError) as exc:
+        message = f"unreadable result {path}: {exc}"
+    check = Check(id=f"{stage}.result", stage=stage, category="container", feature=stage,
+                  verdict="error", message=message, evidence={"path": str(path), "job": job})
+    return StageResult.from_checks(stage, [check])
+
+
+def _job_states(run_dir: Path, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Job ids and end states, for the evidence of a stage that left no result (best effort)."""
+    path = run_dir / "jobs.json"
+    jobs: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.exists() else {}
+    if plan.get("executor") == "slurm" and shutil.which("sacct"):
+        for job in jobs.values():
+            job["state"] = _sacct_state(str(job.get("job_id"))) or job.get("state")
+    return jobs
+
+
+def _sacct_state(job_id: str) -> str | None:
+    try:
+        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode"],
+                             capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in out.splitlines() if line.strip()]
+    return lines[-1].replace("|", " exit ") if lines else None
+
+
+def merge(cfg: DictConfig, plan: dict[str, Any], results: Iterable[StageResult]) -> GateRecord:
+    today = dt.datetime.now(dt.timezone.utc)
+    results, applied = apply_waivers(list(results), plan.get("waivers", []), today.date())
+    checks = [c for r in results for c in r.checks]
+    block_unverifiable = cfg.gate.unverifiable == "block"
+    reasons = [f"{c.id}: {c.message or c.verdict}" for c in checks
+               if c.blocking or (block_unverifiable and c.verdict == "unverifiable")]
+    if any(c.verdict == "mismatch" for c in checks):
+        verdict = "mismatch"
+    elif any(c.verdict in ("unverifiable", "error") for c in checks):
+        verdict = "unverifiable"
+    else:
+        verdict = "pass"
+    if not results:
+        reasons.append("no stage ran: nothing was verified")
+    return GateRecord(
+        run_id=str(cfg.run_id), created=today.isoformat(timespec="seconds"), verdict=verdict,
+        gate="blocked" if reasons else "clear", reasons=tuple(reasons), stages=tuple(results),
+        sources=sources(cfg, plan), fingerprints={r.stage: r.fingerprints for r in results},
+        waivers=tuple(applied))
+
+
+def sources(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
+    section = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(section, dict)
+    return {
+        "model": {"name": audit.label(cfg.model), "path": section["model"].get("path")},
+        "training": {"path": section["training"].get("path")},
+        "dataset": {"name": audit.label(cfg.dataset), "path": section["dataset"].get("path")},
+        "container": {k: section["container"].get(k) for k in ("kind", "image")},
+        "known_good_reference": section.get("known_good", {}).get("path") if section.get("known_good") else None,
+        "executor": plan.get("executor"),
+        "git_sha": plan.get("git_sha"),
+        "gate_job_id": plan.get("gate_job_id"),
+    }
+

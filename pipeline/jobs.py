@@ -1,0 +1,135 @@
+"""What runs inside each Slurm (or local) job: one stage, one part of a stage, or the gate.
+
+The callables are `submitit.helpers.Checkpointable`: when Slurm signals a preemption or a time-out,
+submitit requeues the same call and the stage resumes from what it saved in `ctx.state_dir`.
+They carry only the run directory and a name; everything else is read from the run directory
+(`config.yaml`, `plan.json`), so a job never depends on the login node's memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import importlib.metadata as metadata
+import os
+import platform
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import submitit
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline import stages
+from pipeline.records import Check, StageResult
+from pipeline.stages import InputError, Stage, StageContext, error_check
+from pipeline.storage import atomic_write_json
+
+VERSIONED = ("hpc-preflight", "torch", "numpy", "submitit", "hydra-core", "mujoco", "safetensors", "pyarrow")
+
+
+def load_run_config(run_dir: Path) -> DictConfig:
+    cfg = OmegaConf.load(Path(run_dir) / "config.yaml")
+    assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+def load_plan(run_dir: Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / "plan.json").read_text())
+
+
+def result_path(run_dir: Path, stage: str) -> Path:
+    return Path(run_dir) / "stages" / f"{stage}.json"
+
+
+def provenance(plan: dict[str, Any]) -> dict[str, Any]:
+    versions = {}
+    for name in VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "host": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+        "container": os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER"),
+        "image_digest": plan.get("image_digest"),
+        "git_sha": plan.get("git_sha"),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def _crash_check(stage: Stage, exc: BaseException) -> Check:
+    check = error_check(stage.name, exc, stage.category)
+    evidence = {**check.evidence, "traceback": traceback.format_exc()[-4000:]}
+    return dataclasses.replace(check, message=f"stage crashed: {type(exc).__name__}: {exc}", evidence=evidence)
+
+
+def run_stage(run_dir: Path, name: str) -> str:
+    """Run one stage's main job and write its result; only a crash exits non-zero."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    stages.load(cfg.get("plugins") or ())
+    plan = load_plan(run_dir)
+    stage = stages.get(name)
+    ctx = StageContext(run_dir=run_dir, stage=name, fingerprints=plan["jobs"][name]["fingerprints"])
+    started = time.time()
+    crash: BaseException | None = None
+    try:
+        result = stage.run(cfg, ctx)
+    except InputError as exc:
+        result = StageResult.from_checks(name, [error_check(name, exc, stage.category)])
+    except Exception as exc:  # noqa: BLE001 - recorded, then re-raised so the job shows as failed
+        result, crash = StageResult.from_checks(name, [_crash_check(stage, exc)]), exc
+    result = dataclasses.replace(
+        result, provenance={**provenance(plan), **result.provenance}, fingerprints=ctx.fingerprints,
+        timings={**result.timings, "started": started, "wall_s": round(time.time() - started, 3)})
+    path = atomic_write_json(result_path(run_dir, name), result.to_dict())
+    if crash is not None:
+        raise crash
+    return str(path)
+
+
+def run_part(run_dir: Path, name: str, part: str) -> str:
+    """Run one part of a stage (e.g. a determinism twin); the stage's main job merges the parts."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    stages.load(cfg.get("plugins") or ())
+    plan = load_plan(run_dir)
+    stage = stages.get(name)
+    assert stage.run_part is not None
+    ctx = StageContext(run_dir=run_dir, stage=name, part=part,
+                       fingerprints=plan["jobs"][name]["fingerprints"])
+    stage.run_part(cfg, ctx)
+    done = ctx.part_dir(part) / "done.json"
+    atomic_write_json(done, {"part": part, "provenance": provenance(plan), "finished": time.time()})
+    return str(done)
+
+
+class StageJob(submitit.helpers.Checkpointable):
+    def __init__(self, run_dir: str, stage: str, part: str | None = None) -> None:
+        self.run_dir, self.stage, self.part = run_dir, stage, part
+
+    def __call__(self) -> str:
+        if self.part is not None:
+            return run_part(Path(self.run_dir), self.stage, self.part)
+        return run_stage(Path(self.run_dir), self.stage)
+
+
+class GateJob(submitit.helpers.Checkpointable):
+    """Exits with the gate's code (0 clear, 3 blocked): that exit code is what `afterok` reads."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def __call__(self) -> int:
+        from pipeline.gate import run_gate
+
+        code = run_gate(Path(self.run_dir))
+        if code != 0:
+            raise SystemExit(code)
+        return code

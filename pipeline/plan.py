@@ -1,0 +1,105 @@
+"""The plan: which jobs a launch submits, what each depends on, and which results can be reused.
+
+Dependencies follow DESIGN.md: every stage runs `afterok` on the stages it declares in `after`
+(container_check for all but itself); a stage's parts run before its main job, which waits for them
+with `afterany` so that a crashed part is recorded rather than cancelling the merge; the gate runs
+`afterany` on every stage, so it always runs and records what happened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.fingerprint import input_fingerprints
+from pipeline.records import StageResult
+from pipeline.stages import Stage
+
+RESOURCE_KEYS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb")
+GATE = "gate"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    kind: str  # "stage" | "part" | "gate"
+    stage: str | None
+    part: str | None = None
+    deps: tuple[tuple[str, str], ...] = ()  # (job name, "afterok" | "afterany")
+    resources: dict[str, Any] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    reused: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["deps"] = [list(d) for d in self.deps]
+        return data
+
+
+def resources(cfg: DictConfig, name: str) -> dict[str, Any]:
+    merged = OmegaConf.merge(cfg.resources_default, (cfg.stages.get(name) or {}).get("resources") or {})
+    container = OmegaConf.to_container(merged, resolve=True)
+    assert isinstance(container, dict)
+    return {k: container.get(k) for k in RESOURCE_KEYS}
+
+
+def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stage]:
+    """`stage=full` is every registered stage; otherwise the one named, in dependency order."""
+    wanted = list(registry) if cfg.stage.name == "full" else [cfg.stage.name]
+    ordered: list[Stage] = []
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        if name in trail:
+            raise ValueError(f"stage dependency cycle: {' -> '.join((*trail, name))}")
+        if name not in wanted or any(s.name == name for s in ordered):
+            return
+        for dep in registry[name].after:
+            if dep in registry:
+                visit(dep, (*trail, name))
+        ordered.append(registry[name])
+
+    for name in wanted:
+        visit(name, ())
+    return ordered
+
+
+def reusable(run_dir: Path, name: str, fingerprints: dict[str, str]) -> bool:
+    """A stage's last result stands when it reached a verdict from exactly these inputs."""
+    path = run_dir / "stages" / f"{name}.json"
+    try:
+        old = StageResult.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return False
+    return old.status != "error" and old.fingerprints == fingerprints
+
+
+def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) -> list[JobSpec]:
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    chosen = selected_stages(cfg, registry)
+    jobs: list[JobSpec] = []
+    live: set[str] = set()  # stage main jobs that will actually run
+    for stage in chosen:
+        prints = input_fingerprints(plain, stage.inputs, plain["stages"].get(stage.name))
+        res = resources(cfg, stage.name)
+        if reusable(run_dir, stage.name, prints):
+            jobs.append(JobSpec(stage.name, "stage", stage.name, resources=res, fingerprints=prints, reused=True))
+            continue
+        before = tuple((dep, "afterok") for dep in stage.after if dep in live)
+        parts = [JobSpec(f"{stage.name}.{part}", "part", stage.name, part, before, res, prints)
+                 for part in stage.parts]
+        deps = before + tuple((p.name, "afterany") for p in parts)
+        jobs += [*parts, JobSpec(stage.name, "stage", stage.name, None, deps, res, prints)]
+        live.add(stage.name)
+    gate_deps = tuple((name, "afterany") for name in sorted(live, key=[s.name for s in chosen].index))
+    jobs.append(JobSpec(GATE, "gate", None, None, gate_deps, resources(cfg, GATE)))
+    return jobs
+
+
+def plan_document(jobs: list[JobSpec], **extra: Any) -> dict[str, Any]:
+    return {**extra, "jobs": {job.name: job.to_dict() for job in jobs}}

@@ -1,0 +1,125 @@
+"""The stage registry: every check the gate can run, registered by name against one interface.
+
+A stage is a module with one entry `run(cfg, ctx) -> StageResult`. It registers itself with
+`register(Stage(...))`, declaring which inputs it reads (so a re-launch can tell whether its last result
+is still valid) and which stages it must run after. A stage may also declare `parts`: jobs that run
+before its main job and in parallel with each other (e.g. the determinism twins); the main job then
+merges what they wrote.
+
+Extra stages live outside the package and are named in the config (`plugins: [my_pkg.my_stage]`);
+they are imported on the login node and again inside every job.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipeline.records import Check, StageResult
+
+BUILTIN_MODULES = ("pipeline.stages.container_check",)
+INPUT_KINDS = ("model", "training", "dataset")
+
+
+class InputError(Exception):
+    """Bad user input: a message that names the file, the field and what was expected.
+
+    A stage that raises it still reaches a verdict: the job records an `error` check with the message
+    and exits 0, so the gate runs and blocks with the reason instead of a traceback.
+    """
+
+    def __init__(self, message: str, *, path: str | Path | None = None, field: str | None = None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Where a running stage reads and writes; one per job (a part gets its own `part`)."""
+
+    run_dir: Path
+    stage: str
+    part: str | None = None
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def artifacts_dir(self) -> Path:
+        path = self.run_dir / "artifacts" / self.stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def state_dir(self) -> Path:
+        """Scratch that survives a requeue: a resumed job finds here what it saved before preemption."""
+        path = self.run_dir / "state" / self.stage / (self.part or "main")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def part_dir(self, part: str) -> Path:
+        """What part `part` of this stage left for the main job to merge."""
+        return self.run_dir / "parts" / self.stage / part
+
+
+RunFn = Callable[[DictConfig, StageContext], StageResult]
+PartFn = Callable[[DictConfig, StageContext], Any]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: RunFn
+    inputs: tuple[str, ...] = ()
+    after: tuple[str, ...] = ("container_check",)
+    parts: tuple[str, ...] = ()
+    run_part: PartFn | None = None
+    category: str = "container"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.inputs) - set(INPUT_KINDS)
+        if unknown:
+            raise ValueError(f"stage {self.name}: unknown inputs {sorted(unknown)}; known: {INPUT_KINDS}")
+        if self.parts and self.run_part is None:
+            raise ValueError(f"stage {self.name}: declares parts but no run_part")
+
+
+_REGISTRY: dict[str, Stage] = {}
+
+
+def register(stage: Stage) -> Stage:
+    _REGISTRY[stage.name] = stage
+    return stage
+
+
+def load(plugins: Iterable[str] = ()) -> dict[str, Stage]:
+    """Import the built-in stages and the configured plugins; returns the registry in run order."""
+    for module in (*BUILTIN_MODULES, *plugins):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise InputError(f"plugins: cannot import stage module {module!r}: {exc}",
+                             field="plugins") from exc
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Stage:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise InputError(f"stage: unknown stage {name!r}; registered: {known}", field="stage") from None
+
+
+def error_check(stage: str, exc: BaseException, category: str = "container") -> Check:
+    """The row a stage records when its input is bad or it crashed: the message is the finding."""
+    evidence: dict[str, Any] = {"exception": type(exc).__name__}
+    if isinstance(exc, InputError):
+        evidence.update({"path": exc.path, "field": exc.field})
+    return Check(id=f"{stage}.error", stage=stage, category=category, feature=stage, verdict="error",
+                 message=str(exc), evidence=evidence)
