@@ -90,6 +90,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         out.run_id, out.run_dir = str(run_id), str(run_dir)
         out.audit_dir = str(Path(cfg.audit_dir).resolve())
         out.checkpoint_dir = str(Path(cfg.checkpoint_dir or run_dir / "checkpoints").resolve())
+        _fill_demo_paths(out, run_dir)
         out.launcher.name = executor
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good"):
@@ -97,6 +98,18 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
                 out[section].path = str(Path(out[section].path).resolve())
     assert isinstance(out, DictConfig)
     return out
+
+
+def _fill_demo_paths(cfg: DictConfig, run_dir: Path) -> None:
+    """Null model/dataset/training paths mean the embedded demo: build it once under output_root/demo."""
+    if not cfg.get("demo") or all(cfg[k].get("path") for k in ("model", "dataset", "training")):
+        return
+    from pipeline import demo
+
+    built = demo.ensure(cfg.demo, run_dir.parent.parent / "demo")
+    for key, path in built.items():
+        if not cfg[key].get("path"):
+            cfg[key].path = str(path)
 
 
 def git_sha() -> str | None:

@@ -22,7 +22,11 @@ from omegaconf import DictConfig
 
 from pipeline.records import Check, StageResult
 
-BUILTIN_MODULES = ("pipeline.stages.container_check",)
+BUILTIN_MODULES = (
+    "pipeline.stages.container_check",
+    "pipeline.stages.contract",
+    "pipeline.stages.determinism",
+)
 INPUT_KINDS = ("model", "training", "dataset")
 
 
