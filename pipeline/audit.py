@@ -31,16 +31,19 @@ DEFAULT_PHYSICAL_CHECKS = (
 TIMELINE_HEADER = ("| created | run | model | dataset | verdict | gate | record |", "|---|---|---|---|---|---|---|")
 
 
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "none"
+
+
 def label(section: DictConfig | dict[str, Any]) -> str:
     """A file-name-safe name for a model or dataset: its `name`, else its path's last component."""
     name = section.get("name") or (Path(str(section.get("path"))).name if section.get("path") else "none")
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).strip("-.") or "none"
+    return safe_name(str(name))
 
 
 def record_stem(record: GateRecord) -> str:
-    date = record.created[:10]
-    model, dataset = record.sources["model"]["name"], record.sources["dataset"]["name"]
-    return f"{date}_{model}_{dataset}_{record.run_id}_audit"
+    names = (record.sources["model"]["name"], record.sources["dataset"]["name"], record.run_id)
+    return "_".join([record.created[:10], *(safe_name(str(n)) for n in names), "audit"])
 
 
 def write_record(audit_dir: Path, record: GateRecord) -> Path:
@@ -72,8 +75,9 @@ def rebuild_timeline(audit_dir: Path) -> Path:
 
 def _timeline_row(path: Path, data: dict[str, Any]) -> tuple[tuple[str, str], str]:
     src = data["sources"]
-    cells = [data["created"], f"`{data['run_id']}`", src["model"]["name"], src["dataset"]["name"],
-             data["verdict"], data["gate"], f"[{path.stem}]({path.with_suffix('.md').name})"]
+    cells = [_cell(v) for v in (data["created"], f"`{data['run_id']}`", src["model"]["name"],
+                                src["dataset"]["name"], data["verdict"], data["gate"])]
+    cells.append(f"[{path.stem}]({path.with_suffix('.md').name})")
     return (data["created"], data["run_id"]), "| " + " | ".join(cells) + " |"
 
 
@@ -83,7 +87,7 @@ def parse_timeline(text: str) -> list[dict[str, str]]:
     rows = []
     for line in text.splitlines():
         if line.startswith("| ") and not line.startswith(TIMELINE_HEADER[0]):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
             if len(cells) != len(keys):
                 raise ValueError(f"timeline row has {len(cells)} cells, expected {len(keys)}: {line}")
             rows.append(dict(zip(keys, cells)))

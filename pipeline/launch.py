@@ -33,7 +33,7 @@ from pipeline.storage import atomic_write_json, atomic_write_text
 from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 
 class ConfigError(Exception):
@@ -59,6 +59,9 @@ def resolve_launcher(name: str) -> str:
 def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     if cfg.stage.name != "full" and cfg.stage.name not in registry:
         raise ConfigError("stage", f"unknown stage {cfg.stage.name!r}; use full or one of {', '.join(registry)}")
+    unknown = [name for name in cfg.get("skip") or () if name not in registry]
+    if unknown:
+        raise ConfigError("skip", f"unknown stage(s) {unknown}; registered: {', '.join(registry)}")
     for name in [*registry, "gate"]:
         res = resources(cfg, name)
         for key, floor in (("time_min", 1), ("cpus_per_task", 1), ("mem_gb", 0.001), ("gpus_per_node", 0)):
@@ -148,15 +151,15 @@ def launch(cfg: DictConfig) -> int:
 
 
 def dry_run(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path) -> int:
-    ids = {job.name: f"<{job.name}>" for job in jobs if not job.reused}
+    ids = {job.name: f"JOBID_{job.name}" for job in jobs if not job.reused}
     for job in jobs:
         deps = ", ".join(f"{kind}:{name}" for name, kind in job.deps) or "none"
         if job.reused:
-            console.print(f"# {job.name}: result reused (inputs unchanged), not submitted")
+            print(f"# {job.name}: result reused (inputs unchanged), not submitted")
             continue
-        console.print(f"# ---- {job.name} (depends on: {deps}) ----")
-        console.print(sbatch_preview(job, cfg, run_dir, ids), markup=False)
-    console.print("dry run: nothing submitted")
+        print(f"# ---- {job.name} (depends on: {deps}) ----")
+        print(sbatch_preview(job, cfg, run_dir, ids))
+    print("dry run: nothing submitted")
     return 0
 
 

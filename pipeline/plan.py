@@ -49,8 +49,9 @@ def resources(cfg: DictConfig, name: str) -> dict[str, Any]:
 
 
 def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stage]:
-    """`stage=full` is every registered stage; otherwise the one named, in dependency order."""
-    wanted = list(registry) if cfg.stage.name == "full" else [cfg.stage.name]
+    """`stage=full` is every registered stage but those in `skip`; otherwise the one named."""
+    skip = set(cfg.get("skip") or ())
+    wanted = [n for n in registry if n not in skip] if cfg.stage.name == "full" else [cfg.stage.name]
     ordered: list[Stage] = []
 
     def visit(name: str, trail: tuple[str, ...]) -> None:

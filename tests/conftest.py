@@ -1,0 +1,62 @@
+"""Shared fixtures: the real data folder, a launcher that runs `python -m pipeline.launch` as a user
+would (a subprocess in a scratch directory), and the local Slurm cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_DATA = REPO.parent / "shared" / "data" / "real"
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
+
+@pytest.fixture(scope="session")
+def real_data() -> Path:
+    if not REAL_DATA.is_dir():
+        pytest.skip(f"real test files not present: {REAL_DATA} (../shared/data/real beside the repo)")
+    return REAL_DATA
+
+
+def slurm_answers() -> bool:
+    if shutil.which("sinfo") is None or not os.environ.get("SLURM_CONF"):
+        return False
+    return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=20, check=False).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    if not slurm_answers():
+        pytest.skip("local Slurm cluster not running (scripts/slurm_local.sh up; SLURM_CONF unset or sinfo fails)")
+
+
+def other_stages(*keep: str) -> str:
+    """A `skip=[...]` override leaving out every registered stage except `keep` (plugins aside)."""
+    from pipeline import stages
+
+    names = [n for n in stages.load() if n not in keep]
+    return f"skip=[{','.join(names)}]"
+
+
+def launch(cwd: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the launcher exactly as a user would; test plugin stages are importable through PYTHONPATH."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
+           "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "pipeline.launch", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:
+    runs = sorted((cwd / "preflight" / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    assert runs, proc.stdout + proc.stderr
+    return runs[-1]
+
+
+def gate_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "gate.json").read_text())

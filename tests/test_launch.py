@@ -1,0 +1,136 @@
+"""The launcher end to end on this machine (local executor): what a user sees without a cluster."""
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pipeline import audit
+from pipeline.records import SCHEMA_PATH
+from tests.conftest import gate_of, launch, other_stages, run_dir_of
+
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+
+
+def test_local_run_is_clear_and_leaves_every_record(tmp_path):
+    proc = launch(tmp_path, "launcher=local", "~demo", other_stages("container_check"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    gate = gate_of(run_dir)
+    jsonschema.validate(gate, SCHEMA)
+    assert gate["gate"] == "clear" and [s["stage"] for s in gate["stages"]] == ["container_check"]
+    assert f"gate job: {json.loads((run_dir / 'jobs.json').read_text())['gate']['job_id']}" in proc.stdout
+    for name in ("config.yaml", "plan.json", "jobs.json", "stages/container_check.json", "submitit"):
+        assert (run_dir / name).exists(), name
+    rows = audit.parse_timeline((tmp_path / "audit_logs" / "timeline.md").read_text())
+    assert [r["gate"] for r in rows] == ["clear"]
+    assert not (tmp_path / "outputs").exists() and not list(tmp_path.glob("*.log"))
+
+
+def test_crashing_stage_is_an_error_and_blocks_with_exit_3(tmp_path):
+    proc = launch(tmp_path, "launcher=local", "~demo", "plugins=[preflight_crash_stage]",
+                  other_stages("container_check"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    gate = gate_of(run_dir_of(tmp_path, proc))
+    crash = next(s for s in gate["stages"] if s["stage"] == "crash")
+    assert crash["status"] == "error"
+    assert "planted crash" in crash["checks"][0]["message"]
+    assert "RuntimeError" in crash["checks"][0]["evidence"]["traceback"]
+    assert gate["gate"] == "blocked" and any(r.startswith("crash.error") for r in gate["reasons"])
+
+
+def test_debug_executor_gives_the_same_record_as_local(tmp_path):
+    local = launch(tmp_path / "a", "launcher=local", "~demo", "plugins=[preflight_crash_stage]",
+                   other_stages("container_check")) if (tmp_path / "a").mkdir() is None else None
+    debug = launch(tmp_path / "b", "launcher=debug", "~demo", "plugins=[preflight_crash_stage]",
+                   other_stages("container_check")) if (tmp_path / "b").mkdir() is None else None
+    assert local.returncode == debug.returncode == 3, debug.stdout + debug.stderr
+    assert summary(gate_of(run_dir_of(tmp_path / "a", local))) == summary(gate_of(run_dir_of(tmp_path / "b", debug)))
+
+
+def summary(gate: dict) -> tuple:
+    return (gate["verdict"], gate["gate"], tuple(gate["reasons"]),
+            tuple((c["id"], c["verdict"]) for s in gate["stages"] for c in s["checks"]))
+
+
+@pytest.mark.parametrize("override, key", [
+    ("stage=nonexistent", "stage"),
+    ("stages.container_check.resources.mem_gb=-4", "stages.container_check.resources.mem_gb"),
+    ("stages.gate.resources.time_min=0", "stages.gate.resources.time_min"),
+    ("container=apptainer", "container.image"),
+    ("skip=[nosuchstage]", "skip"),
+    ("plugins=[no_such_module_xyz]", "plugins"),
+    ("launcher.name=cloud", "launcher.name"),
+])
+def test_bad_config_fails_before_anything_is_submitted(tmp_path, override, key):
+    proc = launch(tmp_path, "launcher=local", "~demo", override)
+    assert proc.returncode != 0
+    assert key in proc.stdout + proc.stderr
+    assert not (tmp_path / "preflight").exists()
+
+
+def test_missing_image_is_named(tmp_path):
+    proc = launch(tmp_path, "launcher=local", "~demo", "container=apptainer", "container.image=/no/such.sif")
+    assert proc.returncode == 2 and "container.image: /no/such.sif does not exist" in proc.stdout
+
+
+def test_bad_waiver_file_is_named(tmp_path):
+    (tmp_path / "w.yaml").write_text("waivers:\n  - check: a.b\n    justification: fine\n    date: 2026-12-01\n")
+    proc = launch(tmp_path, "launcher=local", "~demo", "waivers_file=w.yaml")
+    assert proc.returncode == 2 and "waivers[0]: missing who" in proc.stdout
+
+
+def test_dry_run_prints_sbatch_scripts_with_dependencies_and_submits_nothing(tmp_path):
+    proc = launch(tmp_path, "launcher=slurm", "~demo", "dry_run=true", "plugins=[preflight_crash_stage]",
+                  other_stages("container_check"), "+stages.crash.resources.partition=gpu",
+                  "+stages.crash.resources.gpus_per_node=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.count("#!/bin/bash") == 3
+    assert "#SBATCH --dependency=afterok:JOBID_container_check" in out
+    assert "#SBATCH --dependency=afterany:JOBID_container_check:JOBID_crash" in out
+    assert "#SBATCH --partition=gpu" in out and "#SBATCH --gpus-per-node=2" in out
+    assert "dry run: nothing submitted" in out
+    assert not (tmp_path / "preflight").exists()
+
+
+def fake_apptainer(folder: Path) -> Path:
+    """Apptainer cannot be installed on this machine: this FAKE records its argv and runs the command
+    that follows the image, so the wrapping (argv, binds, no shell strings) is what is tested."""
+    script = folder / "apptainer"
+    script.write_text(f"""#!{sys.executable}
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_APPTAINER_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+image = next(i for i, a in enumerate(args) if a.endswith(".sif"))
+os.execvp(sys.executable, [sys.executable, *args[image + 2:]])
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_container_apptainer_wraps_every_job_fake_apptainer(tmp_path, monkeypatch):
+    shim = fake_apptainer(tmp_path)
+    image = tmp_path / "my image;rm -rf x.sif"
+    image.write_bytes(b"SIF_MAGIC" + os.urandom(64))
+    log = tmp_path / "argv.log"
+    monkeypatch.setenv("FAKE_APPTAINER_LOG", str(log))
+    proc = launch(tmp_path, "launcher=local", "~demo", "container=apptainer", f"container.binary={shim}",
+                  f"container.image='{image}'", "container.binds=[/data/shared]",
+                  other_stages("container_check"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 2  # container_check and gate
+    run_dir = run_dir_of(tmp_path, proc)
+    for argv in calls:
+        assert argv[:2] == ["exec", "--nv"]
+        assert f"{run_dir}:{run_dir}" in argv and "/data/shared:/data/shared" in argv
+        assert argv[argv.index(str(image)) + 1] == "python"
+    gate = gate_of(run_dir)
+    assert gate["sources"]["container"] == {"kind": "apptainer", "image": str(image)}
+    assert gate["stages"][0]["fingerprints"]["container"].startswith("sha256:")
