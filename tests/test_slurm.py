@@ -1,0 +1,161 @@
+"""The spine on a real one-node Slurm cluster (slurmctld, slurmd, slurmdbd + MariaDB, munge), as
+started by scripts/slurm_local.sh. Every ordering claim is read back from the scheduler itself."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.test_launch import summary
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
+BASE = ("launcher=slurm", "~demo")
+
+
+def sacct(job_id: str, fields: str = "JobID,State,ExitCode,Start,End", duplicates: bool = False) -> list[dict]:
+    cmd = ["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", fields, *(["-D"] if duplicates else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    keys = fields.split(",")
+    return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
+
+
+def final(job_id: str, timeout: float = 300) -> dict:
+    """The job's accounting row once it has ended (sacct lags the controller by a moment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = sacct(job_id)
+        if rows and rows[-1]["State"].split()[0] not in ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD"):
+            return rows[-1]
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not end within {timeout} s: {sacct(job_id)}")
+
+
+def jobs_of(run_dir: Path) -> dict[str, str]:
+    return {name: str(job["job_id"]) for name, job in json.loads((run_dir / "jobs.json").read_text()).items()}
+
+
+def watched(tmp_path: Path, text: str = "v1") -> Path:
+    data = tmp_path / "dataset.txt"
+    data.write_text(text)
+    return data
+
+
+def test_stages_depend_on_container_check_and_the_gate_runs_after_all(tmp_path):
+    data = watched(tmp_path)
+    proc = launch(tmp_path, *BASE, "plugins=[preflight_watch_stage]", f"dataset.path={data}",
+                  other_stages("container_check"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    ids = jobs_of(run_dir)
+    assert re.search(rf"^gate job: {ids['gate']}$", proc.stdout, re.M)
+    deps = {name: _dependency(job) for name, job in ids.items()}
+    assert deps["watch"].startswith(f"afterok:{ids['container_check']}")
+    assert f"afterany:{ids['container_check']}" in deps["gate"] and f"{ids['watch']}" in deps["gate"]
+    rows = {name: final(job) for name, job in ids.items()}
+    assert all(r["State"] == "COMPLETED" for r in rows.values()), rows
+    assert rows["watch"]["Start"] >= rows["container_check"]["End"]
+    assert rows["gate"]["Start"] >= max(rows["watch"]["End"], rows["container_check"]["End"])
+    gate = gate_of(run_dir)
+    assert gate["gate"] == "clear" and gate["sources"]["executor"] == "slurm"
+    assert {s["stage"]: s["provenance"]["slurm_job_id"] for s in gate["stages"]} == {
+        "container_check": ids["container_check"], "watch": ids["watch"]}
+
+
+def _dependency(job_id: str) -> str:
+    """The dependency clause as submitted (scontrol forgets it once satisfied; the script keeps it)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    script = re.search(r"Command=(\S+)", out)
+    text = Path(script.group(1)).read_text() if script and Path(script.group(1)).exists() else ""
+    found = re.search(r"#SBATCH --dependency=(\S+)", text) or re.search(r"Dependency=(\S+)", out)
+    return found.group(1) if found else ""
+
+
+def test_crashed_stage_blocks_exit_3_and_the_chained_job_never_runs(tmp_path):
+    marker = tmp_path / "trained"
+    script = tmp_path / "train.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --time=2\ntouch {marker}\n")
+    proc = launch(tmp_path, *BASE, "wait=true", "plugins=[preflight_crash_stage]",
+                  other_stages("container_check"), f"+chain.sbatch={script}")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    ids = jobs_of(run_dir)
+    assert final(ids["crash"])["State"] == "FAILED"
+    assert final(ids["gate"])["ExitCode"] == "3:0"
+    chained = re.search(r"chained job: (\d+) \(afterok:(\d+)\)", proc.stdout)
+    assert chained and chained.group(2) == ids["gate"]
+    assert final(chained.group(1))["State"].startswith("CANCELLED")
+    assert not marker.exists()
+    crash = next(s for s in gate_of(run_dir)["stages"] if s["stage"] == "crash")
+    assert crash["status"] == "error" and crash["provenance"]["slurm_job_id"] == ids["crash"]
+
+
+def test_chained_job_runs_after_a_clear_gate(tmp_path):
+    marker = tmp_path / "trained"
+    script = tmp_path / "train.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --time=2\necho $SLURM_JOB_ID > {marker}\n")
+    proc = launch(tmp_path, *BASE, other_stages("container_check"), f"+chain.sbatch={script}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    chained = re.search(r"chained job: (\d+)", proc.stdout).group(1)
+    gate_row, train_row = final(jobs_of(run_dir_of(tmp_path, proc))["gate"]), final(chained)
+    assert train_row["State"] == "COMPLETED" and train_row["Start"] >= gate_row["End"]
+    assert marker.read_text().strip() == chained
+
+
+def test_requeued_stage_resumes_from_its_saved_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFLIGHT_TEST_RESUME_STEPS", "12")
+    proc = launch(tmp_path, *BASE, "plugins=[preflight_resume_stage]", other_stages("container_check"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    ids = jobs_of(run_dir)
+    progress = run_dir / "state" / "resume" / "main" / "progress.json"
+    deadline = time.monotonic() + 180
+    while not (progress.exists() and json.loads(progress.read_text() or '{"step": 0}')["step"] >= 3):
+        assert time.monotonic() < deadline, "resume stage never made progress"
+        time.sleep(0.5)
+    # what Slurm sends before a time limit or a preemption: submitit checkpoints and requeues the job
+    subprocess.run(["scancel", "--signal=USR2", ids["resume"]], check=True)
+    assert final(ids["resume"], timeout=400)["State"] == "COMPLETED"
+    assert final(ids["gate"])["State"] == "COMPLETED"
+    history = [r["State"] for r in sacct(ids["resume"], duplicates=True)]
+    assert "REQUEUED" in history or "PREEMPTED" in history, history
+    resume = next(s for s in gate_of(run_dir)["stages"] if s["stage"] == "resume")
+    assert resume["checks"][0]["evidence"]["resumed_from"] >= 3
+    assert int(resume["checks"][0]["evidence"]["restart_count"]) >= 1
+
+
+def test_relaunch_with_the_same_run_id_reruns_only_what_changed(tmp_path):
+    data = watched(tmp_path, "v1")
+    args = (*BASE, "wait=true", "run_id=resume-test", "plugins=[preflight_watch_stage]", f"dataset.path={data}",
+            other_stages("container_check"))
+    first = launch(tmp_path, *args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    run_dir = run_dir_of(tmp_path, first)
+    assert set(jobs_of(run_dir)) == {"container_check", "watch", "gate"}
+    second = launch(tmp_path, *args)
+    assert second.returncode == 0 and set(jobs_of(run_dir)) == {"gate"}, second.stdout
+    data.write_text("v2")
+    third = launch(tmp_path, *args)
+    assert third.returncode == 0 and set(jobs_of(run_dir)) == {"watch", "gate"}, third.stdout
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["jobs"]["container_check"]["reused"] and not plan["jobs"]["watch"]["reused"]
+    watch = next(s for s in gate_of(run_dir)["stages"] if s["stage"] == "watch")
+    assert watch["checks"][0]["actual"] == "v2"
+
+
+def test_local_mode_gives_the_same_gate_record_as_slurm(tmp_path):
+    data = watched(tmp_path)
+    common = ("~demo", "plugins=[preflight_watch_stage,preflight_crash_stage]", f"dataset.path={data}",
+              other_stages("container_check"))
+    (tmp_path / "s").mkdir()
+    (tmp_path / "l").mkdir()
+    on_slurm = launch(tmp_path / "s", "launcher=slurm", "wait=true", *common)
+    local = launch(tmp_path / "l", "launcher=local", *common)
+    assert on_slurm.returncode == local.returncode == 3
+    slurm_gate, local_gate = gate_of(run_dir_of(tmp_path / "s", on_slurm)), gate_of(run_dir_of(tmp_path / "l", local))
+    assert summary(slurm_gate) == summary(local_gate)
