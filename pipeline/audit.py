@@ -28,7 +28,10 @@ DEFAULT_PHYSICAL_CHECKS = (
     "A small BC sanity run (about 10 demos of a simple task) trains a sane policy, or a working "
     "baseline model on the same data does.",
 )
-TIMELINE_HEADER = ("| created | run | model | dataset | verdict | gate | record |", "|---|---|---|---|---|---|---|")
+TIMELINE_HEADER = (
+    "| created | run | model | dataset | verdict | gate | record |",
+    "|---|---|---|---|---|---|---|",
+)
 
 
 def safe_name(text: str) -> str:
@@ -66,8 +69,14 @@ def rebuild_timeline(audit_dir: Path) -> Path:
             except (OSError, ValueError, KeyError, TypeError):
                 unreadable.append(path.name)
         rows.sort()
-        lines = ["# Audit timeline", "", "Chronological index of gate records (rebuilt by every gate).", "",
-                 *TIMELINE_HEADER, *(row[1] for row in rows)]
+        lines = [
+            "# Audit timeline",
+            "",
+            "Chronological index of gate records (rebuilt by every gate).",
+            "",
+            *TIMELINE_HEADER,
+            *(row[1] for row in rows),
+        ]
         if unreadable:
             lines += ["", "Unreadable records (inspect by hand): " + ", ".join(unreadable)]
         return atomic_write_text(audit_dir / TIMELINE, "\n".join(lines) + "\n")
@@ -75,8 +84,17 @@ def rebuild_timeline(audit_dir: Path) -> Path:
 
 def _timeline_row(path: Path, data: dict[str, Any]) -> tuple[tuple[str, str], str]:
     src = data["sources"]
-    cells = [_cell(v) for v in (data["created"], f"`{data['run_id']}`", src["model"]["name"],
-                                src["dataset"]["name"], data["verdict"], data["gate"])]
+    cells = [
+        _cell(v)
+        for v in (
+            data["created"],
+            f"`{data['run_id']}`",
+            src["model"]["name"],
+            src["dataset"]["name"],
+            data["verdict"],
+            data["gate"],
+        )
+    ]
     cells.append(f"[{path.stem}]({path.with_suffix('.md').name})")
     return (data["created"], data["run_id"]), "| " + " | ".join(cells) + " |"
 
@@ -90,7 +108,7 @@ def parse_timeline(text: str) -> list[dict[str, str]]:
             cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
             if len(cells) != len(keys):
                 raise ValueError(f"timeline row has {len(cells)} cells, expected {len(keys)}: {line}")
-            rows.append(dict(zip(keys, cells)))
+            rows.append(dict(zip(keys, cells, strict=True)))
     return rows
 
 
@@ -107,42 +125,67 @@ def render_markdown(record: GateRecord, audit_dir: Path) -> str:
     gate = "clear to train" if record.gate == "clear" else "blocked — " + "; ".join(record.reasons)
     checks = [c for s in record.stages for c in s.checks]
     lines = [
-        f"# {src['model']['name']} on {src['dataset']['name']} — model–dataset audit", "",
-        f"run `{record.run_id}` · {record.created} · gate record schema v{record.schema_version}", "",
+        f"# {src['model']['name']} on {src['dataset']['name']} — model–dataset audit",
+        "",
+        f"run `{record.run_id}` · {record.created} · gate record schema v{record.schema_version}",
+        "",
         "## Sources",
         f"- base_contract: `{src['model'].get('path')}`",
         f"- training_config: `{src['training'].get('path')}`",
         f"- dataset: `{src['dataset'].get('path')}` (`{src['dataset']['name']}`)",
         f"- container: `{src['container'].get('kind')}` `{src['container'].get('image')}`",
-        f"- known_good_reference: `{src.get('known_good_reference') or 'n/a'}`", "",
-        "## Verdict", f"- overall: `{record.verdict}`", f"- gate: `{_cell(gate, 2000)}`", "",
-        "## Stages", "| stage | status | host | job | wall s |", "|---|---|---|---|---|",
-        *(_stage_row(s) for s in record.stages), "",
+        f"- known_good_reference: `{src.get('known_good_reference') or 'n/a'}`",
+        "",
+        "## Verdict",
+        f"- overall: `{record.verdict}`",
+        f"- gate: `{_cell(gate, 2000)}`",
+        "",
+        "## Stages",
+        "| stage | status | host | job | wall s |",
+        "|---|---|---|---|---|",
+        *(_stage_row(s) for s in record.stages),
+        "",
         "## Reconciliation",
         "| feature | category | expected (A) | configured (B) | actual (C) | verdict | severity | check |",
         "|---|---|---|---|---|---|---|---|",
-        *(_check_row(c) for c in checks), "",
-        "## Evidence", *_evidence(record.stages, audit_dir), "",
+        *(_check_row(c) for c in checks),
+        "",
+        "## Evidence",
+        *_evidence(record.stages, audit_dir),
+        "",
         "## Physical checks to confirm with user (the pipeline cannot run these)",
-        *(f"- {item}" for item in _physical(record.stages)), "",
-        "## Next", *(f"- {item}" for item in _next_steps(record, checks)),
+        *(f"- {item}" for item in _physical(record.stages)),
+        "",
+        "## Next",
+        *(f"- {item}" for item in _next_steps(record, checks)),
     ]
     if record.waivers:
-        lines += ["", "## Waivers", *(f"- `{w['check']}` ({w['status']}): {w['justification']} "
-                                      f"— {w['who']}, {w['date']}" for w in record.waivers)]
+        lines += [
+            "",
+            "## Waivers",
+            *(
+                f"- `{w['check']}` ({w['status']}): {w['justification']} — {w['who']}, {w['date']}"
+                for w in record.waivers
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
 def _stage_row(result: StageResult) -> str:
     prov = result.provenance
-    return (f"| {result.stage} | {result.status} | {prov.get('host', '')} | {prov.get('slurm_job_id') or ''} "
-            f"| {result.timings.get('wall_s', '')} |")
+    return (
+        f"| {result.stage} | {result.status} | {prov.get('host', '')} | {prov.get('slurm_job_id') or ''} "
+        f"| {result.timings.get('wall_s', '')} |"
+    )
 
 
 def _check_row(check: Check) -> str:
     values = (check.feature, check.category, check.expected, check.configured, check.actual)
-    return ("| " + " | ".join(_cell(v) for v in values)
-            + f" | {check.verdict} | {check.severity} | `{check.id}` |")
+    return (
+        "| "
+        + " | ".join(_cell(v) for v in values)
+        + f" | {check.verdict} | {check.severity} | `{check.id}` |"
+    )
 
 
 def _evidence(stages: tuple[StageResult, ...], audit_dir: Path) -> list[str]:
@@ -176,10 +219,17 @@ def _next_steps(record: GateRecord, checks: list[Check]) -> list[str]:
         job = record.sources.get("gate_job_id")
         chain = f"`sbatch --dependency=afterok:{job} train.sbatch`" if job else "the training job"
         return [f"Clear to train: chain {chain} on the gate."]
-    steps = [f"Resolve `{c.id}` ({_cell(c.message, 200)}), or waive it in configs/waivers.yaml with a "
-             "justification, who and date." for c in checks if c.blocking]
-    steps += [f"Make `{c.id}` verifiable or set `gate.unverifiable=warn`: {_cell(c.message, 200)}"
-              for c in checks if c.verdict == "unverifiable"]
+    steps = [
+        f"Resolve `{c.id}` ({_cell(c.message, 200)}), or waive it in configs/waivers.yaml with a "
+        "justification, who and date."
+        for c in checks
+        if c.blocking
+    ]
+    steps += [
+        f"Make `{c.id}` verifiable or set `gate.unverifiable=warn`: {_cell(c.message, 200)}"
+        for c in checks
+        if c.verdict == "unverifiable"
+    ]
     return steps or ["Fix the reasons above and re-launch with the same run_id."]
 
 

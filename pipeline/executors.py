@@ -27,8 +27,18 @@ from pipeline.jobs import GateJob, StageJob
 from pipeline.plan import JobSpec
 
 FINAL_OK = "COMPLETED"
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
-            "BOOT_FAIL", "DEADLINE", "REVOKED"}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+}
 
 
 def job_callable(spec: JobSpec, run_dir: Path) -> Any:
@@ -50,8 +60,14 @@ def python_argv(cfg: DictConfig) -> list[str]:
     argv = [str(cfg.container.binary), "exec"]
     if cfg.container.nv:
         argv.append("--nv")
-    binds = dict.fromkeys([str(cfg.run_dir), str(cfg.audit_dir), str(cfg.checkpoint_dir),
-                           *(str(b) for b in cfg.container.binds)])
+    binds = dict.fromkeys(
+        [
+            str(cfg.run_dir),
+            str(cfg.audit_dir),
+            str(cfg.checkpoint_dir),
+            *(str(b) for b in cfg.container.binds),
+        ]
+    )
     for bind in binds:
         argv += ["--bind", bind if ":" in bind else f"{bind}:{bind}"]
     argv += [str(a) for a in cfg.container.extra_args]
@@ -62,10 +78,15 @@ def slurm_parameters(spec: JobSpec, cfg: DictConfig, dependency: str | None) -> 
     """sbatch options in submitit's Slurm names; `None` means "leave it to the cluster's default"."""
     res = spec.resources
     params: dict[str, Any] = {
-        "job_name": f"preflight-{spec.name}", "time": int(res["time_min"]),
-        "cpus_per_task": int(res["cpus_per_task"]), "mem": f"{res['mem_gb']}GB",
-        "partition": res.get("partition"), "account": res.get("account"), "qos": res.get("qos"),
-        "dependency": dependency, "signal_delay_s": int(cfg.launcher.signal_delay_s),
+        "job_name": f"preflight-{spec.name}",
+        "time": int(res["time_min"]),
+        "cpus_per_task": int(res["cpus_per_task"]),
+        "mem": f"{res['mem_gb']}GB",
+        "partition": res.get("partition"),
+        "account": res.get("account"),
+        "qos": res.get("qos"),
+        "dependency": dependency,
+        "signal_delay_s": int(cfg.launcher.signal_delay_s),
         "stderr_to_stdout": True,
     }
     if res.get("gpus_per_node"):
@@ -85,17 +106,20 @@ def dependency_clause(spec: JobSpec, ids: dict[str, str]) -> str | None:
     return ",".join(f"{kind}:{':'.join(job_ids)}" for kind, job_ids in by_kind.items()) or None
 
 
-def submit_slurm(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path,
-                 on_submit: Callable[[JobSpec, Any], None]) -> dict[str, Any]:
+def submit_slurm(
+    jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, on_submit: Callable[[JobSpec, Any], None]
+) -> dict[str, Any]:
     submitted: dict[str, Any] = {}
     for spec in jobs:
         if spec.reused:
             continue
         ids = {name: job.job_id for name, job in submitted.items()}
         # one executor per job: update_parameters accumulates, and a dependency must not leak
-        executor = submitit.SlurmExecutor(folder=run_dir / "submitit" / "%j",
-                                          max_num_timeout=int(cfg.launcher.requeue_max),
-                                          python=shlex.join(python_argv(cfg)))
+        executor = submitit.SlurmExecutor(
+            folder=run_dir / "submitit" / "%j",
+            max_num_timeout=int(cfg.launcher.requeue_max),
+            python=shlex.join(python_argv(cfg)),
+        )
         executor.update_parameters(**slurm_parameters(spec, cfg, dependency_clause(spec, ids)))
         submitted[spec.name] = executor.submit(job_callable(spec, run_dir))
         on_submit(spec, submitted[spec.name])
@@ -107,14 +131,22 @@ def sbatch_preview(spec: JobSpec, cfg: DictConfig, run_dir: Path, ids: dict[str,
     from submitit.slurm.slurm import _make_sbatch_string  # submitit's own renderer, as it submits
 
     folder = run_dir / "submitit" / "%j"
-    command = " ".join([shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder))])
-    return _make_sbatch_string(command=command, folder=folder,
-                               **slurm_parameters(spec, cfg, dependency_clause(spec, ids)))
+    command = " ".join(
+        [shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder))]
+    )
+    return _make_sbatch_string(
+        command=command, folder=folder, **slurm_parameters(spec, cfg, dependency_clause(spec, ids))
+    )
 
 
 def chain_sbatch(script: Path, gate_job_id: str) -> str:
-    out = subprocess.run(["sbatch", "--parsable", f"--dependency=afterok:{gate_job_id}", str(script)],
-                         capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["sbatch", "--parsable", f"--dependency=afterok:{gate_job_id}", str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return out.strip().split(";")[0]
 
 
@@ -123,8 +155,12 @@ def slurm_available() -> bool:
     if shutil.which("sinfo") is None:
         return False
     try:
-        return subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=15,
-                              check=False).returncode == 0
+        return (
+            subprocess.run(
+                ["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=15, check=False
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -145,8 +181,9 @@ def _local_executor(kind: str, cfg: DictConfig, run_dir: Path) -> submitit.Execu
     folder = run_dir / "submitit" / "%j"
     if kind == "debug":
         return submitit.DebugExecutor(folder=folder)
-    return submitit.LocalExecutor(folder=folder, max_num_timeout=int(cfg.launcher.requeue_max),
-                                  python=shlex.join(python_argv(cfg)))
+    return submitit.LocalExecutor(
+        folder=folder, max_num_timeout=int(cfg.launcher.requeue_max), python=shlex.join(python_argv(cfg))
+    )
 
 
 def _finished_state(job: Any) -> str | None:
@@ -182,8 +219,13 @@ def _blocked_by(item: LocalState, states: dict[str, LocalState]) -> str | None:
     return None
 
 
-def run_dag(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, kind: str,
-            on_change: Callable[[dict[str, LocalState]], None]) -> dict[str, LocalState]:
+def run_dag(
+    jobs: list[JobSpec],
+    cfg: DictConfig,
+    run_dir: Path,
+    kind: str,
+    on_change: Callable[[dict[str, LocalState]], None],
+) -> dict[str, LocalState]:
     """Run the plan here, in dependency order, until every job has ended."""
     executor = _local_executor(kind, cfg, run_dir)
     states = {spec.name: LocalState(spec) for spec in jobs if not spec.reused}

@@ -78,8 +78,10 @@ def environment_digest() -> str:
 def input_fingerprints(cfg: Mapping[str, Any], inputs: tuple[str, ...], stage_cfg: Any) -> dict[str, str]:
     """One digest per declared input, the stage's own config section, and the software it runs in."""
     image = (cfg.get("container") or {}).get("image")
-    prints = {"config": digest_value(stage_cfg),
-              "container": digest_path(image) if image else environment_digest()}
+    prints = {
+        "config": digest_value(stage_cfg),
+        "container": digest_path(image) if image else environment_digest(),
+    }
     for kind in inputs:
         prints[kind] = digest_path((cfg.get(kind) or {}).get("path"))
     return prints

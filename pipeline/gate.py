@@ -52,8 +52,15 @@ def _read_result(run_dir: Path, stage: str, job: dict[str, Any] | None) -> Stage
         message = f"no result at {path}: the stage job ({(job or {}).get('job_id')}) ended {state}"
     except (json.JSONDecodeError, RecordError, TypeError, ValueError) as exc:
         message = f"unreadable result {path}: {exc}"
-    check = Check(id=f"{stage}.result", stage=stage, category="container", feature=stage,
-                  verdict="error", message=message, evidence={"path": str(path), "job": job})
+    check = Check(
+        id=f"{stage}.result",
+        stage=stage,
+        category="container",
+        feature=stage,
+        verdict="error",
+        message=message,
+        evidence={"path": str(path), "job": job},
+    )
     return StageResult.from_checks(stage, [check])
 
 
@@ -69,8 +76,13 @@ def _job_states(run_dir: Path, plan: dict[str, Any]) -> dict[str, dict[str, Any]
 
 def _sacct_state(job_id: str) -> str | None:
     try:
-        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode"],
-                             capture_output=True, text=True, timeout=30, check=False).stdout
+        out = subprocess.run(
+            ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = [line for line in out.splitlines() if line.strip()]
@@ -82,8 +94,11 @@ def merge(cfg: DictConfig, plan: dict[str, Any], results: Iterable[StageResult])
     results, applied = apply_waivers(list(results), plan.get("waivers", []), today.date())
     checks = [c for r in results for c in r.checks]
     block_unverifiable = cfg.gate.unverifiable == "block"
-    reasons = [f"{c.id}: {c.message or c.verdict}" for c in checks
-               if c.blocking or (block_unverifiable and c.verdict == "unverifiable")]
+    reasons = [
+        f"{c.id}: {c.message or c.verdict}"
+        for c in checks
+        if c.blocking or (block_unverifiable and c.verdict == "unverifiable")
+    ]
     if any(c.verdict == "mismatch" for c in checks):
         verdict = "mismatch"
     elif any(c.verdict in ("unverifiable", "error") for c in checks):
@@ -93,10 +108,16 @@ def merge(cfg: DictConfig, plan: dict[str, Any], results: Iterable[StageResult])
     if not results:
         reasons.append("no stage ran: nothing was verified")
     return GateRecord(
-        run_id=str(cfg.run_id), created=today.isoformat(timespec="seconds"), verdict=verdict,
-        gate="blocked" if reasons else "clear", reasons=tuple(reasons), stages=tuple(results),
-        sources=sources(cfg, plan), fingerprints={r.stage: r.fingerprints for r in results},
-        waivers=tuple(applied))
+        run_id=str(cfg.run_id),
+        created=today.isoformat(timespec="seconds"),
+        verdict=verdict,
+        gate="blocked" if reasons else "clear",
+        reasons=tuple(reasons),
+        stages=tuple(results),
+        sources=sources(cfg, plan),
+        fingerprints={r.stage: r.fingerprints for r in results},
+        waivers=tuple(applied),
+    )
 
 
 def sources(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
@@ -107,9 +128,10 @@ def sources(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
         "training": {"path": section["training"].get("path")},
         "dataset": {"name": audit.label(cfg.dataset), "path": section["dataset"].get("path")},
         "container": {k: section["container"].get(k) for k in ("kind", "image")},
-        "known_good_reference": section.get("known_good", {}).get("path") if section.get("known_good") else None,
+        "known_good_reference": section.get("known_good", {}).get("path")
+        if section.get("known_good")
+        else None,
         "executor": plan.get("executor"),
         "git_sha": plan.get("git_sha"),
         "gate_job_id": plan.get("gate_job_id"),
     }
-

@@ -9,8 +9,8 @@ They carry only the run directory and a name; everything else is read from the r
 from __future__ import annotations
 
 import dataclasses
-import json
 import importlib.metadata as metadata
+import json
 import os
 import platform
 import socket
@@ -66,7 +66,9 @@ def provenance(plan: dict[str, Any]) -> dict[str, Any]:
 def _crash_check(stage: Stage, exc: BaseException) -> Check:
     check = error_check(stage.name, exc, stage.category)
     evidence = {**check.evidence, "traceback": traceback.format_exc()[-4000:]}
-    return dataclasses.replace(check, message=f"stage crashed: {type(exc).__name__}: {exc}", evidence=evidence)
+    return dataclasses.replace(
+        check, message=f"stage crashed: {type(exc).__name__}: {exc}", evidence=evidence
+    )
 
 
 def run_stage(run_dir: Path, name: str) -> str:
@@ -86,8 +88,11 @@ def run_stage(run_dir: Path, name: str) -> str:
     except Exception as exc:  # noqa: BLE001 - recorded, then re-raised so the job shows as failed
         result, crash = StageResult.from_checks(name, [_crash_check(stage, exc)]), exc
     result = dataclasses.replace(
-        result, provenance={**provenance(plan), **result.provenance}, fingerprints=ctx.fingerprints,
-        timings={**result.timings, "started": started, "wall_s": round(time.time() - started, 3)})
+        result,
+        provenance={**provenance(plan), **result.provenance},
+        fingerprints=ctx.fingerprints,
+        timings={**result.timings, "started": started, "wall_s": round(time.time() - started, 3)},
+    )
     path = atomic_write_json(result_path(run_dir, name), result.to_dict())
     if crash is not None:
         raise crash
@@ -102,8 +107,9 @@ def run_part(run_dir: Path, name: str, part: str) -> str:
     plan = load_plan(run_dir)
     stage = stages.get(name)
     assert stage.run_part is not None
-    ctx = StageContext(run_dir=run_dir, stage=name, part=part,
-                       fingerprints=plan["jobs"][name]["fingerprints"])
+    ctx = StageContext(
+        run_dir=run_dir, stage=name, part=part, fingerprints=plan["jobs"][name]["fingerprints"]
+    )
     stage.run_part(cfg, ctx)
     done = ctx.part_dir(part) / "done.json"
     atomic_write_json(done, {"part": part, "provenance": provenance(plan), "finished": time.time()})

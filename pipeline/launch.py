@@ -23,7 +23,12 @@ from rich.live import Live
 
 from pipeline import stages
 from pipeline.executors import (
-    TERMINAL, chain_sbatch, run_dag, sbatch_preview, slurm_available, submit_slurm,
+    TERMINAL,
+    chain_sbatch,
+    run_dag,
+    sbatch_preview,
+    slurm_available,
+    submit_slurm,
 )
 from pipeline.fingerprint import digest_path
 from pipeline.plan import RESOURCE_KEYS, JobSpec, build_plan, plan_document, resources
@@ -58,7 +63,9 @@ def resolve_launcher(name: str) -> str:
 
 def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     if cfg.stage.name != "full" and cfg.stage.name not in registry:
-        raise ConfigError("stage", f"unknown stage {cfg.stage.name!r}; use full or one of {', '.join(registry)}")
+        raise ConfigError(
+            "stage", f"unknown stage {cfg.stage.name!r}; use full or one of {', '.join(registry)}"
+        )
     unknown = [name for name in cfg.get("skip") or () if name not in registry]
     if unknown:
         raise ConfigError("skip", f"unknown stage(s) {unknown}; registered: {', '.join(registry)}")
@@ -67,14 +74,20 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
         for key, floor in (("time_min", 1), ("cpus_per_task", 1), ("mem_gb", 0.001), ("gpus_per_node", 0)):
             value = res[key]
             if not isinstance(value, (int, float)) or value < floor:
-                raise ConfigError(f"stages.{name}.resources.{key}", f"expected a number >= {floor}, got {value!r}")
+                raise ConfigError(
+                    f"stages.{name}.resources.{key}", f"expected a number >= {floor}, got {value!r}"
+                )
     for name, section in cfg.stages.items():
         extra = set((section or {}).get("resources") or {}) - set(RESOURCE_KEYS)
         if extra:
-            raise ConfigError(f"stages.{name}.resources", f"unknown key(s) {sorted(extra)}; known: {RESOURCE_KEYS}")
+            raise ConfigError(
+                f"stages.{name}.resources", f"unknown key(s) {sorted(extra)}; known: {RESOURCE_KEYS}"
+            )
     if cfg.container.kind == "apptainer":
         if not cfg.container.image:
-            raise ConfigError("container.image", "container=apptainer needs container.image=/path/to/image.sif")
+            raise ConfigError(
+                "container.image", "container=apptainer needs container.image=/path/to/image.sif"
+            )
         if not Path(cfg.container.image).is_file():
             raise ConfigError("container.image", f"{cfg.container.image} does not exist or is not a file")
     elif cfg.container.kind != "none":
@@ -117,8 +130,9 @@ def _fill_demo_paths(cfg: DictConfig, run_dir: Path) -> None:
 
 def git_sha() -> str | None:
     try:
-        proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              check=False)
+        proc = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
     except OSError:
         return None
     return proc.stdout.strip() or None if proc.returncode == 0 else None
@@ -138,8 +152,13 @@ def launch(cfg: DictConfig) -> int:
     rcfg = resolved_config(cfg, executor)
     run_dir = Path(rcfg.run_dir)
     jobs = build_plan(rcfg, registry, run_dir)
-    extra = {"run_id": rcfg.run_id, "executor": executor, "git_sha": git_sha(), "waivers": waivers,
-             "image_digest": digest_path(rcfg.container.image) if rcfg.container.get("image") else None}
+    extra = {
+        "run_id": rcfg.run_id,
+        "executor": executor,
+        "git_sha": git_sha(),
+        "waivers": waivers,
+        "image_digest": digest_path(rcfg.container.image) if rcfg.container.get("image") else None,
+    }
     if cfg.dry_run:
         return dry_run(jobs, rcfg, run_dir)
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(rcfg))
@@ -195,12 +214,23 @@ def _plan_extra(run_dir: Path) -> dict[str, Any]:
 
 
 def _rows(jobs: list[JobSpec], rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"spec": job.to_dict(), "job_id": rows.get(job.name, {}).get("job_id"),
-             "state": "REUSED" if job.reused else rows.get(job.name, {}).get("state", "")} for job in jobs]
+    return [
+        {
+            "spec": job.to_dict(),
+            "job_id": rows.get(job.name, {}).get("job_id"),
+            "state": "REUSED" if job.reused else rows.get(job.name, {}).get("state", ""),
+        }
+        for job in jobs
+    ]
 
 
-def follow_slurm(jobs: list[JobSpec], submitted: dict[str, Any], run_dir: Path,
-                 rows: dict[str, dict[str, Any]], cfg: DictConfig) -> int:
+def follow_slurm(
+    jobs: list[JobSpec],
+    submitted: dict[str, Any],
+    run_dir: Path,
+    rows: dict[str, dict[str, Any]],
+    cfg: DictConfig,
+) -> int:
     with Live(console=console, auto_refresh=False) as live:
         while True:
             for name, job in submitted.items():
@@ -216,11 +246,16 @@ def follow_slurm(jobs: list[JobSpec], submitted: dict[str, Any], run_dir: Path,
 
 def launch_local(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, executor: str) -> int:
     with Live(console=console, auto_refresh=False) as live:
+
         def on_change(states: dict[str, Any]) -> None:
-            rows = {n: {"job_id": s.job_id, "state": s.state + (f" ({s.reason})" if s.reason else "")}
-                    for n, s in states.items()}
+            rows = {
+                n: {"job_id": s.job_id, "state": s.state + (f" ({s.reason})" if s.reason else "")}
+                for n, s in states.items()
+            }
             _record_jobs(run_dir, rows)
-            live.update(build_table(run_dir, _rows(jobs, rows), f"run {cfg.run_id} ({executor})"), refresh=True)
+            live.update(
+                build_table(run_dir, _rows(jobs, rows), f"run {cfg.run_id} ({executor})"), refresh=True
+            )
 
         states = run_dag(jobs, cfg, run_dir, executor, on_change)
     console.print()

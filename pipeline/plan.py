@@ -89,11 +89,15 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) ->
         prints = input_fingerprints(plain, stage.inputs, plain["stages"].get(stage.name))
         res = resources(cfg, stage.name)
         if reusable(run_dir, stage.name, prints):
-            jobs.append(JobSpec(stage.name, "stage", stage.name, resources=res, fingerprints=prints, reused=True))
+            jobs.append(
+                JobSpec(stage.name, "stage", stage.name, resources=res, fingerprints=prints, reused=True)
+            )
             continue
         before = tuple((dep, "afterok") for dep in stage.after if dep in live)
-        parts = [JobSpec(f"{stage.name}.{part}", "part", stage.name, part, before, res, prints)
-                 for part in stage.parts]
+        parts = [
+            JobSpec(f"{stage.name}.{part}", "part", stage.name, part, before, res, prints)
+            for part in stage.parts
+        ]
         deps = before + tuple((p.name, "afterany") for p in parts)
         jobs += [*parts, JobSpec(stage.name, "stage", stage.name, None, deps, res, prints)]
         live.add(stage.name)

@@ -18,8 +18,16 @@ SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "gate_record.schema.json"
 
 CATEGORIES = (
-    "normalization", "layout", "encoding", "units", "reload", "cache",
-    "diagnostics", "determinism", "container", "storage",
+    "normalization",
+    "layout",
+    "encoding",
+    "units",
+    "reload",
+    "cache",
+    "diagnostics",
+    "determinism",
+    "container",
+    "storage",
 )
 VERDICTS = ("match", "mismatch", "unverifiable", "waived", "error")
 SEVERITIES = ("hard", "soft")
@@ -186,8 +194,11 @@ def _known_fields(cls: type, data: Mapping[str, Any], what: str) -> dict[str, An
     unknown = set(data) - names
     if unknown:
         raise RecordError(f"{what}: unknown field(s) {sorted(unknown)}")
-    required = {f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    required = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
     missing = required - set(data)
     if missing:
         raise RecordError(f"{what}: missing field(s) {sorted(missing)}")

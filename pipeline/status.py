@@ -34,11 +34,14 @@ def build_table(run_dir: Path, rows: list[dict[str, Any]], title: str) -> Table:
         job = row["spec"]
         deps = ", ".join(f"{kind}:{name}" for name, kind in job["deps"]) or "-"
         res = job["resources"]
-        resources = f"{res['cpus_per_task']} cpu, {res['mem_gb']} GB, {res['gpus_per_node'] or 0} gpu, " \
-                    f"{res['time_min']} min" + (f", {res['partition']}" if res.get("partition") else "")
+        resources = (
+            f"{res['cpus_per_task']} cpu, {res['mem_gb']} GB, {res['gpus_per_node'] or 0} gpu, "
+            f"{res['time_min']} min" + (f", {res['partition']}" if res.get("partition") else "")
+        )
         result = stage_status(run_dir, job["stage"]) if job["kind"] != "part" else ""
-        table.add_row(job["name"], str(row.get("job_id") or "-"), deps, resources,
-                      row.get("state") or "", result)
+        table.add_row(
+            job["name"], str(row.get("job_id") or "-"), deps, resources, row.get("state") or "", result
+        )
     return table
 
 
@@ -47,8 +50,13 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
     if not job_ids:
         return {}
     try:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
-                             capture_output=True, text=True, timeout=30, check=False).stdout
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)

@@ -28,18 +28,25 @@ def load_waivers(path: Path | None) -> list[dict[str, Any]]:
         raise InputError(f"{path}: not valid YAML: {exc}", path=path, field="waivers") from exc
     entries = data.get("waivers", []) if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise InputError(f"{path}: expected a mapping with a list under 'waivers'", path=path, field="waivers")
+        raise InputError(
+            f"{path}: expected a mapping with a list under 'waivers'", path=path, field="waivers"
+        )
     return [_validate(path, i, entry) for i, entry in enumerate(entries)]
 
 
 def _validate(path: Path, index: int, entry: Any) -> dict[str, Any]:
     where = f"{path}: waivers[{index}]"
     if not isinstance(entry, dict):
-        raise InputError(f"{where}: expected a mapping with {', '.join(REQUIRED)}", path=path, field="waivers")
+        raise InputError(
+            f"{where}: expected a mapping with {', '.join(REQUIRED)}", path=path, field="waivers"
+        )
     missing = [key for key in REQUIRED if not str(entry.get(key) or "").strip()]
     if missing:
-        raise InputError(f"{where}: missing {', '.join(missing)} (a waiver needs {', '.join(REQUIRED)})",
-                         path=path, field=f"waivers[{index}].{missing[0]}")
+        raise InputError(
+            f"{where}: missing {', '.join(missing)} (a waiver needs {', '.join(REQUIRED)})",
+            path=path,
+            field=f"waivers[{index}].{missing[0]}",
+        )
     out = {key: str(entry[key]) for key in REQUIRED}
     for key in ("date", "expires"):
         if entry.get(key) is None:
@@ -47,16 +54,21 @@ def _validate(path: Path, index: int, entry: Any) -> dict[str, Any]:
         try:
             out[key] = dt.date.fromisoformat(str(entry[key])).isoformat()
         except ValueError as exc:
-            raise InputError(f"{where}.{key}: {entry[key]!r} is not a date (expected YYYY-MM-DD)",
-                             path=path, field=f"waivers[{index}].{key}") from exc
+            raise InputError(
+                f"{where}.{key}: {entry[key]!r} is not a date (expected YYYY-MM-DD)",
+                path=path,
+                field=f"waivers[{index}].{key}",
+            ) from exc
     return out
 
 
-def apply_waivers(results: list[StageResult], waivers: list[dict[str, Any]],
-                  today: dt.date) -> tuple[list[StageResult], list[dict[str, Any]]]:
+def apply_waivers(
+    results: list[StageResult], waivers: list[dict[str, Any]], today: dt.date
+) -> tuple[list[StageResult], list[dict[str, Any]]]:
     """Turn each waived mismatch into `waived`; returns the new results and the waivers used/expired."""
-    active = {w["check"]: w for w in waivers
-              if not w.get("expires") or dt.date.fromisoformat(w["expires"]) >= today}
+    active = {
+        w["check"]: w for w in waivers if not w.get("expires") or dt.date.fromisoformat(w["expires"]) >= today
+    }
     used: dict[str, dict[str, Any]] = {}
     out = []
     for result in results:
@@ -65,10 +77,13 @@ def apply_waivers(results: list[StageResult], waivers: list[dict[str, Any]],
             waiver = active.get(check.id)
             if waiver and check.verdict == "mismatch":
                 used[check.id] = {**waiver, "status": "applied"}
-                check = dataclasses.replace(check, verdict="waived",
-                                            evidence={**check.evidence, "waiver": waiver})
+                check = dataclasses.replace(
+                    check, verdict="waived", evidence={**check.evidence, "waiver": waiver}
+                )
             checks.append(check)
-        changed = any(c.verdict == "waived" for c in checks) != any(c.verdict == "waived" for c in result.checks)
+        changed = any(c.verdict == "waived" for c in checks) != any(
+            c.verdict == "waived" for c in result.checks
+        )
         out.append(result.with_checks(checks) if changed else result)
     expired = [{**w, "status": "expired"} for w in waivers if w["check"] not in active]
     unused = [{**w, "status": "unused"} for w in waivers if w["check"] in active and w["check"] not in used]

@@ -33,7 +33,9 @@ def slurm_answers() -> bool:
 @pytest.fixture(scope="session")
 def slurm() -> None:
     if not slurm_answers():
-        pytest.skip("local Slurm cluster not running (scripts/slurm_local.sh up; SLURM_CONF unset or sinfo fails)")
+        pytest.skip(
+            "local Slurm cluster not running (scripts/slurm_local.sh up; SLURM_CONF unset or sinfo fails)"
+        )
 
 
 def other_stages(*keep: str) -> str:
@@ -46,10 +48,20 @@ def other_stages(*keep: str) -> str:
 
 def launch(cwd: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run the launcher exactly as a user would; test plugin stages are importable through PYTHONPATH."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
-           "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "pipeline.launch", *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
+        "COLUMNS": "200",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.launch", *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:

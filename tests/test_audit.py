@@ -25,13 +25,30 @@ audit.write_record(Path(sys.argv[1]), rec)
 
 
 def gate_record(run_id: str, gate: str = "clear") -> GateRecord:
-    check = Check(id="s.x", stage="s", category="units", feature="x|y", verdict="match", expected=[1, 2],
-                  message="line one\nline two", evidence={"path": "/data"})
-    return GateRecord(run_id=run_id, created="2026-12-02T10:00:00+00:00", verdict="pass", gate=gate,
-                      reasons=() if gate == "clear" else ("s.x: bad",),
-                      stages=(StageResult.from_checks("s", [check], artifacts={"plot": "/tmp/p.png"}),),
-                      sources={"model": {"name": "m", "path": "/m"}, "training": {"path": "/t.yaml"},
-                               "dataset": {"name": "d", "path": "/d"}, "container": {"kind": "none"}})
+    check = Check(
+        id="s.x",
+        stage="s",
+        category="units",
+        feature="x|y",
+        verdict="match",
+        expected=[1, 2],
+        message="line one\nline two",
+        evidence={"path": "/data"},
+    )
+    return GateRecord(
+        run_id=run_id,
+        created="2026-12-02T10:00:00+00:00",
+        verdict="pass",
+        gate=gate,
+        reasons=() if gate == "clear" else ("s.x: bad",),
+        stages=(StageResult.from_checks("s", [check], artifacts={"plot": "/tmp/p.png"}),),
+        sources={
+            "model": {"name": "m", "path": "/m"},
+            "training": {"path": "/t.yaml"},
+            "dataset": {"name": "d", "path": "/d"},
+            "container": {"kind": "none"},
+        },
+    )
 
 
 def test_fifty_concurrent_gates_lose_no_entry(tmp_path):
@@ -52,8 +69,14 @@ def test_markdown_record_follows_the_template(tmp_path):
     path = audit.write_record(tmp_path, gate_record("r1", gate="blocked"))
     text = path.read_text()
     assert path.name == "2026-12-02_m_d_r1_audit.md"
-    for heading in ("## Sources", "## Verdict", "## Reconciliation", "## Evidence",
-                    "## Physical checks to confirm with user", "## Next"):
+    for heading in (
+        "## Sources",
+        "## Verdict",
+        "## Reconciliation",
+        "## Evidence",
+        "## Physical checks to confirm with user",
+        "## Next",
+    ):
         assert heading in text
     assert "gate: `blocked — s.x: bad`" in text
     assert "| x\\|y | units | [1, 2] | — | — | match | hard | `s.x` |" in text
@@ -66,8 +89,12 @@ def test_rebuild_timeline_repairs_a_deleted_or_corrupt_index(tmp_path):
         audit.write_record(tmp_path, gate_record(f"r{i}"))
     (tmp_path / "timeline.md").write_text("garbage | | |")
     (tmp_path / "2026-12-02_x_y_bad_audit.json").write_text("{not json")
-    proc = subprocess.run([sys.executable, "-m", "pipeline.audit", "rebuild-timeline", str(tmp_path)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.audit", "rebuild-timeline", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "3 record(s)" in proc.stdout
     text = (tmp_path / "timeline.md").read_text()
     assert len(audit.parse_timeline(text)) == 3

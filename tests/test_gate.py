@@ -10,14 +10,28 @@ from pipeline.stages import InputError
 from pipeline.storage import atomic_write_json
 from pipeline.waivers import apply_waivers, load_waivers
 
-CFG = OmegaConf.create({"run_id": "r", "gate": {"unverifiable": "block"}, "model": {"name": "m", "path": None},
-                        "dataset": {"name": "d", "path": None}, "training": {"path": None},
-                        "container": {"kind": "none", "image": None}})
+CFG = OmegaConf.create(
+    {
+        "run_id": "r",
+        "gate": {"unverifiable": "block"},
+        "model": {"name": "m", "path": None},
+        "dataset": {"name": "d", "path": None},
+        "training": {"path": None},
+        "container": {"kind": "none", "image": None},
+    }
+)
 
 
 def row(id_, verdict, severity="hard"):
-    return Check(id=id_, stage="s", category="units", feature="x", verdict=verdict, severity=severity,
-                 message=f"{id_} is {verdict}")
+    return Check(
+        id=id_,
+        stage="s",
+        category="units",
+        feature="x",
+        verdict=verdict,
+        severity=severity,
+        message=f"{id_} is {verdict}",
+    )
 
 
 def gate_for(*checks, unverifiable="block", waivers=()):
@@ -30,7 +44,12 @@ def test_hard_mismatch_blocks_soft_mismatch_warns():
     soft = gate_for(row("a", "mismatch", "soft"))
     assert (soft.gate, soft.verdict) == ("clear", "mismatch")
     hard = gate_for(row("a", "mismatch"))
-    assert (hard.gate, hard.verdict, hard.reasons, hard.exit_code) == ("blocked", "mismatch", ("a: a is mismatch",), 3)
+    assert (hard.gate, hard.verdict, hard.reasons, hard.exit_code) == (
+        "blocked",
+        "mismatch",
+        ("a: a is mismatch",),
+        3,
+    )
 
 
 def test_unverifiable_blocks_or_warns_by_config():
@@ -53,30 +72,45 @@ def test_waiver_turns_a_named_mismatch_into_waived_and_is_listed():
 
 def test_expired_waiver_does_not_apply():
     waiver = {"check": "a", "justification": "j", "who": "w", "date": "2026-01-01", "expires": "2026-02-01"}
-    results, used = apply_waivers([StageResult.from_checks("s", [row("a", "mismatch")])], [waiver],
-                                  dt.date(2026, 12, 2))
+    results, used = apply_waivers(
+        [StageResult.from_checks("s", [row("a", "mismatch")])], [waiver], dt.date(2026, 12, 2)
+    )
     assert results[0].checks[0].verdict == "mismatch" and used[0]["status"] == "expired"
 
 
 def test_missing_and_corrupt_results_become_error_checks(tmp_path):
-    plan = {"jobs": {"a": {"kind": "stage"}, "b": {"kind": "stage"}, "c": {"kind": "stage"},
-                     "gate": {"kind": "gate"}}}
+    plan = {
+        "jobs": {
+            "a": {"kind": "stage"},
+            "b": {"kind": "stage"},
+            "c": {"kind": "stage"},
+            "gate": {"kind": "gate"},
+        }
+    }
     (tmp_path / "jobs.json").write_text(json.dumps({"a": {"job_id": "17", "state": "FAILED"}}))
     (tmp_path / "stages").mkdir()
     (tmp_path / "stages" / "b.json").write_text('{"stage": "b", "status": "pa')
-    atomic_write_json(tmp_path / "stages" / "c.json", StageResult.from_checks("c", [row("c", "match")]).to_dict())
+    atomic_write_json(
+        tmp_path / "stages" / "c.json", StageResult.from_checks("c", [row("c", "match")]).to_dict()
+    )
     a, b, c = collect_results(tmp_path, plan)
     assert a.status == "error" and "job (17) ended FAILED" in a.checks[0].message
     assert b.status == "error" and "unreadable result" in b.checks[0].message
     assert c.status == "pass"
 
 
-@pytest.mark.parametrize("text, field", [
-    ("waivers: {a: 1}", "waivers"),
-    ("waivers:\n  - check: a\n    justification: j\n    who: w\n    date: 12/01/2026\n", "waivers[0].date"),
-    ("waivers:\n  - check: a\n    who: w\n    date: 2026-12-01\n", "waivers[0].justification"),
-    ("waivers: [", "waivers"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("waivers: {a: 1}", "waivers"),
+        (
+            "waivers:\n  - check: a\n    justification: j\n    who: w\n    date: 12/01/2026\n",
+            "waivers[0].date",
+        ),
+        ("waivers:\n  - check: a\n    who: w\n    date: 2026-12-01\n", "waivers[0].justification"),
+        ("waivers: [", "waivers"),
+    ],
+)
 def test_bad_waivers_name_the_file_and_field(tmp_path, text, field):
     path = tmp_path / "waivers.yaml"
     path.write_text(text)

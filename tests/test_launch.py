@@ -3,6 +3,7 @@
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,8 +33,13 @@ def test_local_run_is_clear_and_leaves_every_record(tmp_path):
 
 
 def test_crashing_stage_is_an_error_and_blocks_with_exit_3(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "~demo", "plugins=[preflight_crash_stage]",
-                  other_stages("container_check"))
+    proc = launch(
+        tmp_path,
+        "launcher=local",
+        "~demo",
+        "plugins=[preflight_crash_stage]",
+        other_stages("container_check"),
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     gate = gate_of(run_dir_of(tmp_path, proc))
     crash = next(s for s in gate["stages"] if s["stage"] == "crash")
@@ -44,28 +50,55 @@ def test_crashing_stage_is_an_error_and_blocks_with_exit_3(tmp_path):
 
 
 def test_debug_executor_gives_the_same_record_as_local(tmp_path):
-    local = launch(tmp_path / "a", "launcher=local", "~demo", "plugins=[preflight_crash_stage]",
-                   other_stages("container_check")) if (tmp_path / "a").mkdir() is None else None
-    debug = launch(tmp_path / "b", "launcher=debug", "~demo", "plugins=[preflight_crash_stage]",
-                   other_stages("container_check")) if (tmp_path / "b").mkdir() is None else None
+    local = (
+        launch(
+            tmp_path / "a",
+            "launcher=local",
+            "~demo",
+            "plugins=[preflight_crash_stage]",
+            other_stages("container_check"),
+        )
+        if (tmp_path / "a").mkdir() is None
+        else None
+    )
+    debug = (
+        launch(
+            tmp_path / "b",
+            "launcher=debug",
+            "~demo",
+            "plugins=[preflight_crash_stage]",
+            other_stages("container_check"),
+        )
+        if (tmp_path / "b").mkdir() is None
+        else None
+    )
     assert local.returncode == debug.returncode == 3, debug.stdout + debug.stderr
-    assert summary(gate_of(run_dir_of(tmp_path / "a", local))) == summary(gate_of(run_dir_of(tmp_path / "b", debug)))
+    assert summary(gate_of(run_dir_of(tmp_path / "a", local))) == summary(
+        gate_of(run_dir_of(tmp_path / "b", debug))
+    )
 
 
 def summary(gate: dict) -> tuple:
-    return (gate["verdict"], gate["gate"], tuple(gate["reasons"]),
-            tuple((c["id"], c["verdict"]) for s in gate["stages"] for c in s["checks"]))
+    return (
+        gate["verdict"],
+        gate["gate"],
+        tuple(gate["reasons"]),
+        tuple((c["id"], c["verdict"]) for s in gate["stages"] for c in s["checks"]),
+    )
 
 
-@pytest.mark.parametrize("override, key", [
-    ("stage=nonexistent", "stage"),
-    ("stages.container_check.resources.mem_gb=-4", "stages.container_check.resources.mem_gb"),
-    ("stages.gate.resources.time_min=0", "stages.gate.resources.time_min"),
-    ("container=apptainer", "container.image"),
-    ("skip=[nosuchstage]", "skip"),
-    ("plugins=[no_such_module_xyz]", "plugins"),
-    ("launcher.name=cloud", "launcher.name"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("stage=nonexistent", "stage"),
+        ("stages.container_check.resources.mem_gb=-4", "stages.container_check.resources.mem_gb"),
+        ("stages.gate.resources.time_min=0", "stages.gate.resources.time_min"),
+        ("container=apptainer", "container.image"),
+        ("skip=[nosuchstage]", "skip"),
+        ("plugins=[no_such_module_xyz]", "plugins"),
+        ("launcher.name=cloud", "launcher.name"),
+    ],
+)
 def test_bad_config_fails_before_anything_is_submitted(tmp_path, override, key):
     proc = launch(tmp_path, "launcher=local", "~demo", override)
     assert proc.returncode != 0
@@ -79,15 +112,24 @@ def test_missing_image_is_named(tmp_path):
 
 
 def test_bad_waiver_file_is_named(tmp_path):
-    (tmp_path / "w.yaml").write_text("waivers:\n  - check: a.b\n    justification: fine\n    date: 2026-12-01\n")
+    (tmp_path / "w.yaml").write_text(
+        "waivers:\n  - check: a.b\n    justification: fine\n    date: 2026-12-01\n"
+    )
     proc = launch(tmp_path, "launcher=local", "~demo", "waivers_file=w.yaml")
     assert proc.returncode == 2 and "waivers[0]: missing who" in proc.stdout
 
 
 def test_dry_run_prints_sbatch_scripts_with_dependencies_and_submits_nothing(tmp_path):
-    proc = launch(tmp_path, "launcher=slurm", "~demo", "dry_run=true", "plugins=[preflight_crash_stage]",
-                  other_stages("container_check"), "+stages.crash.resources.partition=gpu",
-                  "+stages.crash.resources.gpus_per_node=2")
+    proc = launch(
+        tmp_path,
+        "launcher=slurm",
+        "~demo",
+        "dry_run=true",
+        "plugins=[preflight_crash_stage]",
+        other_stages("container_check"),
+        "+stages.crash.resources.partition=gpu",
+        "+stages.crash.resources.gpus_per_node=2",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert out.count("#!/bin/bash") == 3
@@ -120,9 +162,16 @@ def test_container_apptainer_wraps_every_job_fake_apptainer(tmp_path, monkeypatc
     image.write_bytes(b"SIF_MAGIC" + os.urandom(64))
     log = tmp_path / "argv.log"
     monkeypatch.setenv("FAKE_APPTAINER_LOG", str(log))
-    proc = launch(tmp_path, "launcher=local", "~demo", "container=apptainer", f"container.binary={shim}",
-                  f"container.image='{image}'", "container.binds=[/data/shared]",
-                  other_stages("container_check"))
+    proc = launch(
+        tmp_path,
+        "launcher=local",
+        "~demo",
+        "container=apptainer",
+        f"container.binary={shim}",
+        f"container.image='{image}'",
+        "container.binds=[/data/shared]",
+        other_stages("container_check"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 2  # container_check and gate
@@ -134,3 +183,17 @@ def test_container_apptainer_wraps_every_job_fake_apptainer(tmp_path, monkeypatc
     gate = gate_of(run_dir)
     assert gate["sources"]["container"] == {"kind": "apptainer", "image": str(image)}
     assert gate["stages"][0]["fingerprints"]["container"].startswith("sha256:")
+
+
+def test_status_shows_the_stage_states_of_a_run(tmp_path):
+    proc = launch(tmp_path, "launcher=local", "~demo", other_stages("container_check"))
+    run_dir = run_dir_of(tmp_path, proc)
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline.status", run_dir.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "200"},
+    ).stdout
+    assert "container_check" in out and "COMPLETED" in out and "gate: clear (pass)" in out

@@ -18,11 +18,13 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 BASE = ("launcher=slurm", "~demo")
 
 
-def sacct(job_id: str, fields: str = "JobID,State,ExitCode,Start,End", duplicates: bool = False) -> list[dict]:
+def sacct(
+    job_id: str, fields: str = "JobID,State,ExitCode,Start,End", duplicates: bool = False
+) -> list[dict]:
     cmd = ["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", fields, *(["-D"] if duplicates else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     keys = fields.split(",")
-    return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
+    return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines() if line.strip()]
 
 
 def final(job_id: str, timeout: float = 300) -> dict:
@@ -48,8 +50,13 @@ def watched(tmp_path: Path, text: str = "v1") -> Path:
 
 def test_stages_depend_on_container_check_and_the_gate_runs_after_all(tmp_path):
     data = watched(tmp_path)
-    proc = launch(tmp_path, *BASE, "plugins=[preflight_watch_stage]", f"dataset.path={data}",
-                  other_stages("container_check"))
+    proc = launch(
+        tmp_path,
+        *BASE,
+        "plugins=[preflight_watch_stage]",
+        f"dataset.path={data}",
+        other_stages("container_check"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     ids = jobs_of(run_dir)
@@ -64,7 +71,9 @@ def test_stages_depend_on_container_check_and_the_gate_runs_after_all(tmp_path):
     gate = gate_of(run_dir)
     assert gate["gate"] == "clear" and gate["sources"]["executor"] == "slurm"
     assert {s["stage"]: s["provenance"]["slurm_job_id"] for s in gate["stages"]} == {
-        "container_check": ids["container_check"], "watch": ids["watch"]}
+        "container_check": ids["container_check"],
+        "watch": ids["watch"],
+    }
 
 
 def _dependency(job_id: str) -> str:
@@ -80,8 +89,14 @@ def test_crashed_stage_blocks_exit_3_and_the_chained_job_never_runs(tmp_path):
     marker = tmp_path / "trained"
     script = tmp_path / "train.sbatch"
     script.write_text(f"#!/bin/bash\n#SBATCH --time=2\ntouch {marker}\n")
-    proc = launch(tmp_path, *BASE, "wait=true", "plugins=[preflight_crash_stage]",
-                  other_stages("container_check"), f"+chain.sbatch={script}")
+    proc = launch(
+        tmp_path,
+        *BASE,
+        "wait=true",
+        "plugins=[preflight_crash_stage]",
+        other_stages("container_check"),
+        f"+chain.sbatch={script}",
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     ids = jobs_of(run_dir)
@@ -131,8 +146,14 @@ def test_requeued_stage_resumes_from_its_saved_state(tmp_path, monkeypatch):
 
 def test_relaunch_with_the_same_run_id_reruns_only_what_changed(tmp_path):
     data = watched(tmp_path, "v1")
-    args = (*BASE, "wait=true", "run_id=resume-test", "plugins=[preflight_watch_stage]", f"dataset.path={data}",
-            other_stages("container_check"))
+    args = (
+        *BASE,
+        "wait=true",
+        "run_id=resume-test",
+        "plugins=[preflight_watch_stage]",
+        f"dataset.path={data}",
+        other_stages("container_check"),
+    )
     first = launch(tmp_path, *args)
     assert first.returncode == 0, first.stdout + first.stderr
     run_dir = run_dir_of(tmp_path, first)
@@ -150,12 +171,19 @@ def test_relaunch_with_the_same_run_id_reruns_only_what_changed(tmp_path):
 
 def test_local_mode_gives_the_same_gate_record_as_slurm(tmp_path):
     data = watched(tmp_path)
-    common = ("~demo", "plugins=[preflight_watch_stage,preflight_crash_stage]", f"dataset.path={data}",
-              other_stages("container_check"))
+    common = (
+        "~demo",
+        "plugins=[preflight_watch_stage,preflight_crash_stage]",
+        f"dataset.path={data}",
+        other_stages("container_check"),
+    )
     (tmp_path / "s").mkdir()
     (tmp_path / "l").mkdir()
     on_slurm = launch(tmp_path / "s", "launcher=slurm", "wait=true", *common)
     local = launch(tmp_path / "l", "launcher=local", *common)
     assert on_slurm.returncode == local.returncode == 3
-    slurm_gate, local_gate = gate_of(run_dir_of(tmp_path / "s", on_slurm)), gate_of(run_dir_of(tmp_path / "l", local))
+    slurm_gate, local_gate = (
+        gate_of(run_dir_of(tmp_path / "s", on_slurm)),
+        gate_of(run_dir_of(tmp_path / "l", local)),
+    )
     assert summary(slurm_gate) == summary(local_gate)

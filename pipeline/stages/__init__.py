@@ -107,8 +107,9 @@ def load(plugins: Iterable[str] = ()) -> dict[str, Stage]:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise InputError(f"plugins: cannot import stage module {module!r}: {exc}",
-                             field="plugins") from exc
+            raise InputError(
+                f"plugins: cannot import stage module {module!r}: {exc}", field="plugins"
+            ) from exc
     return dict(_REGISTRY)
 
 
@@ -125,5 +126,12 @@ def error_check(stage: str, exc: BaseException, category: str = "container") -> 
     evidence: dict[str, Any] = {"exception": type(exc).__name__}
     if isinstance(exc, InputError):
         evidence.update({"path": exc.path, "field": exc.field})
-    return Check(id=f"{stage}.error", stage=stage, category=category, feature=stage, verdict="error",
-                 message=str(exc), evidence=evidence)
+    return Check(
+        id=f"{stage}.error",
+        stage=stage,
+        category=category,
+        feature=stage,
+        verdict="error",
+        message=str(exc),
+        evidence=evidence,
+    )

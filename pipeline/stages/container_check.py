@@ -50,26 +50,48 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     return StageResult.from_checks(NAME, checks)
 
 
-def _row(feature: str, verdict: str, message: str, severity: str = "hard",
-         category: str = "container", **fields: Any) -> Check:
-    return Check(id=f"{NAME}.{feature}", stage=NAME, category=category, feature=feature, verdict=verdict,
-                 severity=severity, message=message, **fields)
+def _row(
+    feature: str,
+    verdict: str,
+    message: str,
+    severity: str = "hard",
+    category: str = "container",
+    **fields: Any,
+) -> Check:
+    return Check(
+        id=f"{NAME}.{feature}",
+        stage=NAME,
+        category=category,
+        feature=feature,
+        verdict=verdict,
+        severity=severity,
+        message=message,
+        **fields,
+    )
 
 
 def _spec(name: str, spec: str | None) -> SpecifierSet:
     try:
         return SpecifierSet(spec or "")
     except InvalidSpecifier as exc:
-        raise InputError(f"stages.{NAME}.packages.{name}: {spec!r} is not a version specifier "
-                         "(expected e.g. '>=2.3,<3')", field=f"stages.{NAME}.packages.{name}") from exc
+        raise InputError(
+            f"stages.{NAME}.packages.{name}: {spec!r} is not a version specifier (expected e.g. '>=2.3,<3')",
+            field=f"stages.{NAME}.packages.{name}",
+        ) from exc
 
 
 def _python_check(scfg: DictConfig) -> Check:
     spec = _spec("python", scfg.get("python"))
     actual = platform.python_version()
     ok = Version(actual) in spec
-    return _row("python", "match" if ok else "mismatch", f"Python {actual} against '{spec or 'any'}'",
-                expected=str(spec) or "any", actual=actual, evidence={"executable": sys.executable})
+    return _row(
+        "python",
+        "match" if ok else "mismatch",
+        f"Python {actual} against '{spec or 'any'}'",
+        expected=str(spec) or "any",
+        actual=actual,
+        evidence={"executable": sys.executable},
+    )
 
 
 def _package_check(name: str, raw_spec: str | None) -> Check:
@@ -77,15 +99,25 @@ def _package_check(name: str, raw_spec: str | None) -> Check:
     try:
         actual = metadata.version(name)
     except metadata.PackageNotFoundError:
-        return _row(f"package:{name}", "mismatch", f"{name} is not installed in this environment",
-                    expected=str(spec) or "installed", actual=None)
+        return _row(
+            f"package:{name}",
+            "mismatch",
+            f"{name} is not installed in this environment",
+            expected=str(spec) or "installed",
+            actual=None,
+        )
     try:
         ok = spec.contains(Version(actual), prereleases=True)
     except InvalidVersion:
         ok = not str(spec)
     verdict = "match" if ok else "mismatch"
-    return _row(f"package:{name}", verdict, f"{name} {actual} against '{spec or 'any'}'",
-                expected=str(spec) or "installed", actual=actual)
+    return _row(
+        f"package:{name}",
+        verdict,
+        f"{name} {actual} against '{spec or 'any'}'",
+        expected=str(spec) or "installed",
+        actual=actual,
+    )
 
 
 def _gpu_check(scfg: DictConfig) -> Check:
@@ -93,17 +125,35 @@ def _gpu_check(scfg: DictConfig) -> Check:
 
     available = torch.cuda.is_available()
     count = torch.cuda.device_count() if available else 0
-    devices = [{"name": torch.cuda.get_device_name(i),
-                "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))} for i in range(count)]
-    evidence = {"torch": torch.__version__, "cuda": torch.version.cuda, "devices": devices,
-                "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
-    expected = {"require_gpu": bool(scfg.require_gpu), "min_gpus": int(scfg.min_gpus),
-                "min_capability": scfg.get("min_capability")}
+    devices = [
+        {
+            "name": torch.cuda.get_device_name(i),
+            "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
+        }
+        for i in range(count)
+    ]
+    evidence = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "devices": devices,
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    expected = {
+        "require_gpu": bool(scfg.require_gpu),
+        "min_gpus": int(scfg.min_gpus),
+        "min_capability": scfg.get("min_capability"),
+    }
     problems = _gpu_problems(expected, count, devices)
     verdict = "mismatch" if problems else "match"
     message = "; ".join(problems) or f"{count} CUDA device(s); GPU required: {expected['require_gpu']}"
-    return _row("cuda", verdict, message, expected=expected, actual={"available": available, "count": count},
-                evidence=evidence)
+    return _row(
+        "cuda",
+        verdict,
+        message,
+        expected=expected,
+        actual={"available": available, "count": count},
+        evidence=evidence,
+    )
 
 
 def _gpu_problems(expected: dict[str, Any], count: int, devices: list[dict[str, str]]) -> list[str]:
@@ -114,16 +164,25 @@ def _gpu_problems(expected: dict[str, Any], count: int, devices: list[dict[str, 
     floor = expected["min_capability"]
     if floor is None:
         return []
-    return [f"device {i} ({d['name']}) has compute capability {d['capability']} < {floor}"
-            for i, d in enumerate(devices) if Version(d["capability"]) < Version(str(floor))]
+    return [
+        f"device {i} ({d['name']}) has compute capability {d['capability']} < {floor}"
+        for i, d in enumerate(devices)
+        if Version(d["capability"]) < Version(str(floor))
+    ]
 
 
 def _gl_check(scfg: DictConfig) -> Check:
     backend = str(scfg.mujoco_gl)
     env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
     try:
-        proc = subprocess.run([sys.executable, "-c", _GL_PROBE], env=env, capture_output=True, text=True,
-                              timeout=float(scfg.gl_timeout_s), check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", _GL_PROBE],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=float(scfg.gl_timeout_s),
+            check=False,
+        )
         output, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired:
         output, rc = f"GL probe timed out after {scfg.gl_timeout_s} s", -1
@@ -132,17 +191,36 @@ def _gl_check(scfg: DictConfig) -> Check:
     severity = "hard" if scfg.require_gl else "soft"
     evidence = {"MUJOCO_GL": backend, **info}
     if rc != 0 or not renderer:
-        return _row("gl_renderer", "mismatch", f"MuJoCo could not open a {backend} GL context: "
-                    f"{output.strip()[-400:]}", severity=severity, expected=backend, actual=None,
-                    evidence=evidence)
+        return _row(
+            "gl_renderer",
+            "mismatch",
+            f"MuJoCo could not open a {backend} GL context: {output.strip()[-400:]}",
+            severity=severity,
+            expected=backend,
+            actual=None,
+            evidence=evidence,
+        )
     software = any(s in renderer.lower() for s in SOFTWARE_RENDERERS)
     if software and scfg.require_gpu:
-        return _row("gl_renderer", "mismatch", f"GL_RENDERER is '{renderer}' (software) on a node that "
-                    "should render on its GPU: frame caches would render slowly and may differ",
-                    severity=severity, expected="hardware renderer", actual=renderer, evidence=evidence)
-    return _row("gl_renderer", "match", f"GL_RENDERER '{renderer}' under MUJOCO_GL={backend}",
-                severity=severity, expected="hardware renderer" if scfg.require_gpu else "any renderer",
-                actual=renderer, evidence=evidence)
+        return _row(
+            "gl_renderer",
+            "mismatch",
+            f"GL_RENDERER is '{renderer}' (software) on a node that "
+            "should render on its GPU: frame caches would render slowly and may differ",
+            severity=severity,
+            expected="hardware renderer",
+            actual=renderer,
+            evidence=evidence,
+        )
+    return _row(
+        "gl_renderer",
+        "match",
+        f"GL_RENDERER '{renderer}' under MUJOCO_GL={backend}",
+        severity=severity,
+        expected="hardware renderer" if scfg.require_gpu else "any renderer",
+        actual=renderer,
+        evidence=evidence,
+    )
 
 
 def _dir_check(label: str, path: Path, min_free_gb: float) -> Check:
@@ -154,14 +232,33 @@ def _dir_check(label: str, path: Path, min_free_gb: float) -> Check:
             os.fsync(handle.fileno())
         free_gb = shutil.disk_usage(path).free / 2**30
     except OSError as exc:
-        return _row(label, "mismatch", f"{path} is not writable: {exc}", category="storage",
-                    expected="writable", actual=str(exc), evidence={"path": str(path)})
+        return _row(
+            label,
+            "mismatch",
+            f"{path} is not writable: {exc}",
+            category="storage",
+            expected="writable",
+            actual=str(exc),
+            evidence={"path": str(path)},
+        )
     ok = free_gb >= min_free_gb
     message = f"{path} writable, {free_gb:.1f} GiB free" + ("" if ok else f" (< {min_free_gb} GiB)")
-    return _row(label, "match" if ok else "mismatch", message, category="storage",
-                expected=f">= {min_free_gb} GiB free", actual=f"{free_gb:.2f} GiB free",
-                evidence={"path": str(path), "free_gb": round(free_gb, 3)})
+    return _row(
+        label,
+        "match" if ok else "mismatch",
+        message,
+        category="storage",
+        expected=f">= {min_free_gb} GiB free",
+        actual=f"{free_gb:.2f} GiB free",
+        evidence={"path": str(path), "free_gb": round(free_gb, 3)},
+    )
 
 
-register(Stage(name=NAME, run=run, after=(),
-               description="the environment the stages run in: packages, CUDA, GL renderer, writable dirs"))
+register(
+    Stage(
+        name=NAME,
+        run=run,
+        after=(),
+        description="the environment the stages run in: packages, CUDA, GL renderer, writable dirs",
+    )
+)

@@ -16,9 +16,16 @@ def run(cfg, ctx):
     for step in range(start, STEPS):
         time.sleep(1.0)
         progress.write_text(json.dumps({"step": step + 1}))
-    check = Check(id="resume.progress", stage="resume", category="storage", feature="progress",
-                  verdict="match", actual=STEPS, message=f"resumed from step {start}",
-                  evidence={"resumed_from": start, "restart_count": os.environ.get("SLURM_RESTART_COUNT")})
+    check = Check(
+        id="resume.progress",
+        stage="resume",
+        category="storage",
+        feature="progress",
+        verdict="match",
+        actual=STEPS,
+        message=f"resumed from step {start}",
+        evidence={"resumed_from": start, "restart_count": os.environ.get("SLURM_RESTART_COUNT")},
+    )
     return StageResult.from_checks("resume", [check])
 
 
