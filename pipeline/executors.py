@@ -106,6 +106,10 @@ def dependency_clause(spec: JobSpec, ids: dict[str, str]) -> str | None:
     return ",".join(f"{kind}:{':'.join(job_ids)}" for kind, job_ids in by_kind.items()) or None
 
 
+class SubmissionError(RuntimeError):
+    """sbatch refused a job (bad partition, account, QOS...); what was already queued is cancelled."""
+
+
 def submit_slurm(
     jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, on_submit: Callable[[JobSpec, Any], None]
 ) -> dict[str, Any]:
@@ -121,7 +125,15 @@ def submit_slurm(
             python=shlex.join(python_argv(cfg)),
         )
         executor.update_parameters(**slurm_parameters(spec, cfg, dependency_clause(spec, ids)))
-        submitted[spec.name] = executor.submit(job_callable(spec, run_dir))
+        try:
+            submitted[spec.name] = executor.submit(job_callable(spec, run_dir))
+        except Exception as exc:  # noqa: BLE001 - submitit raises several types for an sbatch refusal
+            for job in submitted.values():
+                job.cancel(check=False)
+            raise SubmissionError(
+                f"sbatch refused job {spec.name} (resources {spec.resources}): {exc}; "
+                f"cancelled the {len(submitted)} job(s) already queued"
+            ) from exc
         on_submit(spec, submitted[spec.name])
     return submitted
 

@@ -24,6 +24,7 @@ from rich.live import Live
 from pipeline import stages
 from pipeline.executors import (
     TERMINAL,
+    SubmissionError,
     chain_sbatch,
     run_dag,
     sbatch_preview,
@@ -282,6 +283,9 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as exc:
         console.print(f"config error: {exc}", markup=False)
         console.print("nothing was submitted", markup=False)
+        code = 2
+    except SubmissionError as exc:
+        console.print(f"submission failed: {exc}", markup=False)
         code = 2
     sys.exit(code)
 

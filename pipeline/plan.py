@@ -42,10 +42,12 @@ class JobSpec:
 
 
 def resources(cfg: DictConfig, name: str) -> dict[str, Any]:
-    merged = OmegaConf.merge(cfg.resources_default, (cfg.stages.get(name) or {}).get("resources") or {})
-    container = OmegaConf.to_container(merged, resolve=True)
-    assert isinstance(container, dict)
-    return {k: container.get(k) for k in RESOURCE_KEYS}
+    """A stage's resources: its own non-null values over `resources_default`."""
+    section = (cfg.stages.get(name) or {}).get("resources") or {}
+    own = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
+    base = OmegaConf.to_container(cfg.resources_default, resolve=True)
+    assert isinstance(own, dict) and isinstance(base, dict)
+    return {k: own.get(k) if own.get(k) is not None else base.get(k) for k in RESOURCE_KEYS}
 
 
 def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stage]:

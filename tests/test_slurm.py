@@ -187,3 +187,11 @@ def test_local_mode_gives_the_same_gate_record_as_slurm(tmp_path):
         gate_of(run_dir_of(tmp_path / "l", local)),
     )
     assert summary(slurm_gate) == summary(local_gate)
+
+
+def test_refused_submission_cancels_what_was_queued_and_names_the_job(tmp_path):
+    proc = launch(tmp_path, *BASE, other_stages("container_check"), "stages.gate.resources.partition=nosuchpart")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "sbatch refused job gate" in proc.stdout and "nosuchpart" in proc.stdout
+    check_id = jobs_of(run_dir_of(tmp_path, proc))["container_check"]
+    assert final(check_id)["State"].startswith("CANCELLED") or final(check_id)["State"] == "COMPLETED"
