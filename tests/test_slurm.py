@@ -190,7 +190,9 @@ def test_local_mode_gives_the_same_gate_record_as_slurm(tmp_path):
 
 
 def test_refused_submission_cancels_what_was_queued_and_names_the_job(tmp_path):
-    proc = launch(tmp_path, *BASE, other_stages("container_check"), "stages.gate.resources.partition=nosuchpart")
+    proc = launch(
+        tmp_path, *BASE, other_stages("container_check"), "stages.gate.resources.partition=nosuchpart"
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "sbatch refused job gate" in proc.stdout and "nosuchpart" in proc.stdout
     check_id = jobs_of(run_dir_of(tmp_path, proc))["container_check"]
