@@ -17,9 +17,16 @@
 #   PREFLIGHT_SLURM_DB_PORT  MariaDB TCP port     (default 3307, bound to
 #                            127.0.0.1 only; not 3306 so a system MariaDB can
 #                            run alongside)
-# Slurm itself uses its default ports 6817 (slurmctld), 6818 (slurmd) and
-# 6819 (slurmdbd). Needs the packages from scripts/install_system.sh.
+#   PREFLIGHT_SLURM_PORT     slurmctld port; slurmd uses +1, slurmdbd +2
+#                            (default 6817, i.e. Slurm's defaults 6817-6819)
+# A second cluster can run next to the first with its own state dir and ports.
+# Needs the packages from scripts/install_system.sh.
 set -euo pipefail
+
+if [[ ${EUID} -ne 0 ]]; then
+    echo "slurm_local: must run as root" >&2
+    exit 1
+fi
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TEMPLATE_DIR="${REPO_ROOT}/slurm/local"
@@ -27,7 +34,7 @@ TEMPLATE_DIR="${REPO_ROOT}/slurm/local"
 STATE_DIR="${PREFLIGHT_SLURM_DIR:-/tmp/preflight-slurm}"
 TIMEOUT="${PREFLIGHT_SLURM_TIMEOUT:-60}"
 DB_PORT="${PREFLIGHT_SLURM_DB_PORT:-3307}"
-DBD_PORT=6819
+CTLD_PORT="${PREFLIGHT_SLURM_PORT:-6817}"
 CLUSTER=preflight
 ACCOUNT=preflight
 
@@ -40,6 +47,9 @@ fi
 STATE_DIR="${STATE_DIR%/}"
 [[ "${TIMEOUT}" =~ ^[0-9]+$ ]] || { echo "slurm_local: PREFLIGHT_SLURM_TIMEOUT must be an integer" >&2; exit 2; }
 [[ "${DB_PORT}" =~ ^[0-9]+$ ]] || { echo "slurm_local: PREFLIGHT_SLURM_DB_PORT must be an integer" >&2; exit 2; }
+[[ "${CTLD_PORT}" =~ ^[0-9]+$ ]] || { echo "slurm_local: PREFLIGHT_SLURM_PORT must be an integer" >&2; exit 2; }
+SLURMD_PORT=$((CTLD_PORT + 1))
+DBD_PORT=$((CTLD_PORT + 2))
 
 ETC_DIR="${STATE_DIR}/etc"
 RUN_DIR="${STATE_DIR}/run"          # our pid files, one per daemon we started
@@ -54,7 +64,7 @@ DB_LOG="${DB_DIR}/mariadb.log"
 # Every Slurm command below (and in any shell that evals `env`) uses this.
 export SLURM_CONF="${ETC_DIR}/slurm.conf"
 
-# Start order; `down` stops in reverse.
+# Start order (`down` stops them in reverse, in stages).
 DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
 
 log() { echo "slurm_local: $*" >&2; }
@@ -101,14 +111,29 @@ running_pid() {
     echo "${pid}"
 }
 
+# started_alive NAME: is the process we just started still there? (Plain PID
+# check: right after the start its name may still be setsid/setpriv.)
+started_alive() {
+    local pid
+    pid="$(<"${RUN_DIR}/$1.pid")" && kill -0 "${pid}" 2>/dev/null
+}
+
 # start_daemon NAME CMD...: run CMD (which must stay in the foreground) in its
 # own session, detached from our stdin/stdout, and record its PID.
 # In a non-interactive script the background job is not a process group
 # leader, so setsid(1) does not fork and $! is the daemon's own PID.
+# fd 9 is closed so that the daemon does not keep holding our lock.
 start_daemon() {
     local name="$1"; shift
-    setsid "$@" </dev/null >>"${LOG_DIR}/${name}.stdout" 2>&1 &
+    setsid "$@" </dev/null >>"${LOG_DIR}/${name}.stdout" 2>&1 9>&- &
     echo "$!" >"${RUN_DIR}/${name}.pid"
+}
+
+# Serialise up/down/clean on one state dir (e.g. parallel test sessions).
+take_lock() {
+    mkdir -p "${STATE_DIR}"
+    exec 9>"${STATE_DIR}/.lock"
+    flock -w $((TIMEOUT * 3)) 9 || die "another slurm_local.sh holds ${STATE_DIR}/.lock"
 }
 
 # wait_until NAME DESCRIPTION CMD...: retry CMD until it succeeds; fail early
@@ -120,7 +145,7 @@ wait_until() {
         if "$@" >/dev/null 2>&1; then
             return 0
         fi
-        if ! running_pid "${name}" >/dev/null; then
+        if ! started_alive "${name}"; then
             die "${name} exited while waiting for ${what}" "$(daemon_log "${name}")"
         fi
         if ((SECONDS >= deadline)); then
@@ -157,7 +182,6 @@ q() { timeout 15 "$@"; }
 
 # One-node cluster: the first (only) node's state, e.g. "idle".
 node_state() { q sinfo -h -N -o '%T' 2>/dev/null | head -n 1; }
-node_idle() { [[ "$(node_state)" == idle ]]; }
 sinfo_answers() { q sinfo -h -o '%P' >/dev/null 2>&1; }
 sacct_answers() { q sacct -n -X -S now-1minutes -o JobID >/dev/null 2>&1; }
 munge_answers() { munge -n --socket="${MUNGE_SOCKET}" | unmunge --socket="${MUNGE_SOCKET}"; }
@@ -167,6 +191,12 @@ ctld_answers() { q scontrol ping | grep -q 'is UP'; }
 
 is_up() {
     [[ -r "${SLURM_CONF}" ]] || return 1
+    # Cheap check first: a Slurm client retries for ~10 s when slurmctld is
+    # not there.
+    local name
+    for name in "${DAEMONS[@]}"; do
+        running_pid "${name}" >/dev/null || return 1
+    done
     local state
     state="$(node_state)"
     # Up and usable: node answers in a schedulable state and accounting works.
@@ -205,6 +235,8 @@ write_configs() {
         "CLUSTER=${CLUSTER}"
         "MUNGE_SOCKET=${MUNGE_SOCKET}"
         "DBD_PORT=${DBD_PORT}"
+        "CTLD_PORT=${CTLD_PORT}"
+        "SLURMD_PORT=${SLURMD_PORT}"
     )
     render "${TEMPLATE_DIR}/slurm.conf.in" "${ETC_DIR}/slurm.conf" 644 \
         "${common[@]}" "HOST=${NODE_NAME}" "NODE_LINE=${node_line}"
@@ -294,6 +326,13 @@ wait_node_idle() {
     while true; do
         state="$(node_state)"
         [[ "${state}" == idle ]] && return 0
+        # Jobs kept over from before `down` (it cancels jobs, but slurmctld
+        # may have died first) legitimately keep the node busy.
+        if [[ "${state}" =~ ^(mixed|allocated|completing)$ \
+              && -n "$(q squeue -h -t running,completing -o '%A' 2>/dev/null)" ]]; then
+            log "node ${NODE_NAME} is ${state} with jobs recovered from an earlier run: $(q squeue -h -t running,completing -o '%A' | tr '\n' ' ')"
+            return 0
+        fi
         # Kept-over state may hold the node down/drained (e.g. it vanished
         # when the cluster was stopped); slurmd is running now, so resume it.
         if [[ ${resumed} -eq 0 && "${state}" =~ ^(down|drain|drained|draining|fail|failing) ]]; then
@@ -301,8 +340,8 @@ wait_node_idle() {
             q scontrol update NodeName="${NODE_NAME}" State=RESUME >/dev/null 2>&1 || true
             resumed=1
         fi
-        running_pid slurmd >/dev/null || die "slurmd exited" "${LOG_DIR}/slurmd.log"
-        running_pid slurmctld >/dev/null || die "slurmctld exited" "${LOG_DIR}/slurmctld.log"
+        started_alive slurmd || die "slurmd exited" "${LOG_DIR}/slurmd.log"
+        started_alive slurmctld || die "slurmctld exited" "${LOG_DIR}/slurmctld.log"
         if ((SECONDS >= deadline)); then
             die "timed out after ${TIMEOUT}s waiting for node ${NODE_NAME} to be idle (state: '${state:-no answer}')" \
                 "${LOG_DIR}/slurmctld.log" "${LOG_DIR}/slurmd.log"
@@ -312,7 +351,6 @@ wait_node_idle() {
 }
 
 cmd_up() {
-    [[ ${EUID} -eq 0 ]] || { log "must run as root"; exit 1; }
     local started=${SECONDS}
     if is_up; then
         log "already up (SLURM_CONF=${SLURM_CONF})"
@@ -329,18 +367,24 @@ cmd_up() {
 
     make_dirs
     write_configs
+    # Daemons inherit our working directory; do not pin the caller's.
+    cd "${STATE_DIR}"
 
     start_munge
+    log "munged ready ($((SECONDS - started))s)"
     start_mariadb
+    log "MariaDB ready ($((SECONDS - started))s)"
 
     # slurmdbd has no -f: it reads slurmdbd.conf next to $SLURM_CONF.
     start_daemon slurmdbd slurmdbd -D
     wait_until slurmdbd "slurmdbd (sacctmgr)" dbd_answers
     register_accounting
+    log "slurmdbd ready, cluster ${CLUSTER} registered ($((SECONDS - started))s)"
 
     # -i: start even if saved state from an earlier run cannot be read.
     start_daemon slurmctld slurmctld -D -i -f "${SLURM_CONF}"
     wait_until slurmctld "slurmctld (scontrol ping)" ctld_answers
+    log "slurmctld ready ($((SECONDS - started))s)"
 
     start_daemon slurmd slurmd -D -f "${SLURM_CONF}"
     wait_node_idle
@@ -350,22 +394,43 @@ cmd_up() {
     log "use: eval \"\$($0 env)\""
 }
 
-# stop_daemon NAME: SIGTERM the PID we recorded, wait, then SIGKILL.
-stop_daemon() {
-    local name="$1" pid i
-    if pid="$(running_pid "${name}")"; then
-        kill -TERM "${pid}" 2>/dev/null || true
-        for ((i = 0; i < 60; i++)); do   # 30 s: MariaDB may flush for a while
-            kill -0 "${pid}" 2>/dev/null || break
-            sleep 0.5
-        done
-        if kill -0 "${pid}" 2>/dev/null; then
-            log "${name} (pid ${pid}) ignored SIGTERM; sending SIGKILL"
-            kill -KILL "${pid}" 2>/dev/null || true
+# stop_daemons NAME...: SIGTERM the PIDs we recorded for these daemons, wait
+# for all of them (30 s: MariaDB may flush for a while), then SIGKILL.
+stop_daemons() {
+    local name pid i
+    local -A pids=()
+    for name in "$@"; do
+        if pid="$(running_pid "${name}")"; then
+            pids["${name}"]="${pid}"
+            kill -TERM "${pid}" 2>/dev/null || true
         fi
-        log "stopped ${name} (pid ${pid})"
-    fi
-    rm -f "${RUN_DIR}/${name}.pid"
+    done
+    for ((i = 0; i < 150; i++)); do
+        for name in "${!pids[@]}"; do
+            if ! kill -0 "${pids[${name}]}" 2>/dev/null; then
+                log "stopped ${name} (pid ${pids[${name}]})"
+                unset "pids[${name}]"
+            fi
+        done
+        [[ ${#pids[@]} -eq 0 ]] && break
+        sleep 0.2
+    done
+    for name in "${!pids[@]}"; do
+        log "${name} (pid ${pids[${name}]}) ignored SIGTERM; sending SIGKILL"
+        kill -KILL "${pids[${name}]}" 2>/dev/null || true
+    done
+    for name in "$@"; do
+        rm -f "${RUN_DIR}/${name}.pid"
+    done
+}
+
+# descendants PID: print the PIDs of all processes below PID.
+descendants() {
+    local child
+    for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+        echo "${child}"
+        descendants "${child}"
+    done
 }
 
 cmd_down() {
@@ -375,7 +440,7 @@ cmd_down() {
         local jobs i
         jobs="$(q squeue -h -o '%A' 2>/dev/null || true)"
         if [[ -n "${jobs}" ]]; then
-            log "cancelling jobs: $(echo ${jobs})"
+            log "cancelling jobs: ${jobs//$'\n'/ }"
             # shellcheck disable=SC2086  # one job id per word
             q scancel ${jobs} 2>/dev/null || true
             for ((i = 0; i < 40; i++)); do
@@ -384,13 +449,22 @@ cmd_down() {
             done
         fi
     fi
-    local idx
-    for ((idx = ${#DAEMONS[@]} - 1; idx >= 0; idx--)); do
-        stop_daemon "${DAEMONS[idx]}"
+    # slurmctld sends its last records to slurmdbd, which needs MariaDB and
+    # munged, so stop in three stages.
+    stop_daemons slurmd slurmctld
+    stop_daemons slurmdbd
+    stop_daemons mariadbd munged
+    # Steps that outlived the cancel (e.g. slurmctld was already dead): each
+    # slurmstepd of our slurmd listens on a socket in our SlurmdSpoolDir; ss
+    # names its PID. Other clusters' slurmstepd processes are left alone.
+    local pid
+    for pid in $(ss -Hxlp 2>/dev/null | grep -F " ${SPOOL_DIR}/slurmd/" \
+                 | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+        [[ "$(ps -o comm= -p "${pid}" 2>/dev/null)" == slurmstepd ]] || continue
+        log "killing leftover slurmstepd (pid ${pid}) and its job processes"
+        # shellcheck disable=SC2046  # one PID per word
+        kill -KILL "${pid}" $(descendants "${pid}") 2>/dev/null || true
     done
-    if pgrep -x slurmstepd >/dev/null; then
-        log "warning: slurmstepd processes are still running: $(pgrep -x slurmstepd | tr '\n' ' ')"
-    fi
     log "down"
 }
 
@@ -399,7 +473,8 @@ cmd_env() {
 }
 
 cmd_status() {
-    if [[ -r "${SLURM_CONF}" ]] && sinfo_answers; then
+    # Skip sinfo (which retries for ~10 s) when our slurmctld is not running.
+    if [[ -r "${SLURM_CONF}" ]] && running_pid slurmctld >/dev/null && sinfo_answers; then
         echo "up: sinfo answers (SLURM_CONF=${SLURM_CONF})"
         q sinfo -N -o '%N %P %T %c %m' || true
         return 0
@@ -421,11 +496,11 @@ cmd_clean() {
 }
 
 case "${1:-}" in
-    up) cmd_up ;;
-    down) cmd_down ;;
+    up) take_lock; cmd_up ;;
+    down) take_lock; cmd_down ;;
     env) cmd_env ;;
     status) cmd_status ;;
-    clean) cmd_clean ;;
+    clean) take_lock; cmd_clean ;;
     *)
         echo "usage: $0 up|down|env|status|clean" >&2
         exit 2
