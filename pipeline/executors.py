@@ -240,29 +240,42 @@ def run_dag(
 ) -> dict[str, LocalState]:
     """Run the plan here, in dependency order, until every job has ended."""
     executor = _local_executor(kind, cfg, run_dir)
-    states = {spec.name: LocalState(spec) for spec in jobs if not spec.reused}
-    for spec in jobs:
-        if spec.reused:
-            states[spec.name] = LocalState(spec, state=FINAL_OK, reason="reused")
+    states = {
+        spec.name: LocalState(spec, state=FINAL_OK, reason="reused") if spec.reused else LocalState(spec)
+        for spec in jobs
+    }
     max_parallel = int(cfg.launcher.max_parallel or os.cpu_count() or 1)
-    while any(s.state not in TERMINAL for s in states.values()):
-        changed = False
+    try:
+        while any(s.state not in TERMINAL for s in states.values()):
+            if _advance(states, executor, kind, run_dir, max_parallel):
+                on_change(states)
+            time.sleep(float(cfg.launcher.poll_s))
+    except BaseException:  # Ctrl-C included: leave no orphaned stage process behind
         for item in states.values():
-            if item.state == "RUNNING" and (done := _finished_state(item.job)):
-                item.state, changed = done, True
-        running = sum(s.state == "RUNNING" for s in states.values())
-        for item in states.values():
-            if item.state != "PENDING":
-                continue
-            why = _blocked_by(item, states)
-            if why and why != "waiting":
-                item.state, item.reason, changed = "CANCELLED", why, True
-            elif why is None and running < max_parallel:
-                _start(executor, kind, item, run_dir)
-                running += item.state == "RUNNING"
-                changed = True
-        if changed:
-            on_change(states)
-        time.sleep(float(cfg.launcher.poll_s))
+            if item.state == "RUNNING" and item.job is not None:
+                item.job.cancel(check=False)
+        raise
     on_change(states)
     return states
+
+
+def _advance(
+    states: dict[str, LocalState], executor: submitit.Executor, kind: str, run_dir: Path, max_parallel: int
+) -> bool:
+    """One scheduling pass: collect ended jobs, cancel unsatisfiable ones, start ready ones."""
+    changed = False
+    for item in states.values():
+        if item.state == "RUNNING" and (done := _finished_state(item.job)):
+            item.state, changed = done, True
+    running = sum(s.state == "RUNNING" for s in states.values())
+    for item in states.values():
+        if item.state != "PENDING":
+            continue
+        why = _blocked_by(item, states)
+        if why and why != "waiting":
+            item.state, item.reason, changed = "CANCELLED", why, True
+        elif why is None and running < max_parallel:
+            _start(executor, kind, item, run_dir)
+            running += item.state == "RUNNING"
+            changed = True
+    return changed
