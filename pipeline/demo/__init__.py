@@ -1,7 +1,8 @@
 """The embedded demo: a dataset, a base checkpoint and a training config generated locally.
 
-Being built (issue 3). `ensure(demo_cfg, root)` returns the paths the launch fills in for
-`model.path`, `dataset.path` and `training.path` when they are left null.
+`ensure(demo_cfg, root)` returns the paths the launch fills in for `model.path`, `dataset.path` and
+`training.path` when they are left null, building the variant once under `root/<variant>`.
+`python -m pipeline.demo build [--variant default|faulty] [--out DIR]` builds one by hand.
 """
 
 from __future__ import annotations
@@ -11,4 +12,6 @@ from typing import Any
 
 
 def ensure(demo_cfg: Any, root: Path) -> dict[str, str]:
-    return {}
+    from pipeline.demo.build import ensure as _ensure
+
+    return _ensure(demo_cfg, root)

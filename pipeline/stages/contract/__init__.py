@@ -1,1 +1,305 @@
-"""contract: base checkpoint (A) vs training config (B) vs dataset (C). Being built (issue 3)."""
+"""contract: base checkpoint (A) vs training config (B) vs dataset (C).
+
+The heart of the gate (reference 000): structural checks see shapes and dtypes, not that the base was
+built for quantile-normalized state, that two joints are swapped, or that a dim is in degrees. This
+stage reads the three sources with each format's own reader (`pipeline.readers`), recomputes the stats
+the configured normalization needs from the data, and writes one row per feature and category
+(normalization, layout, encoding, units, reload) with expected / configured / actual / verdict /
+severity / evidence. Any hard mismatch blocks the gate.
+
+Evidence goes to the stage's artifacts: `contract_evidence.json` (keys, shapes, stats, ranges of all
+three sources) and one PNG per vector feature comparing the base's and the dataset's per-dim ranges.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.readers import read_dataset, read_model, read_training
+from pipeline.readers.base import Contract, DatasetContract
+from pipeline.records import Check, StageResult, jsonable
+from pipeline.stages import InputError, Stage, StageContext, register
+from pipeline.stages.contract import encoding, layout, normalization, reload, units
+from pipeline.stages.contract.plots import range_plot
+from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, row, vec
+from pipeline.storage import atomic_write_json
+
+PER_PAIR = (
+    layout.key_rows,
+    layout.shape_rows,
+    layout.names_rows,
+    layout.permutation_rows,
+    units.scale_rows,
+    normalization.stats_rows,
+    normalization.degenerate_rows,
+    normalization.stale_rows,
+    normalization.shift_rows,
+    encoding.dtype_rows,
+)
+GLOBAL = (
+    normalization.mode_rows,
+    layout.frames_rows,
+    layout.image_rows,
+    encoding.image_rows,
+    units.action_mode_rows,
+    reload.processor_rows,
+    reload.placeholder_rows,
+    reload.mask_rows,
+)
+
+
+def _section(cfg: DictConfig, name: str) -> dict[str, Any]:
+    section = cfg.get(name) or {}
+    return OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
+
+
+def _path(cfg: DictConfig, name: str) -> str:
+    path = (cfg.get(name) or {}).get("path")
+    if not path:
+        raise InputError(
+            f"{name}.path is not set (expected the {name} to audit, or leave all three null "
+            "for the embedded demo)",
+            field=f"{name}.path",
+        )
+    return str(path)
+
+
+def load_sources(cfg: DictConfig, scfg: DictConfig) -> tuple[Contract, Contract, DatasetContract]:
+    model_opts = {
+        k: v for k, v in _section(cfg, "model").items() if k in ("stats_key", "normalization_mapping")
+    }
+    a = read_model(_path(cfg, "model"), model_opts)
+    b = read_training(_path(cfg, "training"))
+    c = read_dataset(
+        _path(cfg, "dataset"),
+        {"rank_error": float(scfg.rank_error), "dynamics_rows": int(scfg.dynamics_rows)},
+    )
+    return a, b, c
+
+
+def reconcile(a: Contract, b: Contract, c: DatasetContract, scfg: DictConfig) -> tuple[list[Check], Sources]:
+    """Every row for one (A, B, C) triple; layout runs before units/shift so they can use its findings."""
+    src = Sources(a, b, c, scfg)
+    pairs = pair_features(src)
+    checks: list[Check] = []
+    for pair in pairs:
+        for check in PER_PAIR:
+            checks += check(src, pair)
+    for check in GLOBAL:
+        checks += check(src)
+    if a.inferred:
+        checks = [_inferred(ch, a) for ch in checks]
+    if not pairs:
+        checks.append(
+            row(
+                "layout.features",
+                "layout",
+                "features",
+                "unverifiable",
+                f"A ({a.kind}) declares no state/action features to reconcile",
+                expected=None,
+            )
+        )
+    return checks, src
+
+
+def _inferred(check: Check, a: Contract) -> Check:
+    """Rows resting on a contract card are inferred, never verified: say so in message and evidence."""
+    from dataclasses import replace
+
+    return replace(
+        check,
+        message=f"[inferred from {a.hints.get('source')}] {check.message}",
+        evidence={**check.evidence, "inferred": True, "card": a.path},
+    )
+
+
+def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
+    scfg = cfg.stages[NAME]
+    a, b, c = load_sources(cfg, scfg)
+    checks, src = reconcile(a, b, c, scfg)
+    known_good = _known_good(cfg, scfg, b, c, checks)
+    checks += known_good
+    artifacts = _artifacts(ctx.artifacts_dir, src, checks)
+    return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
+
+
+def _known_good(
+    cfg: DictConfig, scfg: DictConfig, b: Contract, c: DatasetContract, checks: list[Check]
+) -> list[Check]:
+    """Reconcile a reference model that works on the same data: is each finding ours or shared?"""
+    ref = cfg.get("known_good")
+    if not ref or not ref.get("path"):
+        return []
+    try:
+        ref_a = read_model(str(ref.path), {k: ref.get(k) for k in ("stats_key",) if ref.get(k)})
+    except InputError as exc:
+        return [
+            row(
+                "known_good",
+                "diagnostics",
+                "known_good",
+                "error",
+                f"known_good: {exc}",
+                evidence={"path": exc.path, "field": exc.field},
+            )
+        ]
+    ref_checks, _ = reconcile(ref_a, b, c, scfg)
+    ref_blocking = {ch.id for ch in ref_checks if ch.blocking}
+    ours = [ch.id for ch in checks if ch.blocking]
+    verdicts = {
+        cid: "shared (upstream in the data/hardware)"
+        if cid in ref_blocking
+        else "specific to the audited model"
+        for cid in ours
+    }
+    message = (
+        f"reference {ref.path}: {len(ref_blocking)} blocking finding(s); of ours, "
+        f"{sum('shared' in v for v in verdicts.values())} shared, "
+        f"{sum('specific' in v for v in verdicts.values())} specific"
+    )
+    return [
+        row(
+            "known_good",
+            "diagnostics",
+            "known_good",
+            "match",
+            message,
+            severity="soft",
+            expected=str(ref.path),
+            actual=verdicts,
+            evidence={"reference_blocking": sorted(ref_blocking)},
+        )
+    ]
+
+
+def _dump_contract(contract: Contract) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "source": contract.source,
+        "kind": contract.kind,
+        "path": contract.path,
+        "inferred": contract.inferred,
+        "features": {
+            k: {"role": f.role, "shape": f.shape, "names": f.names, "dtype": f.dtype}
+            for k, f in contract.features.items()
+        },
+        "norm_map": contract.norm_map,
+        "stats": contract.stats,
+        "notes": contract.notes,
+        "hints": {k: v for k, v in contract.hints.items() if k not in ("pre", "post")},
+    }
+    if isinstance(contract, DatasetContract):
+        data.update(
+            {
+                "recomputed": contract.recomputed,
+                "rows": contract.rows,
+                "episodes": contract.episodes,
+                "claimed": contract.claimed,
+                "images": contract.images,
+                "files": contract.files[:50],
+                "shipped_quantile_ranks": contract.shipped_ranks,
+            }
+        )
+    return data
+
+
+def _artifacts(out_dir: Path, src: Sources, checks: list[Check]) -> dict[str, str]:
+    evidence = {
+        "A": _dump_contract(src.a),
+        "B": _dump_contract(src.b),
+        "C": _dump_contract(src.c),
+        "permutations": src.permutations,
+        "explained": src.explained,
+        "action_mode_inferred": units.infer_action_mode(src),
+    }
+    path = atomic_write_json(out_dir / "contract_evidence.json", jsonable(evidence))
+    artifacts = {"contract_evidence": str(path)}
+    for pair in pair_features(src):
+        path = _plot(out_dir, src, pair, checks)
+        if path is not None:
+            artifacts[f"ranges_{pair.a.key}"] = str(path)
+    return artifacts
+
+
+def _bounds(stats: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+    if not stats:
+        return None
+    lo = vec(stats, "q01") if vec(stats, "q01") is not None else vec(stats, "min")
+    hi = vec(stats, "q99") if vec(stats, "q99") is not None else vec(stats, "max")
+    mean = vec(stats, "mean")
+    if lo is None or hi is None:
+        if mean is None or vec(stats, "std") is None:
+            return None
+        lo, hi = mean - 2 * vec(stats, "std"), mean + 2 * vec(stats, "std")
+    return {"lo": lo, "hi": hi, "mean": mean if mean is not None else (lo + hi) / 2}
+
+
+def _plot(out_dir: Path, src: Sources, pair: Pair, checks: list[Check]) -> Path | None:
+    if pair.c is None:
+        return None
+    a = _bounds(src.a.stats.get(pair.a.key))
+    c = _bounds(src.c.recomputed.get(pair.c.key) or src.c.stats.get(pair.c.key))
+    if a is None or c is None or a["lo"].size != c["lo"].size:
+        return None
+    flagged = set(src.explained.get(pair.a.key, {}))
+    for check in checks:
+        if check.feature == pair.a.key and check.verdict == "mismatch":
+            flagged.update(int(d) for d in check.evidence.get("dims", []) if isinstance(d, int))
+    safe = pair.a.key.replace("/", "_")
+    return range_plot(out_dir / f"ranges_{safe}.png", a, c, flagged)
+
+
+def _physical(src: Sources) -> list[str]:
+    """What the data cannot prove, phrased for this triple."""
+    items = []
+    images = [k for k, f in src.c.features.items() if f.role == "image"]
+    if images:
+        items.append(f"Cameras are not swapped on the rig: {images} show the views their names say.")
+    names = [n for f in src.c.features.values() if f.names for n in f.names]
+    if any("left" in str(n).lower() for n in names) and any("right" in str(n).lower() for n in names):
+        items.append(
+            "Left and right arms are not swapped on the rig (the data has both left_* and right_* dims)."
+        )
+    else:
+        items.append(
+            "Arms and joints are wired in the order the state names say (a swap the data mirrors "
+            "exactly cannot be seen in statistics)."
+        )
+    grippers = [n for n in names if "gripper" in str(n).lower()]
+    if grippers:
+        items.append(
+            f"Gripper units and direction on the hardware match the data ({sorted(set(grippers))[:4]}: "
+            "open/close sign and range)."
+        )
+    inferred = units.infer_action_mode(src)
+    if inferred.get("mode") in ("absolute", "delta"):
+        items.append(
+            f"Actions are {inferred['mode']} targets on the robot too (the data suggests {inferred['mode']}: "
+            f"corr with next state {inferred['corr_next_state']}, with the step {inferred['corr_step']})."
+        )
+    items.append(
+        "Record-and-playback on the same hardware replays faithfully (decouples model from calibration)."
+    )
+    items.append(
+        "A small BC sanity run (about 10 demos of a simple task) trains a sane policy, or a working "
+        "baseline model on the same data does."
+    )
+    return items
+
+
+register(
+    Stage(
+        name=NAME,
+        run=run,
+        inputs=("model", "training", "dataset"),
+        category="normalization",
+        description="base checkpoint (A) vs training config (B) vs dataset (C): normalization, "
+        "layout, encoding, units, reload",
+    )
+)
+
+__all__ = ["run", "reconcile", "load_sources"]

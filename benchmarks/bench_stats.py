@@ -1,0 +1,214 @@
+"""Stats recomputation throughput vs the decode-only ceiling, on a >= 10 M-row parquet dataset.
+
+    python benchmarks/bench_stats.py [--rows 10000000] [--row-group 1000000] [--dir DIR] [--keep]
+
+Writes a LeRobot v3.0-shaped dataset (two 14-dim float32 fixed-size-list columns, `observation.state`
+and `action`, plus `episode_index`) with robot-like data: random-walk joints (narrow, peaked), a binary
+gripper, constant padding dims, and a few outliers. Then, each in a fresh subprocess so peak memory is
+its own:
+
+- ceiling: `ParquetFile.read_row_group(i, columns=[...])` over every row group, nothing else;
+- stats:   `pipeline.readers.read_dataset` (exact mean/std/min/max, q01/q10/q50/q90/q99 within 0.1 %
+           rank error, the dynamics sample, row/episode counts), the contract stage's own code path.
+
+Prints one JSON line: rows/s of each, their ratio, peak RSS of each, how many passes the stats took,
+and the worst quantile rank error measured on two dims (sorted exactly, in a third subprocess).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DIM = 14
+COLUMNS = ("observation.state", "action")
+DATA = "data/chunk-000/file-000.parquet"
+
+
+EPISODE = 500
+
+
+def _block(rng: np.random.Generator, rows: int, home: np.ndarray, drift: bool) -> np.ndarray:
+    """Robot-like state rows: per episode a random walk from near a home pose (or, with `drift`, one
+    walk through the whole file, the worst case for a one-pass sketch), a binary gripper, a padding dim
+    and rare outliers."""
+    episodes = rows // EPISODE
+    steps = rng.normal(0, 0.01, (episodes, EPISODE, DIM)).astype(np.float32)
+    starts = home + rng.normal(0, 0.3, (episodes, 1, DIM)).astype(np.float32)
+    if drift:
+        starts = home + np.cumsum(steps.sum(axis=1), axis=0)[:, None, :] - steps.sum(axis=1)[:, None, :]
+    state = (starts + np.cumsum(steps, axis=1, dtype=np.float32)).reshape(rows, DIM)
+    state[:, 12] = (rng.random(rows) > 0.6).astype(np.float32)  # gripper: two atoms
+    state[:, 13] = 0.0  # padding
+    outliers = rng.random(rows) < 1e-5
+    state[outliers, 0] += 50.0
+    return state
+
+
+def _fixed(arr: np.ndarray) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1)), DIM)
+
+
+def write_dataset(root: Path, rows: int, row_group: int, seed: int = 0, drift: bool = False) -> None:
+    (root / "data/chunk-000").mkdir(parents=True, exist_ok=True)
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    home = rng.normal(0, 1, DIM).astype(np.float32)
+    row_group -= row_group % EPISODE
+    writer = None
+    for offset in range(0, rows, row_group):
+        n = min(row_group, rows - offset)
+        state = _block(rng, n, home, drift)
+        if drift:
+            home = state[-1].copy()
+        action = state + rng.normal(0, 0.02, (n, DIM)).astype(np.float32)
+        episode = (np.arange(offset, offset + n) // EPISODE).astype(np.int64)
+        table = pa.table(
+            {"observation.state": _fixed(state), "action": _fixed(action), "episode_index": episode}
+        )
+        writer = writer or pq.ParquetWriter(root / DATA, table.schema)
+        writer.write_table(table, row_group_size=row_group)
+    if writer:
+        writer.close()
+    features = {k: {"dtype": "float32", "shape": [DIM], "names": None} for k in COLUMNS}
+    features["episode_index"] = {"dtype": "int64", "shape": [1], "names": None}
+    info = {
+        "codebase_version": "v3.0",
+        "total_frames": rows,
+        "total_episodes": (rows + 499) // 500,
+        "fps": 30,
+        "features": features,
+    }
+    (root / "meta/info.json").write_text(json.dumps(info))
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def phase_decode(root: Path) -> dict:
+    handle = pq.ParquetFile(root / DATA)
+    started = time.perf_counter()
+    rows = 0
+    for i in range(handle.num_row_groups):
+        rows += handle.read_row_group(i, columns=list(COLUMNS)).num_rows
+    return {"rows": rows, "seconds": time.perf_counter() - started, "peak_rss_mb": _peak_mb()}
+
+
+def phase_stats(root: Path) -> dict:
+    from pipeline.readers import read_dataset
+    from pipeline.readers import stats as stats_module
+
+    passes = {"n": 0}
+    original = stats_module._refine
+
+    def counting(*args: object, **kwargs: object) -> None:
+        passes["n"] += 1
+        original(*args, **kwargs)  # type: ignore[arg-type]
+
+    stats_module._refine = counting  # type: ignore[assignment]
+    started = time.perf_counter()
+    contract = read_dataset(root)
+    seconds = time.perf_counter() - started
+    out = {k: {s: np.asarray(v).tolist() for s, v in contract.recomputed[k].items()} for k in COLUMNS}
+    return {
+        "rows": contract.rows,
+        "seconds": seconds,
+        "peak_rss_mb": _peak_mb(),
+        "passes": 1 + passes["n"],
+        "stats": out,
+    }
+
+
+def phase_verify(root: Path, stats: dict) -> dict:
+    """Exact rank error of the reported quantiles on state dims 0 (outliers) and 12 (atoms), and 3."""
+    column = pq.read_table(root / DATA, columns=["observation.state"]).column(0).combine_chunks()
+    values = column.flatten().to_numpy().reshape(-1, DIM)
+    worst = 0.0
+    levels = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+    for d in (0, 3, 12):
+        col = np.sort(values[:, d])
+        n = len(col)
+        for q, p in levels.items():
+            v = np.float32(stats["observation.state"][q][d])
+            lo, hi = np.searchsorted(col, v, "left"), np.searchsorted(col, v, "right")
+            target = p * (n - 1)
+            err = 0.0 if lo <= target <= hi else min(abs(lo - target), abs(hi - target)) / n
+            worst = max(worst, err)
+    mean_err = float(np.max(np.abs(values.mean(0, dtype=np.float64) - stats["observation.state"]["mean"])))
+    return {"worst_rank_error": worst, "max_abs_mean_error": mean_err}
+
+
+def _child(phase: str, root: Path, extra: dict | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--phase", phase, "--dir", str(root)]
+    proc = subprocess.run(cmd, input=json.dumps(extra or {}), capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--row-group", type=int, default=1_000_000)
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--drift", action="store_true", help="one random walk through the file (worst case)")
+    parser.add_argument("--phase", choices=("decode", "stats", "verify"), default=None)
+    args = parser.parse_args()
+    if args.phase:
+        root = Path(args.dir)
+        if args.phase == "decode":
+            print(json.dumps(phase_decode(root)))
+        elif args.phase == "stats":
+            print(json.dumps(phase_stats(root)))
+        else:
+            print(json.dumps(phase_verify(root, json.loads(sys.stdin.read()))))
+        return 0
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_stats_"))
+    try:
+        started = time.perf_counter()
+        if not (root / DATA).exists():
+            write_dataset(root, args.rows, args.row_group, drift=args.drift)
+        written = time.perf_counter() - started
+        _child("decode", root)  # warm the page cache so both measured phases read from memory
+        decode = _child("decode", root)
+        stats = _child("stats", root)
+        verify = _child("verify", root, stats["stats"])
+        result = {
+            "benchmark": "bench_stats",
+            "rows": decode["rows"],
+            "row_group_rows": args.row_group,
+            "columns": f"2 x float32[{DIM}]",
+            "file_mb": round((root / DATA).stat().st_size / 2**20, 1),
+            "decode_rows_per_s": round(decode["rows"] / decode["seconds"]),
+            "stats_rows_per_s": round(stats["rows"] / stats["seconds"]),
+            "ratio_vs_decode_ceiling": round(decode["seconds"] / stats["seconds"], 3),
+            "stats_passes": stats["passes"],
+            "peak_rss_mb_decode": round(decode["peak_rss_mb"], 1),
+            "peak_rss_mb_stats": round(stats["peak_rss_mb"], 1),
+            "worst_rank_error_checked": verify["worst_rank_error"],
+            "max_abs_mean_error": verify["max_abs_mean_error"],
+            "data": "drifting walk (worst case)" if args.drift else "per-episode walks (500 rows each)",
+            "write_s": round(written, 1),
+        }
+        print(json.dumps(result))
+    finally:
+        if not args.keep and not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""`python -m pipeline.demo build [--variant default|faulty] [--out DIR]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def _variant_cfg(variant: str) -> dict:
+    path = Path(__file__).resolve().parents[2] / "configs" / "demo" / f"{variant}.yaml"
+    if path.is_file():
+        return yaml.safe_load(path.read_text()) or {}
+    if variant == "default":
+        return {"variant": "default"}
+    raise SystemExit(f"unknown demo variant {variant!r} (no {path})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="generate the demo model, dataset and training config")
+    build.add_argument("--variant", default="default")
+    build.add_argument("--out", default=None, help="output directory (default: preflight/demo/<variant>)")
+    args = parser.parse_args(argv)
+    from pipeline.demo.build import build as run_build
+
+    cfg = _variant_cfg(args.variant)
+    out = Path(args.out or Path("preflight") / "demo" / args.variant)
+    started = time.time()
+    paths = run_build(cfg, out)
+    print(
+        json.dumps({"variant": args.variant, **paths, "seconds": round(time.time() - started, 2)}, indent=2)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Build the embedded demo: dataset (C), base checkpoint (A) and training config (B), per variant.
+
+`default` is a consistent triple, so the gate clears. `faulty` keeps the same base checkpoint (trained
+on the clean data) and plants the mismatches named in `configs/demo/faulty.yaml` into the dataset and
+the training config, so a new user sees the gate block with the rows that explain why:
+a swapped pair of state dims (data only, names unchanged), an action dim recorded in degrees, stats
+shipped without quantiles plus a MEAN_STD override of the QUANTILES base, and a feature whose stats key
+is missing (the normalizer would pass it through silently).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from pipeline.demo.dataset import ALL_STATS, generate_episodes, write_dataset
+from pipeline.demo.policy import save_pretrained
+from pipeline.demo.train import train_policy
+
+DEFAULTS: dict[str, Any] = {
+    "variant": "default",
+    "seed": 0,
+    "episodes": 20,
+    "steps": 200,
+    "train_steps": 300,
+    "hidden": 64,
+    "faults": {},
+}
+MARKER = "demo.json"
+
+
+def settings(demo_cfg: Any) -> dict[str, Any]:
+    raw = demo_cfg if isinstance(demo_cfg, Mapping) else _to_dict(demo_cfg)
+    out = {**DEFAULTS, **{k: v for k, v in dict(raw or {}).items() if v is not None}}
+    out["faults"] = dict(out.get("faults") or {})
+    return out
+
+
+def _to_dict(cfg: Any) -> dict[str, Any]:
+    try:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 - a plain object without omegaconf
+        return dict(cfg or {})
+
+
+def digest(cfg: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plant_faults(
+    episodes: list[dict[str, np.ndarray]], faults: Mapping[str, Any]
+) -> list[dict[str, np.ndarray]]:
+    """The data-side faults: swap state columns, record action columns in degrees instead of radians."""
+    out = copy.deepcopy(episodes)
+    swap = faults.get("swap_state_dims")
+    degrees = faults.get("degrees_action_dims") or []
+    for episode in out:
+        if swap:
+            i, j = (int(d) for d in swap)
+            episode["state"][:, [i, j]] = episode["state"][:, [j, i]]
+        for d in degrees:
+            episode["action"][:, int(d)] *= np.float32(180.0 / np.pi)
+    return out
+
+
+def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
+    """Generate the whole demo into `out_dir` (model/, dataset/, training.yaml, demo.json)."""
+    cfg = settings(demo_cfg)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    episodes = generate_episodes(int(cfg["episodes"]), int(cfg["steps"]), int(cfg["seed"]))
+    clean = out / "base_training_data"
+    write_dataset(clean, episodes)
+    policy, stats, spec = train_policy(
+        clean, seed=int(cfg["seed"]), steps=int(cfg["train_steps"]), hidden=int(cfg["hidden"])
+    )
+    save_pretrained(
+        policy,
+        stats,
+        out / "model",
+        spec,
+        extra_config={"demo": {"variant": cfg["variant"], "seed": cfg["seed"]}},
+    )
+    faults = cfg["faults"]
+    if faults:
+        shutil.rmtree(clean)
+        keep = faults.get("stats_keep") or ALL_STATS
+        write_dataset(
+            out / "dataset",
+            plant_faults(episodes, faults),
+            stats_keep=keep,
+            stats_drop_features=faults.get("drop_stats_features") or (),
+        )
+    else:
+        clean.rename(out / "dataset")
+    training = _training_config(out, spec.normalization_mapping, faults)
+    header = "# The demo's training config (LeRobot train_config layout; paths relative to this file).\n"
+    (out / "training.yaml").write_text(header + yaml.safe_dump(training, sort_keys=False))
+    paths = {
+        "model": str(out / "model"),
+        "dataset": str(out / "dataset"),
+        "training": str(out / "training.yaml"),
+    }
+    marker = {
+        "settings": cfg,
+        "digest": digest(cfg),
+        "paths": {k: Path(v).name for k, v in paths.items()},
+        "build_s": round(time.time() - started, 2),
+        "final_loss": getattr(policy, "final_loss", None),
+    }
+    (out / MARKER).write_text(json.dumps(marker, indent=2, default=str) + "\n")
+    return paths
+
+
+def _training_config(out: Path, base_modes: Mapping[str, str], faults: Mapping[str, Any]) -> dict[str, Any]:
+    modes = {**base_modes, **dict(faults.get("normalization_override") or {})}
+    return {
+        "dataset": {"repo_id": "local/demo_cube_single", "root": "dataset"},
+        "policy": {"type": "demo_mlp", "pretrained_path": "model", "normalization_mapping": modes},
+        "seed": 0,
+        "batch_size": 256,
+        "steps": 300,
+    }
+
+
+def ensure(demo_cfg: Any, root: str | Path) -> dict[str, str]:
+    """Build the variant once under `root/<variant>` and reuse it while its settings are unchanged.
+
+    Concurrent launches are safe: each builds in a private temporary directory and renames it into
+    place; the loser of the race discards its copy and uses the winner's.
+    """
+    cfg = settings(demo_cfg)
+    root = Path(root)
+    target = root / str(cfg["variant"])
+    found = _reuse(target, cfg)
+    if found:
+        return found
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{cfg['variant']}-", dir=root))
+    try:
+        build(cfg, scratch)
+        if target.exists():
+            stale = root / f".stale-{cfg['variant']}-{os.getpid()}-{time.time_ns()}"
+            try:
+                target.rename(stale)
+                shutil.rmtree(stale, ignore_errors=True)
+            except OSError:
+                pass
+        try:
+            scratch.rename(target)
+        except OSError:
+            pass
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    found = _reuse(target, cfg)
+    if not found:
+        raise RuntimeError(f"demo build of variant {cfg['variant']!r} under {root} did not complete")
+    return found
+
+
+def _reuse(target: Path, cfg: Mapping[str, Any]) -> dict[str, str] | None:
+    marker = target / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        data = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("digest") != digest(cfg):
+        return None
+    return {k: str(target / name) for k, name in data["paths"].items()}

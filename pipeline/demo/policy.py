@@ -1,0 +1,223 @@
+"""The demo's base policy: a small MLP saved and reloaded the way LeRobot saves its policies.
+
+The contract stage reads what this writes as source (A), so the layout follows LeRobot's current
+format (`config.json` with `input_features` / `output_features` / `normalization_mapping`,
+`policy_preprocessor.json` / `policy_postprocessor.json` with a normalizer step whose state lives in a
+safetensors file of flat `<feature>.<stat>` keys, and `model.safetensors`). Loading never unpickles:
+JSON and safetensors only.
+
+The stable API (other stages import it): `DemoPolicy`, `save_pretrained`, `load_pretrained`,
+`normalize`, `unnormalize`, `STATE_KEY`, `ENV_KEY`, `ACTION_KEY`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file as load_numpy
+from safetensors.numpy import save_file as save_numpy
+from safetensors.torch import load_file as load_torch
+from safetensors.torch import save_file as save_torch
+from torch import nn
+
+STATE_KEY = "observation.state"
+ENV_KEY = "observation.environment_state"
+ACTION_KEY = "action"
+POLICY_TYPE = "demo_mlp"
+EPS = 1e-8
+DEFAULT_NORM_MAP = {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ENV": "QUANTILES", "ACTION": "QUANTILES"}
+PRE_FILE = "policy_preprocessor.json"
+POST_FILE = "policy_postprocessor.json"
+PRE_STATE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
+POST_STATE = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+
+Stats = dict[str, dict[str, np.ndarray]]
+
+
+class DemoPolicy(nn.Module):
+    """Maps the normalized, concatenated input features to the normalized action (one step, no chunk)."""
+
+    def __init__(self, state_dim: int, action_dim: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.state_dim, self.action_dim, self.hidden = int(state_dim), int(action_dim), int(hidden)
+        self.net = nn.Sequential(
+            nn.Linear(self.state_dim, self.hidden),
+            nn.ReLU(),
+            nn.Linear(self.hidden, self.hidden),
+            nn.ReLU(),
+            nn.Linear(self.hidden, self.action_dim),
+        )
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return self.net(state)
+
+
+@dataclass
+class PolicySpec:
+    """What `config.json` declares: the input/output features (in order), their types and the modes."""
+
+    input_features: dict[str, dict[str, Any]] = field(default_factory=dict)
+    output_features: dict[str, dict[str, Any]] = field(default_factory=dict)
+    normalization_mapping: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_NORM_MAP))
+
+
+def default_spec(
+    state_dim: int, action_dim: int, env_dim: int = 0, norm_map: Mapping[str, str] | None = None
+) -> PolicySpec:
+    inputs: dict[str, dict[str, Any]] = {STATE_KEY: {"type": "STATE", "shape": [state_dim]}}
+    if env_dim:
+        inputs[ENV_KEY] = {"type": "ENV", "shape": [env_dim]}
+    return PolicySpec(
+        inputs, {ACTION_KEY: {"type": "ACTION", "shape": [action_dim]}}, dict(norm_map or DEFAULT_NORM_MAP)
+    )
+
+
+def _mode(spec: PolicySpec, feature: str) -> str:
+    ftype = {**spec.input_features, **spec.output_features}[feature]["type"]
+    return spec.normalization_mapping.get(ftype, "IDENTITY")
+
+
+def normalize(x: np.ndarray | torch.Tensor, stats: Mapping[str, np.ndarray], mode: str) -> Any:
+    """LeRobot's normalizer: MEAN_STD, MIN_MAX and QUANTILES map to roughly [-1, 1]; IDENTITY passes."""
+    lo, scale, shift = _affine(stats, mode, x)
+    return x if lo is None else (x - lo) / scale * 2.0 - 1.0 if shift else (x - lo) / scale
+
+
+def unnormalize(y: np.ndarray | torch.Tensor, stats: Mapping[str, np.ndarray], mode: str) -> Any:
+    lo, scale, shift = _affine(stats, mode, y)
+    return y if lo is None else (y + 1.0) / 2.0 * scale + lo if shift else y * scale + lo
+
+
+def _affine(stats: Mapping[str, np.ndarray], mode: str, like: Any) -> tuple[Any, Any, bool]:
+    pairs = {
+        "MEAN_STD": ("mean", "std", False),
+        "MIN_MAX": ("min", "max", True),
+        "QUANTILES": ("q01", "q99", True),
+        "QUANTILE10": ("q10", "q90", True),
+    }
+    if mode == "IDENTITY":
+        return None, None, False
+    a, b, shift = pairs[mode]
+    lo, hi = np.asarray(stats[a], dtype=np.float32), np.asarray(stats[b], dtype=np.float32)
+    scale = (hi + EPS) if not shift else (hi - lo + EPS)
+    if isinstance(like, torch.Tensor):
+        lo, scale = torch.as_tensor(lo, device=like.device), torch.as_tensor(scale, device=like.device)
+    return lo, scale, shift
+
+
+def _normalizer_step(name: str, features: dict[str, Any], norm_map: dict[str, str], state_file: str) -> dict:
+    return {
+        "registry_name": name,
+        "config": {"eps": EPS, "features": features, "norm_map": norm_map},
+        "state_file": state_file,
+    }
+
+
+def _flat_stats(stats: Stats, features: Sequence[str]) -> dict[str, np.ndarray]:
+    return {
+        f"{feat}.{stat}": np.ascontiguousarray(np.asarray(value, dtype=np.float32))
+        for feat in features
+        for stat, value in stats.get(feat, {}).items()
+    }
+
+
+def save_pretrained(
+    policy: DemoPolicy,
+    stats: Stats,
+    out_dir: str | Path,
+    spec: PolicySpec | None = None,
+    extra_config: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write the checkpoint directory; `stats[feature][stat]` are the normalizer's baked-in stats."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = spec or default_spec(policy.state_dim, policy.action_dim)
+    config = {
+        "type": POLICY_TYPE,
+        "n_obs_steps": 1,
+        "input_features": spec.input_features,
+        "output_features": spec.output_features,
+        "normalization_mapping": spec.normalization_mapping,
+        "hidden": policy.hidden,
+        "state_dim": policy.state_dim,
+        "action_dim": policy.action_dim,
+        **(extra_config or {}),
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    every = {**spec.input_features, **spec.output_features}
+    pre = {
+        "name": "policy_preprocessor",
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            _normalizer_step("normalizer_processor", every, spec.normalization_mapping, PRE_STATE),
+            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
+        ],
+    }
+    post = {
+        "name": "policy_postprocessor",
+        "steps": [
+            _normalizer_step(
+                "unnormalizer_processor", spec.output_features, spec.normalization_mapping, POST_STATE
+            ),
+            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
+        ],
+    }
+    (out / PRE_FILE).write_text(json.dumps(pre, indent=2) + "\n")
+    (out / POST_FILE).write_text(json.dumps(post, indent=2) + "\n")
+    save_numpy(_flat_stats(stats, list(every)), str(out / PRE_STATE))
+    save_numpy(_flat_stats(stats, list(spec.output_features)), str(out / POST_STATE))
+    weights = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+    save_torch(weights, str(out / "model.safetensors"))
+    return out
+
+
+def _unflatten(flat: Mapping[str, np.ndarray]) -> Stats:
+    stats: Stats = {}
+    for key, value in flat.items():
+        feature, _, stat = key.rpartition(".")
+        stats.setdefault(feature, {})[stat] = value
+    return stats
+
+
+@dataclass
+class LoadedPolicy:
+    """A reloaded checkpoint: the module, its spec and the stats eval would normalize with."""
+
+    policy: DemoPolicy
+    spec: PolicySpec
+    stats: Stats
+
+    def mode(self, feature: str) -> str:
+        return _mode(self.spec, feature)
+
+    @torch.no_grad()
+    def act(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Raw observations (one row or a batch) in, raw actions out, through the saved normalizers."""
+        parts = [
+            normalize(np.asarray(observations[k], np.float32), self.stats.get(k, {}), self.mode(k))
+            for k in self.spec.input_features
+        ]
+        x = torch.as_tensor(np.concatenate(parts, axis=-1), dtype=torch.float32)
+        y = self.policy(x).numpy()
+        return unnormalize(y, self.stats.get(ACTION_KEY, {}), self.mode(ACTION_KEY))
+
+
+def load_pretrained(out_dir: str | Path) -> LoadedPolicy:
+    """Reload what `save_pretrained` wrote (JSON + safetensors only; nothing is unpickled)."""
+    root = Path(out_dir)
+    config = json.loads((root / "config.json").read_text())
+    spec = PolicySpec(config["input_features"], config["output_features"], config["normalization_mapping"])
+    policy = DemoPolicy(config["state_dim"], config["action_dim"], config.get("hidden", 64))
+    policy.load_state_dict(load_torch(str(root / "model.safetensors")))
+    policy.eval()
+    stats = _unflatten(load_numpy(str(root / PRE_STATE)))
+    for feature, values in _unflatten(load_numpy(str(root / POST_STATE))).items():
+        stats.setdefault(feature, {}).update(values)
+    return LoadedPolicy(policy, spec, stats)

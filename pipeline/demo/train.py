@@ -1,0 +1,78 @@
+"""Brief, deterministic training of the demo policy on the demo dataset (behaviour cloning, MSE).
+
+Stable API: `train_policy(dataset_dir, seed=0, steps=300, hidden=64) -> (DemoPolicy, stats, spec)`.
+The normalizer stats are the dataset's own `meta/stats.json`, as LeRobot does, and the same stats are
+saved with the checkpoint, so the saved processors encode exactly what training used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.demo.dataset import read_frames
+from pipeline.demo.policy import (
+    ACTION_KEY,
+    ENV_KEY,
+    STATE_KEY,
+    DemoPolicy,
+    PolicySpec,
+    default_spec,
+    normalize,
+)
+
+
+def load_stats(dataset_dir: str | Path) -> dict[str, dict[str, np.ndarray]]:
+    raw = json.loads((Path(dataset_dir) / "meta" / "stats.json").read_text())
+    return {k: {s: np.asarray(v, dtype=np.float64) for s, v in block.items()} for k, block in raw.items()}
+
+
+def train_policy(
+    dataset_dir: str | Path,
+    seed: int = 0,
+    steps: int = 300,
+    hidden: int = 64,
+    batch: int = 256,
+    lr: float = 3e-3,
+) -> tuple[DemoPolicy, dict, PolicySpec]:
+    frames = read_frames(dataset_dir)
+    stats = load_stats(dataset_dir)
+    spec = default_spec(frames[STATE_KEY].shape[1], frames[ACTION_KEY].shape[1], frames[ENV_KEY].shape[1])
+    modes = {
+        k: spec.normalization_mapping[f["type"]]
+        for k, f in {**spec.input_features, **spec.output_features}.items()
+    }
+    x = np.concatenate(
+        [normalize(frames[k].astype(np.float32), stats[k], modes[k]) for k in spec.input_features], axis=1
+    )
+    y = normalize(frames[ACTION_KEY].astype(np.float32), stats[ACTION_KEY], modes[ACTION_KEY])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(
+        1
+    )  # a 64-wide MLP: thread fan-out costs more than it gains, and stays deterministic
+    try:
+        return _fit(x, y, seed, steps, hidden, batch, lr), stats, spec
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(
+    x: np.ndarray, y: np.ndarray, seed: int, steps: int, hidden: int, batch: int, lr: float
+) -> DemoPolicy:
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    policy = DemoPolicy(x.shape[1], y.shape[1], hidden)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+    xt, yt = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
+    for _ in range(steps):
+        idx = torch.randint(0, len(xt), (batch,), generator=generator)
+        loss = torch.nn.functional.mse_loss(policy(xt[idx]), yt[idx])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    policy.eval()
+    policy.final_loss = float(loss.detach()) if steps else None  # type: ignore[attr-defined]
+    return policy

@@ -1,0 +1,332 @@
+"""The common shape every reader returns, and the safe ways they open files.
+
+Each reader turns one format into a `Contract`: features in their declared order (key, role, shape,
+names, dtype), the normalization mode per feature type, and per-feature stats. The contract stage only
+reconciles `Contract`s, so a new format is one new reader, not a change to the reconciliation.
+
+Every open goes through the helpers here: JSON/YAML with safe loaders, safetensors with the header
+validated against the file size before the library maps it, numpy with `allow_pickle=False`, and paths
+from manifests resolved inside their root. Bad input raises `InputError` naming file, field and what was
+expected; the stage turns it into an `error` row and the gate still writes its record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from pipeline.stages import InputError
+
+ROLES = ("state", "env", "action", "image", "other")
+# Keys that mean "the robot state" or "the action" across ecosystems (LeRobot, openpi, OpenVLA, robomimic).
+STATE_ALIASES = (
+    "observation.state",
+    "state",
+    "states",
+    "obs_state",
+    "proprio",
+    "qpos",
+    "robot_state",
+    "observation/state",
+    "observations",
+    "obs/robot0_proprio-state",
+)
+ACTION_ALIASES = ("action", "actions")
+ENV_ALIASES = ("observation.environment_state", "environment_state", "env_state")
+TYPE_OF_ROLE = {"state": "STATE", "env": "ENV", "action": "ACTION", "image": "VISUAL"}
+ROLE_OF_TYPE = {v: k for k, v in TYPE_OF_ROLE.items()}
+MAX_HEADER = 100 * 2**20
+
+
+@dataclass
+class Feature:
+    """One feature as a source sees it; `None` means the source does not say."""
+
+    key: str
+    role: str
+    shape: tuple[int, ...] | None = None
+    names: list[str] | None = None
+    dtype: str | None = None
+
+    @property
+    def type(self) -> str:
+        return TYPE_OF_ROLE.get(self.role, "OTHER")
+
+    @property
+    def dim(self) -> int | None:
+        if self.shape is None or self.role == "image":
+            return None
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+@dataclass
+class Contract:
+    """What one source (A base checkpoint, B training config, C dataset) says about the data contract."""
+
+    source: str
+    kind: str
+    path: str
+    features: dict[str, Feature] = field(default_factory=dict)
+    norm_map: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    inferred: bool = False
+    hints: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def mode(self, feature: Feature) -> str | None:
+        return self.norm_map.get(feature.type)
+
+    def by_role(self, role: str) -> list[Feature]:
+        return [f for f in self.features.values() if f.role == role]
+
+
+@dataclass
+class DatasetContract(Contract):
+    """(C) plus what only the data can say: recomputed stats, row counts, images, dynamics samples."""
+
+    recomputed: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    rows: int = 0
+    episodes: int = 0
+    claimed: dict[str, Any] = field(default_factory=dict)
+    images: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dynamics: dict[str, np.ndarray] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+    shipped_ranks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+def role_of(key: str, shape: tuple[int, ...] | None = None, dtype: str | None = None) -> str:
+    """Guess a feature's role from its key (and image-like shape/dtype), the way LeRobot types features."""
+    low = key.lower()
+    if (
+        dtype in ("video", "image")
+        or "image" in low
+        or "rgb" in low
+        or (shape is not None and len(shape) == 3)
+    ):
+        return "image"
+    if low in ACTION_ALIASES or low.endswith((".action", "/actions", "/action")):
+        return "action"
+    if low in ENV_ALIASES or "environment_state" in low:
+        return "env"
+    if low in STATE_ALIASES or low.endswith((".state", "/state", "_state")) or "proprio" in low:
+        return "state"
+    return "other"
+
+
+def read_json(path: Path, what: str = "JSON") -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found (expected {what})", path=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read {what}: {exc}", path=path) from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} (expected {what})",
+            path=path,
+            field=f"line {exc.lineno}",
+        ) from exc
+
+
+def read_jsonl(path: Path, what: str = "JSON lines") -> list[Any]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found (expected {what})", path=path) from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"{path}: line {number} is not valid JSON: {exc.msg} (expected {what})",
+                path=path,
+                field=f"line {number}",
+            ) from exc
+    return out
+
+
+def read_yaml(path: Path, what: str = "YAML") -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found (expected {what})", path=path) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: invalid YAML: {exc} (expected {what})", path=path) from exc
+
+
+def require(mapping: Any, key: str, path: Path, expected: str, where: str = "") -> Any:
+    """`mapping[key]`, or an InputError naming the file, the dotted field and what was expected."""
+    dotted = f"{where}.{key}" if where else key
+    if not isinstance(mapping, dict):
+        raise InputError(
+            f"{path}: field '{where or '<root>'}' must be an object containing '{key}' "
+            f"({expected}); got {type(mapping).__name__}",
+            path=path,
+            field=where or key,
+        )
+    if key not in mapping:
+        raise InputError(f"{path}: missing field '{dotted}' (expected {expected})", path=path, field=dotted)
+    return mapping[key]
+
+
+def inside(root: Path, relative: str | Path, what: str = "path") -> Path:
+    """Resolve a manifest-supplied path and refuse one that escapes `root` (.., absolute, symlinks)."""
+    root = Path(root).resolve()
+    candidate = (root / relative).resolve()
+    if candidate != root and root not in candidate.parents:
+        raise InputError(
+            f"{root}: {what} '{relative}' resolves to {candidate}, outside the dataset root",
+            path=root,
+            field=what,
+        )
+    return candidate
+
+
+_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": None,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """Parse and validate a safetensors header ourselves before any library maps the file."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise InputError(
+                    f"{path}: {size} bytes, too short for a safetensors header length "
+                    "(expected an 8-byte little-endian length)",
+                    path=path,
+                    field="header",
+                )
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8 or length > MAX_HEADER:
+                raise InputError(
+                    f"{path}: header length {length} is larger than the file allows "
+                    f"({size - 8} bytes after the length); truncated or not safetensors",
+                    path=path,
+                    field="header",
+                )
+            raw = handle.read(length)
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found (expected safetensors)", path=path) from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"{path}: safetensors header is not valid JSON: {exc}", path=path, field="header"
+        ) from exc
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: safetensors header must be a JSON object", path=path, field="header")
+    _check_offsets(path, header, size - 8 - length)
+    return header
+
+
+def _check_offsets(path: Path, header: dict[str, Any], body: int) -> None:
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(v) for v in info["data_offsets"])
+            dtype, shape = info["dtype"], [int(s) for s in info["shape"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"{path}: tensor '{name}' has no valid dtype/shape/data_offsets", path=path, field=name
+            ) from exc
+        if not 0 <= start <= end <= body:
+            raise InputError(
+                f"{path}: tensor '{name}' data_offsets [{start}, {end}] exceed the "
+                f"{body}-byte data section (file truncated?)",
+                path=path,
+                field=name,
+            )
+        np_dtype = _DTYPES.get(dtype, "?")
+        if np_dtype == "?":
+            raise InputError(f"{path}: tensor '{name}' has unknown dtype {dtype!r}", path=path, field=name)
+        itemsize = 2 if np_dtype is None else np.dtype(np_dtype).itemsize
+        if (end - start) != int(np.prod(shape, dtype=np.int64)) * itemsize:
+            raise InputError(
+                f"{path}: tensor '{name}' shape {shape} {dtype} does not fit its {end - start} bytes",
+                path=path,
+                field=name,
+            )
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """All tensors as float64/int numpy arrays (bf16 widened by hand); header validated first."""
+    path = Path(path)
+    header = safetensors_header(path)
+    out: dict[str, np.ndarray] = {}
+    with path.open("rb") as handle:
+        (hlen,) = struct.unpack("<Q", handle.read(8))
+        base = 8 + hlen
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = info["data_offsets"]
+            handle.seek(base + start)
+            raw = handle.read(end - start)
+            out[name] = _decode(raw, info["dtype"], info["shape"])
+    return out
+
+
+def _decode(raw: bytes, dtype: str, shape: list[int]) -> np.ndarray:
+    if dtype == "BF16":
+        halves = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+        return halves.view(np.float32).reshape(shape)
+    return np.frombuffer(raw, dtype=np.dtype(_DTYPES[dtype]).newbyteorder("<")).reshape(shape).copy()
+
+
+def as_vector(value: Any, path: Path, field_name: str) -> np.ndarray:
+    """A stats entry as a float64 array; non-numeric content is an InputError naming the field."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(
+            f"{path}: field '{field_name}' must be a number or list of numbers", path=path, field=field_name
+        ) from exc
+    return arr
+
+
+def stats_block(raw: Any, path: Path, where: str) -> dict[str, np.ndarray]:
+    """{stat: array} from a JSON object of lists (LeRobot stats.json, openpi, OpenVLA entries)."""
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"{path}: field '{where}' must be an object of stats (mean, std, ...); got {type(raw).__name__}",
+            path=path,
+            field=where,
+        )
+    out = {}
+    for stat, value in raw.items():
+        if isinstance(value, (list, int, float)):
+            out[str(stat)] = as_vector(value, path, f"{where}.{stat}")
+    return out
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"

@@ -1,0 +1,433 @@
+"""Readers for (A), the base checkpoint's contract: what the model was built to receive.
+
+Saved runtime artifacts are authoritative because inference reloads them, so each reader reads what the
+format's own loader reads: LeRobot's current processor pipeline (config.json + processor JSONs + the
+normalizer's safetensors state), LeRobot's legacy in-model buffers and v1 `stats.safetensors`, openpi's
+`norm_stats.json`, OpenVLA-style `dataset_statistics.json`, and a user-written contract card for
+checkpoints whose contract is implicit (every row from a card is marked inferred).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.readers.base import (
+    Contract,
+    Feature,
+    as_vector,
+    inside,
+    read_json,
+    read_safetensors,
+    read_yaml,
+    require,
+    role_of,
+    stats_block,
+)
+from pipeline.stages import InputError
+
+LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
+LEGACY_MODES = {"mean_std": "MEAN_STD", "min_max": "MIN_MAX", "identity": "IDENTITY"}
+CARD_NAMES = ("contract.yaml", "contract.yml")
+
+
+def read_model(path: str | Path, options: dict[str, Any] | None = None) -> Contract:
+    """Dispatch on what the path holds; unknown layouts are an InputError listing what was looked for."""
+    path = Path(path)
+    options = options or {}
+    if not path.exists():
+        raise InputError(
+            f"{path}: model path does not exist (expected a checkpoint directory or a stats/contract file)",
+            path=path,
+            field="model.path",
+        )
+    for detect, read in _READERS:
+        target = detect(path)
+        if target is not None:
+            return read(target, options)
+    raise InputError(
+        f"{path}: no base-checkpoint contract found (looked for config.json with "
+        "input_features, policy_preprocessor*.json, model.safetensors with normalize_* buffers, "
+        "stats.safetensors, norm_stats.json, dataset_statistics.json, contract.yaml)",
+        path=path,
+        field="model.path",
+    )
+
+
+def _find(path: Path, names: tuple[str, ...]) -> Path | None:
+    if path.is_file():
+        return path if path.name in names else None
+    for name in names:
+        if (path / name).is_file():
+            return path / name
+    return None
+
+
+def _detect_card(path: Path) -> Path | None:
+    return _find(path, CARD_NAMES)
+
+
+def _detect_lerobot(path: Path) -> Path | None:
+    if (
+        path.is_file()
+        and path.suffix == ".json"
+        and ("processor" in path.name or path.stem.endswith(("_pre", "_post")))
+    ):
+        return path
+    config = _find(path, ("config.json",))
+    return config.parent if config is not None else None
+
+
+def _detect_v1_stats(path: Path) -> Path | None:
+    return _find(path, ("stats.safetensors",))
+
+
+def _detect_legacy_weights(path: Path) -> Path | None:
+    return _find(path, ("model.safetensors",))
+
+
+def _detect_openpi(path: Path) -> Path | None:
+    return _find(path, ("norm_stats.json",))
+
+
+def _detect_openvla(path: Path) -> Path | None:
+    return _find(path, ("dataset_statistics.json",))
+
+
+# --------------------------------------------------------------------------- LeRobot (current + legacy)
+
+
+def _features(raw: Any, path: Path, where: str) -> dict[str, Feature]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: field '{where}' must be an object of features", path=path, field=where)
+    out = {}
+    for key, spec in raw.items():
+        ftype = require(spec, "type", path, "STATE | ACTION | VISUAL | ENV", f"{where}.{key}")
+        shape = require(spec, "shape", path, "a list of ints", f"{where}.{key}")
+        role = {"STATE": "state", "ACTION": "action", "VISUAL": "image", "ENV": "env"}.get(
+            str(ftype), "other"
+        )
+        try:
+            out[key] = Feature(key, role, tuple(int(s) for s in shape), spec.get("names"))
+        except (TypeError, ValueError) as exc:
+            raise InputError(
+                f"{path}: field '{where}.{key}.shape' must be a list of ints; got {shape!r}",
+                path=path,
+                field=f"{where}.{key}.shape",
+            ) from exc
+    return out
+
+
+def _norm_map(raw: Any, path: Path, where: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise InputError(
+            f"{path}: field '{where}' must map feature types to modes (e.g. STATE: QUANTILES)",
+            path=path,
+            field=where,
+        )
+    return {str(k).upper(): str(v).upper() for k, v in raw.items()}
+
+
+def unflatten_stats(flat: dict[str, np.ndarray], sep: str = ".") -> dict[str, dict[str, np.ndarray]]:
+    """LeRobot's flat `<feature>.<stat>` (or v1 `<feature>/<stat>`) keys back into {feature: {stat}}."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for key, value in flat.items():
+        feature, _, stat = key.rpartition(sep)
+        if feature:
+            out.setdefault(feature, {})[stat] = np.asarray(value, dtype=np.float64)
+    return out
+
+
+def read_processor(path: Path, root: Path | None = None) -> dict[str, Any]:
+    """One processor JSON: its normalizer-like steps with features, norm_map, eps and their stats.
+
+    The step index in the state file name varies per policy, so the state file is taken from the step's
+    own `state_file` field, resolved inside the checkpoint directory.
+    """
+    data = read_json(path, "a LeRobot processor pipeline")
+    steps = require(data, "steps", path, "a list of processor steps")
+    if not isinstance(steps, list):
+        raise InputError(f"{path}: field 'steps' must be a list", path=path, field="steps")
+    found = []
+    for index, step in enumerate(steps):
+        name = require(step, "registry_name", path, "a registered step name", f"steps[{index}]")
+        if "normalizer" not in str(name):
+            continue
+        config = step.get("config") or {}
+        entry = {
+            "index": index,
+            "registry_name": name,
+            "eps": config.get("eps"),
+            "features": _features(config.get("features"), path, f"steps[{index}].config.features"),
+            "norm_map": _norm_map(config.get("norm_map"), path, f"steps[{index}].config.norm_map"),
+            "state_file": step.get("state_file"),
+            "stats": None,
+        }
+        if entry["state_file"]:
+            state = inside(root or path.parent, entry["state_file"], f"steps[{index}].state_file")
+            if state.is_file():
+                entry["stats"] = unflatten_stats(read_safetensors(state))
+        found.append(entry)
+    return {
+        "path": str(path),
+        "name": data.get("name"),
+        "steps": [s.get("registry_name") for s in steps],
+        "normalizers": found,
+    }
+
+
+def _read_lerobot(target: Path, options: dict[str, Any]) -> Contract:
+    if target.is_file():  # a processor JSON on its own (no config.json next to it)
+        proc = read_processor(target)
+        contract = Contract("A", "lerobot_processor", str(target))
+        _adopt_processor(contract, proc, "pre")
+        return contract
+    config_path = target / "config.json"
+    config = read_json(config_path, "a LeRobot policy config")
+    if "input_features" not in config and ("input_shapes" in config or "input_normalization_modes" in config):
+        return _read_legacy(target, config, options)
+    contract = Contract("A", "lerobot", str(target))
+    contract.features.update(
+        _features(
+            require(config, "input_features", config_path, "the policy's input features"),
+            config_path,
+            "input_features",
+        )
+    )
+    contract.features.update(_features(config.get("output_features"), config_path, "output_features"))
+    contract.norm_map = _norm_map(config.get("normalization_mapping"), config_path, "normalization_mapping")
+    contract.hints["policy_type"] = config.get("type")
+    contract.hints["config"] = {"features": list(contract.features), "norm_map": dict(contract.norm_map)}
+    for label in ("pre", "post"):
+        proc_path = _processor_file(target, label)
+        if proc_path is None:
+            contract.notes.append(f"no policy_{label}processor*.json in {target}")
+            continue
+        _adopt_processor(contract, read_processor(proc_path, target), label)
+    if not contract.stats:
+        weights = target / "model.safetensors"
+        if weights.is_file():
+            legacy = _legacy_buffers(weights, contract.features)
+            if legacy:
+                contract.stats = legacy
+                contract.hints["stats_source"] = f"{weights} (legacy normalize_* buffers)"
+    return contract
+
+
+def _processor_file(root: Path, label: str) -> Path | None:
+    exact = root / f"policy_{label}processor.json"
+    if exact.is_file():
+        return exact
+    matches = sorted(root.glob(f"*{label}processor*.json"))
+    return matches[0] if matches else None
+
+
+def _adopt_processor(contract: Contract, proc: dict[str, Any], label: str) -> None:
+    """Record what the saved processor (the thing eval reloads) says, for the reload checks."""
+    contract.hints[label] = proc
+    for step in proc["normalizers"]:
+        if not contract.features:
+            contract.features.update(step["features"])
+        if not contract.norm_map:
+            contract.norm_map = dict(step["norm_map"])
+        if step["stats"] and label == "pre":
+            for feature, stats in step["stats"].items():
+                contract.stats.setdefault(feature, {}).update(stats)
+        elif step["stats"]:
+            for feature, stats in step["stats"].items():
+                contract.stats.setdefault(feature, {})
+                for stat, value in stats.items():
+                    contract.stats[feature].setdefault(stat, value)
+        if step["stats"] is not None:
+            contract.hints.setdefault("stats_source", step["state_file"])
+
+
+def _legacy_buffers(weights: Path, features: dict[str, Feature]) -> dict[str, dict[str, np.ndarray]]:
+    tensors = read_safetensors(weights)
+    by_underscore = {key.replace(".", "_"): key for key in features}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, value in tensors.items():
+        prefix = next((p for p in LEGACY_PREFIXES if name.startswith(p)), None)
+        if prefix is None:
+            continue
+        feature_u, _, stat = name[len(prefix) :].rpartition(".")
+        feature = by_underscore.get(feature_u, feature_u)
+        out.setdefault(feature, {}).setdefault(stat, np.asarray(value, dtype=np.float64))
+    return out
+
+
+def _read_legacy(target: Path, config: dict[str, Any], options: dict[str, Any]) -> Contract:
+    """Pre-processor-era LeRobot: shapes and modes per feature key, stats as buffers in the weights."""
+    path = target / "config.json"
+    contract = Contract("A", "lerobot_legacy", str(target))
+    shapes = {**(config.get("input_shapes") or {}), **(config.get("output_shapes") or {})}
+    modes = {
+        **(config.get("input_normalization_modes") or {}),
+        **(config.get("output_normalization_modes") or {}),
+    }
+    for key, shape in shapes.items():
+        role = "action" if key in (config.get("output_shapes") or {}) else role_of(key, tuple(shape))
+        contract.features[key] = Feature(key, role, tuple(int(s) for s in shape))
+    for key, mode in modes.items():
+        feature = contract.features.get(key) or Feature(key, role_of(key))
+        contract.norm_map.setdefault(feature.type, LEGACY_MODES.get(str(mode).lower(), str(mode).upper()))
+    weights = target / "model.safetensors"
+    if not weights.is_file():
+        raise InputError(
+            f"{path}: legacy config but no model.safetensors beside it (expected the normalize_* buffers)",
+            path=weights,
+            field="model.safetensors",
+        )
+    contract.stats = _legacy_buffers(weights, contract.features)
+    contract.hints["stats_source"] = str(weights)
+    return contract
+
+
+def _read_legacy_weights(target: Path, options: dict[str, Any]) -> Contract:
+    contract = Contract("A", "lerobot_legacy", str(target))
+    contract.stats = _legacy_buffers(target, {})
+    if not contract.stats:
+        raise InputError(
+            f"{target}: no normalize_inputs/normalize_targets/unnormalize_outputs buffers "
+            "(expected a legacy LeRobot model.safetensors)",
+            path=target,
+            field="buffers",
+        )
+    for key, stats in contract.stats.items():
+        dim = next((v.size for v in stats.values()), None)
+        contract.features[key] = Feature(key, role_of(key), (dim,) if dim else None)
+    return contract
+
+
+def _read_v1_stats(target: Path, options: dict[str, Any]) -> Contract:
+    """LeRobot v1 dataset-era `stats.safetensors` (`<feature>/<stat>`): stats only, mode unknown."""
+    contract = Contract("A", "lerobot_v1_stats", str(target))
+    contract.stats = unflatten_stats(read_safetensors(target), sep="/")
+    for key, stats in contract.stats.items():
+        shape = tuple(next(iter(stats.values())).shape)
+        contract.features[key] = Feature(key, role_of(key, shape if len(shape) == 3 else None), shape)
+    _apply_mode_option(contract, options)
+    return contract
+
+
+# --------------------------------------------------------------------------- openpi / OpenVLA / card
+
+
+def _apply_mode_option(contract: Contract, options: dict[str, Any]) -> None:
+    modes = options.get("normalization_mapping")
+    if modes:
+        contract.norm_map.update(_norm_map(dict(modes), Path(contract.path), "model.normalization_mapping"))
+        contract.hints["mode_source"] = "model.normalization_mapping (config)"
+
+
+def _read_openpi(target: Path, options: dict[str, Any]) -> Contract:
+    data = read_json(target, "openpi norm_stats.json")
+    if isinstance(data, dict) and "norm_stats" not in data and _looks_openvla(data):
+        return _read_openvla(target, options, data)  # OpenVLA-family repos also name it norm_stats.json
+    stats = require(data, "norm_stats", target, "{state: {...}, actions: {...}}")
+    if not isinstance(stats, dict):
+        raise InputError(f"{target}: field 'norm_stats' must be an object", path=target, field="norm_stats")
+    contract = Contract("A", "openpi", str(target))
+    for key, block in stats.items():
+        contract.stats[key] = stats_block(block, target, f"norm_stats.{key}")
+        dim = contract.stats[key]["mean"].size if "mean" in contract.stats[key] else None
+        contract.features[key] = Feature(key, role_of(key), (dim,) if dim else None)
+    # openpi does not store the mode with the stats: pi05 normalizes with quantiles, pi0 with mean/std.
+    family = next((p for p in target.parts if p.startswith(("pi05", "pi0"))), None)
+    if family:
+        mode = "QUANTILES" if family.startswith("pi05") else "MEAN_STD"
+        contract.norm_map = {"STATE": mode, "ACTION": mode}
+        contract.hints["mode_source"] = f"inferred from the asset path component '{family}'"
+    _apply_mode_option(contract, options)
+    return contract
+
+
+def _looks_openvla(data: dict[str, Any]) -> bool:
+    return "action" in data or any(isinstance(v, dict) and "action" in v for v in data.values())
+
+
+def _read_openvla(target: Path, options: dict[str, Any], data: Any = None) -> Contract:
+    if data is None:
+        data = read_json(target, "OpenVLA-style dataset_statistics.json")
+    if not isinstance(data, dict) or not data:
+        raise InputError(f"{target}: expected an object of per-dataset statistics", path=target)
+    if "action" in data:  # single-dataset file (ACT/ALOHA style: action, qpos)
+        key, entry = None, data
+    else:
+        key = options.get("stats_key") or (next(iter(data)) if len(data) == 1 else None)
+        if key is None:
+            raise InputError(
+                f"{target}: {len(data)} datasets ({', '.join(list(data)[:8])}, ...); set "
+                "model.stats_key to the one this model un-normalizes with",
+                path=target,
+                field="model.stats_key",
+            )
+        entry = require(data, key, target, "the dataset named by model.stats_key")
+    where = key or ""
+    contract = Contract("A", "openvla", str(target))
+    contract.hints["stats_key"] = key
+    for name, block in entry.items():
+        if isinstance(block, dict):
+            stats = stats_block(block, target, f"{where}.{name}".strip("."))
+            contract.stats[name] = stats
+            dim = stats["mean"].size if "mean" in stats else None
+            contract.features[name] = Feature(name, role_of(name), (dim,) if dim else None)
+        elif name.startswith("num_"):
+            contract.hints[name] = block
+    mask = contract.stats.get("action", {}).get("mask")
+    if mask is not None:
+        contract.hints["action_mask"] = [bool(v) for v in mask]
+    has_q = "q01" in contract.stats.get("action", {})
+    contract.norm_map = {"ACTION": "QUANTILES" if has_q else "MEAN_STD"}
+    contract.hints["mode_source"] = (
+        "inferred: OpenVLA normalizes actions to bounds q01/q99 (mask keeps the gripper raw)"
+        if has_q
+        else "inferred: mean/std are the only stats"
+    )
+    contract.inferred = False
+    _apply_mode_option(contract, options)
+    return contract
+
+
+def _read_card(target: Path, options: dict[str, Any]) -> Contract:
+    """A user-written contract card: expectations plus where they come from; every row is inferred."""
+    card = read_yaml(target, "a contract card")
+    if not isinstance(card, dict):
+        raise InputError(f"{target}: a contract card must be a mapping", path=target)
+    source = require(card, "source", target, "where these expectations come from (a repo, doc or person)")
+    contract = Contract("A", "contract_card", str(target), inferred=True)
+    contract.hints["source"] = source
+    contract.norm_map = _norm_map(card.get("normalization_mapping"), target, "normalization_mapping")
+    raw = require(card, "features", target, "features with type, shape and optional names")
+    for key, spec in (raw or {}).items():
+        ftype = str(require(spec, "type", target, "STATE | ACTION | VISUAL | ENV", f"features.{key}"))
+        shape = spec.get("shape")
+        role = {"STATE": "state", "ACTION": "action", "VISUAL": "image", "ENV": "env"}.get(ftype, "other")
+        contract.features[key] = Feature(key, role, tuple(shape) if shape else None, spec.get("names"))
+        if "stats" in spec:
+            contract.stats[key] = stats_block(spec["stats"], target, f"features.{key}.stats")
+    for key in ("action_mode", "image_order", "image_scale", "channel_order", "units"):
+        if key in card:
+            contract.hints[key] = card[key]
+    for key, value in (card.get("stats") or {}).items():
+        contract.stats[key] = stats_block(value, target, f"stats.{key}")
+    return contract
+
+
+_READERS: list[tuple[Callable[[Path], Path | None], Callable[[Path, dict[str, Any]], Contract]]] = [
+    (_detect_card, _read_card),
+    (_detect_lerobot, _read_lerobot),
+    (_detect_openpi, _read_openpi),
+    (_detect_openvla, _read_openvla),
+    (_detect_v1_stats, _read_v1_stats),
+    (_detect_legacy_weights, _read_legacy_weights),
+]
+
+__all__ = ["read_model", "read_processor", "unflatten_stats", "as_vector"]

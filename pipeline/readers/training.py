@@ -1,0 +1,103 @@
+"""Readers for (B), the training config the run will use.
+
+Two shapes: LeRobot's `train_config.json` (what `lerobot-train` saves next to a checkpoint) and a
+Hydra/YAML file with the same layout (`policy.normalization_mapping`, `policy.input_features`, ...).
+A YAML file is read as plain YAML with the safe loader: Hydra `defaults:` lists are not composed, which
+the contract notes, so point `training.path` at the composed config (`--cfg job` output) when you use them.
+
+What B can add beyond A: a normalization override, feature keys and their order, image keys and their
+order, a rename map, declared vector names, and action mode hints (`action_mode: absolute | delta`).
+When B says nothing about a field it inherits A's value (LeRobot finetuning keeps the pretrained config),
+and the contract records which fields were inherited.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.readers.base import Contract, Feature, read_json, read_yaml
+from pipeline.readers.model import _features, _norm_map
+from pipeline.stages import InputError
+
+HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
+
+
+def read_training(path: str | Path) -> Contract:
+    path = Path(path)
+    if path.is_dir():
+        for name in ("train_config.json", "train_config.yaml", "training.yaml", "config.yaml"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise InputError(
+                f"{path}: no train_config.json / train_config.yaml / training.yaml in this "
+                "directory (expected the training config the run will use)",
+                path=path,
+                field="training.path",
+            )
+    if path.suffix == ".json":
+        data, kind = read_json(path, "LeRobot train_config.json"), "lerobot_train_config"
+    elif path.suffix in (".yaml", ".yml"):
+        data, kind = read_yaml(path, "a training config"), "yaml"
+    else:
+        raise InputError(
+            f"{path}: expected a .json or .yaml training config", path=path, field="training.path"
+        )
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a training config must be a mapping at the top level", path=path)
+    return _contract(path, data, kind)
+
+
+def _contract(path: Path, data: dict[str, Any], kind: str) -> Contract:
+    policy = data.get("policy") or {}
+    if not isinstance(policy, dict):
+        raise InputError(f"{path}: field 'policy' must be a mapping", path=path, field="policy")
+    contract = Contract("B", kind, str(path))
+    contract.features.update(_features(policy.get("input_features"), path, "policy.input_features"))
+    contract.features.update(_features(policy.get("output_features"), path, "policy.output_features"))
+    contract.norm_map = _norm_map(policy.get("normalization_mapping"), path, "policy.normalization_mapping")
+    _declared_names(contract, data.get("features"), path)
+    dataset = data.get("dataset") or {}
+    contract.hints["dataset"] = {
+        k: dataset.get(k)
+        for k in ("repo_id", "root", "use_imagenet_stats")
+        if isinstance(dataset, dict) and k in dataset
+    }
+    contract.hints["pretrained_path"] = policy.get("pretrained_path")
+    contract.hints["policy_type"] = policy.get("type")
+    rename = data.get("rename_map") or policy.get("rename_map") or {}
+    if not isinstance(rename, dict):
+        raise InputError(
+            f"{path}: field 'rename_map' must map dataset keys to policy keys", path=path, field="rename_map"
+        )
+    contract.hints["rename_map"] = {str(k): str(v) for k, v in rename.items()}
+    for key in HINT_KEYS:
+        value = data.get(key, policy.get(key))
+        if value is not None:
+            contract.hints["image_order" if key == "camera_order" else key] = value
+    if "defaults" in data:
+        contract.notes.append("Hydra 'defaults' list present: read as plain YAML, not composed")
+    return contract
+
+
+def _declared_names(contract: Contract, raw: Any, path: Path) -> None:
+    """Optional `features: {key: {names: [...], shape: [...]}}` declared by the training config."""
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"{path}: field 'features' must map feature keys to {{names, shape}}", path=path, field="features"
+        )
+    for key, spec in raw.items():
+        names = (spec or {}).get("names")
+        feature = contract.features.get(key)
+        if feature is None:
+            shape = (spec or {}).get("shape") or ([len(names)] if names else None)
+            from pipeline.readers.base import role_of
+
+            feature = Feature(key, role_of(key), tuple(shape) if shape else None)
+            contract.features[key] = feature
+        if names is not None:
+            feature.names = [str(n) for n in names]

@@ -1,0 +1,356 @@
+"""Layout and ordering: feature keys, shapes, vector element names and order, image keys and order,
+and a data-driven permutation check for when names agree or are absent.
+
+A permutation passes every shape check and corrupts the meaning of every token, so names are not
+enough: C's per-dim statistics are matched against A's with a minimum-cost assignment, and a cycle of
+dims that fits much better permuted than in place is reported (e.g. `state[3] <-> state[4]`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.records import Check
+from pipeline.stages.contract.assignment import assign
+from pipeline.stages.contract.rows import Pair, Sources, fmt, row, usable_stats, vec
+
+SIGNATURE = ("mean", "std")
+
+
+def key_rows(src: Sources, pair: Pair) -> list[Check]:
+    key = pair.a.key
+    if pair.c is None:
+        same_role = [k for k, f in src.c.features.items() if f.role == pair.a.role]
+        return [
+            row(
+                f"layout.key:{key}",
+                "layout",
+                key,
+                "mismatch",
+                f"{key}: not in the dataset" + (f"; same-role keys there: {same_role}" if same_role else ""),
+                expected=key,
+                configured=key if key in src.b_features() else None,
+                actual=None,
+                evidence={"dataset_keys": list(src.c.features)},
+            )
+        ]
+    lerobot_both = src.a.kind.startswith("lerobot") and src.c.kind.startswith("lerobot")
+    if pair.how == "role" and lerobot_both:
+        return [
+            row(
+                f"layout.key:{key}",
+                "layout",
+                key,
+                "mismatch",
+                f"{key}: the dataset calls it '{pair.c.key}'; LeRobot matches features by exact key, so "
+                "this feature would be dropped or passed through (set rename_map)",
+                expected=key,
+                actual=pair.c.key,
+                evidence={"matched_by": "role"},
+            )
+        ]
+    note = "" if pair.how == "exact" else f" (matched by {pair.how})"
+    return [
+        row(
+            f"layout.key:{key}",
+            "layout",
+            key,
+            "match",
+            f"{key} -> dataset '{pair.c.key}'{note}",
+            expected=key,
+            configured=key if key in src.b_features() else "inherited",
+            actual=pair.c.key,
+            evidence={"matched_by": pair.how},
+        )
+    ]
+
+
+def shape_rows(src: Sources, pair: Pair) -> list[Check]:
+    if pair.c is None:
+        return []
+    key = pair.a.key
+    b = src.b_features().get(key)
+    dims = {"A": pair.a.dim, "B": b.dim if b else None, "C": pair.c.dim}
+    known = {k: v for k, v in dims.items() if v is not None}
+    verdict = "match" if len(set(known.values())) <= 1 else "mismatch"
+    if len(known) < 2:
+        return [
+            row(
+                f"layout.shape:{key}",
+                "layout",
+                key,
+                "unverifiable",
+                f"{key}: only {list(known) or 'no source'} state(s) a width",
+                expected=dims["A"],
+                configured=dims["B"],
+                actual=dims["C"],
+            )
+        ]
+    return [
+        row(
+            f"layout.shape:{key}",
+            "layout",
+            key,
+            verdict,
+            f"{key}: width A {dims['A']}, B {dims['B']}, C {dims['C']}",
+            expected=dims["A"],
+            configured=dims["B"],
+            actual=dims["C"],
+        )
+    ]
+
+
+def names_rows(src: Sources, pair: Pair) -> list[Check]:
+    """Element names and order where at least two sources name the dims."""
+    if pair.c is None:
+        return []
+    key = pair.a.key
+    b = src.b_features().get(key)
+    named = {s: n for s, n in (("A", pair.a.names), ("B", b.names if b else None), ("C", pair.c.names)) if n}
+    if len(named) < 2:
+        return []
+    ref_source, ref = next(iter(named.items()))
+    problems = {}
+    for source, names in named.items():
+        if names == ref:
+            continue
+        if sorted(names) == sorted(ref):
+            moved = [i for i, (x, y) in enumerate(zip(ref, names, strict=True)) if x != y]
+            problems[source] = {"permuted_dims": moved, "as": [names[i] for i in moved]}
+        else:
+            problems[source] = {"differs": sorted(set(names) ^ set(ref))[:12]}
+    permuted = any("permuted_dims" in p for p in problems.values())
+    verdict = "mismatch" if problems else "match"
+    severity = "hard" if permuted or any(len(n) != len(ref) for n in named.values()) else "soft"
+    msg = (
+        f"{key}: names agree across {', '.join(named)}"
+        if not problems
+        else f"{key}: names differ from {ref_source}: {problems}"
+    )
+    return [
+        row(
+            f"layout.names:{key}",
+            "layout",
+            key,
+            verdict,
+            msg,
+            severity=severity if problems else "hard",
+            expected=named.get("A"),
+            configured=named.get("B"),
+            actual=named.get("C"),
+            evidence={"reference": ref_source, "problems": problems},
+        )
+    ]
+
+
+def permutation_rows(src: Sources, pair: Pair) -> list[Check]:
+    """Match C's per-dim (mean, std) against A's; report cycles that fit far better permuted."""
+    if pair.c is None:
+        return []
+    key = pair.a.key
+    a_stats, c_stats = usable_stats(src.a.stats.get(pair.a.key)), src.c.recomputed.get(pair.c.key)
+    if not a_stats or not c_stats:
+        return []
+    stats = [s for s in SIGNATURE if vec(a_stats, s) is not None and vec(c_stats, s) is not None]
+    n = pair.a.dim or 0
+    if not stats or any(vec(a_stats, s).size != n or vec(c_stats, s).size != n for s in stats) or n < 2:
+        return []
+    cost = _cost(a_stats, c_stats, stats)
+    perm = assign(cost)
+    cfg = src.cfg.permutation
+    cycles = [c for c in _cycles(perm) if _accept(c, perm, cost, float(cfg.match_tol), float(cfg.min_gain))]
+    names = pair.c.names or pair.a.names
+    if not cycles:
+        return [
+            row(
+                f"layout.permutation:{key}",
+                "layout",
+                key,
+                "match",
+                f"{key}: per-dim stats of the data line up with the base's in place ({n} dims)",
+                expected="identity",
+                actual="identity",
+                evidence={"signature": stats, "identity_cost": fmt(np.diag(cost), 3)},
+            )
+        ]
+    mapping = {int(i): int(perm[i]) for c in cycles for i in c}
+    src.permutations[key] = mapping
+    dims = sorted(mapping)
+    src.explain(key, dims, "layout.permutation")
+    short = key.split(".")[-1]
+    swaps = [" <-> ".join(_dim_label(short, d, names) for d in cyc) for cyc in cycles]
+    first = dims[0]
+    evidence = {
+        "cycles": [[int(d) for d in cyc] for cyc in cycles],
+        "signature": stats,
+        "in_place_cost": {d: round(float(cost[d, d]), 3) for d in dims},
+        "permuted_cost": {d: round(float(cost[d, mapping[d]]), 3) for d in dims},
+        "A": {s: {d: round(float(vec(a_stats, s)[d]), 5) for d in dims} for s in stats},
+        "C": {s: {d: round(float(vec(c_stats, s)[d]), 5) for d in dims} for s in stats},
+        "names": {d: names[d] for d in dims} if names else None,
+    }
+    return [
+        row(
+            f"layout.permutation:{key}",
+            "layout",
+            key,
+            "mismatch",
+            f"{key}: likely swap {'; '.join(swaps)}: the data in dim {mapping[first]} matches the base's "
+            f"dim {first} (cost {evidence['permuted_cost'][first]} vs {evidence['in_place_cost'][first]} "
+            "in place)",
+            expected="identity",
+            actual=swaps,
+            evidence=evidence,
+        )
+    ]
+
+
+def _dim_label(short: str, d: int, names: list[str] | None) -> str:
+    return f"{short}[{d}]" + (f" ({names[d]})" if names and d < len(names) else "")
+
+
+def _cost(a_stats: dict, c_stats: dict, stats: list[str]) -> np.ndarray:
+    """cost[i, j]: how unlike A's dim i is C's dim j, in units of their pooled spread."""
+    std_a, std_c = vec(a_stats, "std"), vec(c_stats, "std")
+    floor = 1e-9 + 1e-3 * float(max(np.max(np.abs(std_a)), np.max(np.abs(std_c))))
+    scale = std_a[:, None] + std_c[None, :] + floor
+    total = sum(np.abs(vec(a_stats, s)[:, None] - vec(c_stats, s)[None, :]) for s in stats) / scale
+    n = total.shape[0]
+    return total + 1e-9 * (1 - np.eye(n))  # ties keep dims in place
+
+
+def _cycles(perm: np.ndarray) -> list[list[int]]:
+    seen, out = set(), []
+    for start in range(len(perm)):
+        if start in seen or perm[start] == start:
+            continue
+        cycle, i = [], start
+        while i not in seen:
+            seen.add(i)
+            cycle.append(int(i))
+            i = int(perm[i])
+        out.append(cycle)
+    return out
+
+
+def _accept(cycle: list[int], perm: np.ndarray, cost: np.ndarray, tol: float, min_gain: float) -> bool:
+    permuted = np.array([cost[i, perm[i]] for i in cycle])
+    in_place = np.array([cost[i, i] for i in cycle])
+    return bool(np.all(permuted <= tol) and permuted.sum() <= (1 - min_gain) * in_place.sum())
+
+
+def frames_rows(src: Sources) -> list[Check]:
+    """What the metadata claims (frames, per-episode lengths, episodes) vs what the data files hold."""
+    claimed = src.c.claimed
+    evidence = {"claimed": claimed, "rows": src.c.rows, "episodes": src.c.episodes, "files": len(src.c.files)}
+    total, lengths = claimed.get("total_frames"), claimed.get("episode_lengths_total")
+    if not src.c.files and src.c.kind.startswith("lerobot"):
+        if total is not None and lengths is not None and int(total) != int(lengths):
+            return [
+                row(
+                    "layout.frames:dataset",
+                    "layout",
+                    "dataset",
+                    "mismatch",
+                    f"{src.c.path}: info.json total_frames {total} but the episodes metadata sums to "
+                    f"{lengths} (no data files to settle it)",
+                    severity=str(src.cfg.frames_severity),
+                    expected=total,
+                    actual=lengths,
+                    evidence=evidence,
+                )
+            ]
+        return [
+            row(
+                "layout.frames:dataset",
+                "layout",
+                "dataset",
+                "unverifiable",
+                f"{src.c.path}: no data files, only metadata; nothing to recompute from",
+                expected=total,
+                actual=None,
+                evidence={**evidence, "notes": src.c.notes},
+            )
+        ]
+    problems = {}
+    if total is not None and int(total) != src.c.rows:
+        problems["total_frames"] = [int(total), src.c.rows]
+    if lengths is not None and int(lengths) != src.c.rows:
+        problems["episode lengths"] = [int(lengths), src.c.rows]
+    if (
+        claimed.get("total_episodes") is not None
+        and src.c.episodes
+        and int(claimed["total_episodes"]) != src.c.episodes
+    ):
+        problems["total_episodes"] = [int(claimed["total_episodes"]), src.c.episodes]
+    if problems:
+        text = "; ".join(f"{k}: metadata says {v[0]}, data holds {v[1]}" for k, v in problems.items())
+        return [
+            row(
+                "layout.frames:dataset",
+                "layout",
+                "dataset",
+                "mismatch",
+                f"{src.c.path}: {text}",
+                severity=str(src.cfg.frames_severity),
+                expected=total,
+                actual=src.c.rows,
+                evidence=evidence,
+            )
+        ]
+    return [
+        row(
+            "layout.frames:dataset",
+            "layout",
+            "dataset",
+            "match",
+            f"{src.c.rows} rows in {src.c.episodes} episode(s), as the metadata says",
+            expected=total,
+            actual=src.c.rows,
+            evidence=evidence,
+        )
+    ]
+
+
+def image_rows(src: Sources) -> list[Check]:
+    """Image keys and their order: A's positional image tokens vs B's declared order vs C's keys."""
+    a_images = [k for k, f in src.a.features.items() if f.role == "image"]
+    if not a_images:
+        return []
+    c_images = [k for k, f in src.c.features.items() if f.role == "image"]
+    b_order = src.b.hints.get("image_order") or [k for k, f in src.b.features.items() if f.role == "image"]
+    missing = [k for k in a_images if k not in c_images]
+    reordered = bool(b_order) and [k for k in b_order if k in a_images] != [
+        k for k in a_images if k in b_order
+    ]
+    evidence = {"A": a_images, "B": b_order or "inherited", "C": c_images}
+    if missing or reordered:
+        why = ([f"missing from the dataset: {missing}"] if missing else []) + (
+            [f"training orders cameras {b_order}, the base's token order is {a_images}"] if reordered else []
+        )
+        return [
+            row(
+                "layout.images",
+                "layout",
+                "images",
+                "mismatch",
+                "; ".join(why),
+                expected=a_images,
+                configured=b_order or None,
+                actual=c_images,
+                evidence=evidence,
+            )
+        ]
+    return [
+        row(
+            "layout.images",
+            "layout",
+            "images",
+            "match",
+            f"image keys and order agree: {a_images}",
+            expected=a_images,
+            configured=b_order or "inherited",
+            actual=c_images,
+            evidence=evidence,
+        )
+    ]

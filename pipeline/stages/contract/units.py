@@ -1,0 +1,196 @@
+"""Units and conventions: per-dim scale ratios that match known factors, and absolute vs delta actions.
+
+A dim recorded in degrees where the base saw radians has a spread 57.3x the base's; raw counts, mm vs m
+and 0-255 vs 0-1 show up the same way. Only ratios close to a configured factor are hard findings; an
+unexplained large ratio is a soft one (it may be a different task). Absolute vs delta actions are read
+from consecutive rows: an absolute action tracks the next state, a delta action tracks the step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.records import Check
+from pipeline.stages.contract.rows import Pair, Sources, dims_text, fmt, row, usable_stats, vec
+
+
+def _spread(stats: dict | None) -> np.ndarray | None:
+    q01, q99 = vec(stats, "q01"), vec(stats, "q99")
+    if q01 is not None and q99 is not None:
+        return q99 - q01
+    return vec(stats, "std")
+
+
+def scale_rows(src: Sources, pair: Pair) -> list[Check]:
+    if pair.c is None:
+        return []
+    a_stats, rec = usable_stats(src.a.stats.get(pair.a.key)), src.c.recomputed.get(pair.c.key)
+    std_a = vec(a_stats, "std")
+    if std_a is None or rec is None or std_a.size != vec(rec, "std").size:
+        return []
+    cfg = src.cfg.units
+    perm = src.permutations.get(pair.a.key, {})
+    order = np.array([perm.get(i, i) for i in range(std_a.size)])
+    std_c = vec(rec, "std")[order]
+    floor = 1e-9 + 1e-4 * float(np.max(std_a))
+    usable = (std_a > floor) & (std_c > floor)
+    ratio = np.where(usable, std_c / np.where(usable, std_a, 1.0), np.nan)
+    factors = {str(k): float(v) for k, v in cfg.factors.items()}
+    tol = float(cfg.tolerance)
+    hits: dict[int, tuple[str, float]] = {}
+    odd: list[int] = []
+    for d in np.where(usable)[0]:
+        r = float(ratio[d])
+        if max(r, 1 / r) < float(cfg.min_ratio):
+            continue
+        name = next((n for n, f in factors.items() if abs(np.log(r / f)) <= np.log1p(tol)), None)
+        if name:
+            hits[int(d)] = (name, r)
+        elif max(r, 1 / r) >= float(cfg.unexplained_ratio):
+            odd.append(int(d))
+    key, names = pair.a.key, pair.c.names or pair.a.names
+    gripper = [i for i, n in enumerate(names or []) if "gripper" in str(n).lower()]
+    evidence = {
+        "std_ratio_C_over_A": fmt(ratio, 3),
+        "factors": factors,
+        "tolerance": tol,
+        "gripper_dims": {
+            d: {
+                "A": [
+                    fmt(vec(a_stats, s)[d]) if vec(a_stats, s) is not None else None for s in ("min", "max")
+                ],
+                "C": [fmt(vec(rec, "min")[order[d]]), fmt(vec(rec, "max")[order[d]])],
+            }
+            for d in gripper
+        },
+    }
+    out = []
+    if hits:
+        src.explain(key, list(hits), "units.scale")
+        text = "; ".join(f"{key.split('.')[-1]}[{d}] x{r:.2f} ~ {n}" for d, (n, r) in hits.items())
+        evidence["matches"] = {d: {"factor": n, "ratio": round(r, 3)} for d, (n, r) in hits.items()}
+        out.append(
+            row(
+                f"units.scale:{key}",
+                "units",
+                key,
+                "mismatch",
+                f"{key}: dim(s) {dims_text(list(hits), names)} scaled by a known unit factor: {text}",
+                expected="same units as the base",
+                actual=text,
+                evidence=evidence,
+            )
+        )
+    if odd:
+        src.explain(key, odd, "units.scale(unexplained)")
+        out.append(
+            row(
+                f"units.scale_unexplained:{key}",
+                "units",
+                key,
+                "mismatch",
+                f"{key}: dim(s) {dims_text(odd, names)} spread {[round(float(ratio[d]), 2) for d in odd]}x "
+                "the base's, no known unit factor",
+                severity="soft",
+                expected="ratio ~1",
+                actual=[round(float(ratio[d]), 2) for d in odd],
+                evidence=evidence,
+            )
+        )
+    if not out:
+        out.append(
+            row(
+                f"units.scale:{key}",
+                "units",
+                key,
+                "match",
+                f"{key}: per-dim spread within {cfg.min_ratio}x of the base's; no unit factor",
+                expected="same units as the base",
+                actual="consistent",
+                evidence=evidence,
+            )
+        )
+    return out
+
+
+def action_mode_rows(src: Sources) -> list[Check]:
+    """Absolute vs delta actions, from consecutive rows, against what A or B declares."""
+    evidence = infer_action_mode(src)
+    declared = src.b.hints.get("action_mode") or src.a.hints.get("action_mode")
+    if not declared:
+        src.b.hints.setdefault("_action_mode_inferred", evidence)
+        return []
+    inferred = evidence.get("mode")
+    if inferred in (None, "unclear"):
+        return [
+            row(
+                "units.action_mode",
+                "units",
+                "action",
+                "unverifiable",
+                f"declared {declared}, but the data does not say: {evidence.get('reason', 'no pairing')}",
+                expected=declared,
+                actual=inferred,
+                evidence=evidence,
+            )
+        ]
+    verdict = "match" if str(declared).lower() == inferred else "mismatch"
+    return [
+        row(
+            "units.action_mode",
+            "units",
+            "action",
+            verdict,
+            f"declared {declared}; the data looks {inferred} (corr with next state "
+            f"{evidence['corr_next_state']}, with the step {evidence['corr_step']})",
+            expected=src.a.hints.get("action_mode"),
+            configured=src.b.hints.get("action_mode"),
+            actual=inferred,
+            evidence=evidence,
+        )
+    ]
+
+
+def infer_action_mode(src: Sources) -> dict:
+    dyn = src.c.dynamics
+    if not dyn:
+        return {"mode": None, "reason": "no state/action pair in the data"}
+    state, action, episode = dyn["state"], dyn["action"], dyn["episode"]
+    s_names = next((f.names for f in src.c.features.values() if f.role == "state" and f.names), None)
+    a_names = next((f.names for f in src.c.features.values() if f.role == "action" and f.names), None)
+    if s_names and a_names:
+        pairs = [(a_names.index(n), s_names.index(n)) for n in a_names if n in s_names]
+    elif state.shape[1] == action.shape[1] and not (s_names or a_names):
+        pairs = [(d, d) for d in range(action.shape[1])]
+    else:
+        pairs = []
+    if not pairs:
+        return {"mode": None, "reason": "no action dim shares a name with a state dim"}
+    same = episode[1:] == episode[:-1]
+    ai, si = [p[0] for p in pairs], [p[1] for p in pairs]
+    a = action[:-1][same][:, list(ai)]
+    nxt, cur = state[1:][same][:, list(si)], state[:-1][same][:, list(si)]
+    c_abs, c_delta = _corr(a, nxt), _corr(a, nxt - cur)
+    mode = (
+        "absolute"
+        if c_abs > 0.9 and c_abs > c_delta
+        else "delta"
+        if c_delta > 0.5 and c_delta > c_abs
+        else "unclear"
+    )
+    return {
+        "mode": mode,
+        "corr_next_state": round(c_abs, 3),
+        "corr_step": round(c_delta, 3),
+        "paired_dims": len(pairs),
+        "rows": int(same.sum()),
+    }
+
+
+def _corr(x: np.ndarray, y: np.ndarray) -> float:
+    """Median over dims of the Pearson correlation (dims with no variance skipped)."""
+    values = []
+    for d in range(x.shape[1]):
+        if x[:, d].std() > 0 and y[:, d].std() > 0:
+            values.append(float(np.corrcoef(x[:, d], y[:, d])[0, 1]))
+    return float(np.median(values)) if values else 0.0

@@ -1,0 +1,114 @@
+"""The embedded demo: deterministic generation, LeRobot-style files, reuse, and a reload round trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from safetensors.numpy import load_file
+
+from pipeline.demo import ensure
+from pipeline.demo.build import build, plant_faults
+from pipeline.demo.dataset import ACTION_NAMES, STATE_NAMES, generate_episodes, read_frames
+from pipeline.demo.policy import DemoPolicy, load_pretrained, normalize, save_pretrained, unnormalize
+from pipeline.readers import read_dataset, read_model
+
+SMALL = {"variant": "default", "seed": 3, "episodes": 2, "steps": 40, "train_steps": 20, "hidden": 16}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return build(SMALL, tmp_path_factory.mktemp("demo") / "default")
+
+
+def test_generation_is_deterministic() -> None:
+    a, b = generate_episodes(1, 25, seed=7), generate_episodes(1, 25, seed=7)
+    for key in ("state", "env_state", "action"):
+        np.testing.assert_array_equal(a[0][key], b[0][key])
+    assert not np.array_equal(a[0]["state"], generate_episodes(1, 25, seed=8)[0]["state"])
+
+
+def test_dataset_is_lerobot_v30(small: dict[str, str]) -> None:
+    root = Path(small["dataset"])
+    info = json.loads((root / "meta/info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["total_frames"] == 80 and info["total_episodes"] == 2
+    assert info["features"]["observation.state"]["names"] == STATE_NAMES
+    assert info["features"]["action"]["names"] == ACTION_NAMES
+    stats = json.loads((root / "meta/stats.json").read_text())
+    assert sorted(stats["action"]) == sorted(
+        ["mean", "std", "min", "max", "q01", "q10", "q50", "q90", "q99", "count"]
+    )
+    episodes = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [e["length"] for e in episodes] == [40, 40] and episodes[1]["dataset_from_index"] == 40
+    assert pq.read_table(root / "meta/tasks.parquet").column("task_index").to_pylist() == [0]
+    frames = read_frames(root)
+    assert frames["observation.state"].shape == (80, 11) and frames["action"].shape == (80, 5)
+    c = read_dataset(root)
+    np.testing.assert_allclose(c.recomputed["action"]["mean"], stats["action"]["mean"])
+
+
+def test_checkpoint_is_lerobot_style_and_reloads(small: dict[str, str], tmp_path: Path) -> None:
+    model = Path(small["model"])
+    config = json.loads((model / "config.json").read_text())
+    assert config["normalization_mapping"]["STATE"] == "QUANTILES"
+    pre = json.loads((model / "policy_preprocessor.json").read_text())
+    step = next(s for s in pre["steps"] if s["registry_name"] == "normalizer_processor")
+    keys = load_file(str(model / step["state_file"]))
+    assert "observation.state.q01" in keys and "action.q99" in keys
+    loaded = load_pretrained(model)
+    obs = read_frames(small["dataset"])
+    actions = loaded.act({k: obs[k][:5] for k in loaded.spec.input_features})
+    assert actions.shape == (5, 5) and np.all(np.isfinite(actions))
+    save_pretrained(loaded.policy, loaded.stats, tmp_path / "again", loaded.spec)
+    again = load_pretrained(tmp_path / "again")
+    np.testing.assert_array_equal(again.act({k: obs[k][:5] for k in again.spec.input_features}), actions)
+    a = read_model(model)
+    assert a.kind == "lerobot" and set(a.stats) == {
+        "observation.state",
+        "observation.environment_state",
+        "action",
+    }
+
+
+def test_normalize_round_trip() -> None:
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(4, 3)
+    stats = {
+        "mean": x.mean(0),
+        "std": x.std(0),
+        "min": x.min(0),
+        "max": x.max(0),
+        "q01": x.min(0),
+        "q99": x.max(0),
+    }
+    for mode in ("MEAN_STD", "MIN_MAX", "QUANTILES", "IDENTITY"):
+        np.testing.assert_allclose(
+            unnormalize(normalize(x, stats, mode), stats, mode), x, rtol=1e-5, atol=1e-5
+        )
+    assert DemoPolicy(4, 2, 8)(__import__("torch").zeros(3, 4)).shape == (3, 2)
+
+
+def test_plant_faults_changes_only_the_named_dims() -> None:
+    episodes = [
+        {
+            "state": np.arange(12, dtype=np.float32).reshape(2, 6),
+            "env_state": np.zeros((2, 4), np.float32),
+            "action": np.ones((2, 5), np.float32),
+        }
+    ]
+    out = plant_faults(episodes, {"swap_state_dims": [3, 4], "degrees_action_dims": [3]})
+    assert out[0]["state"][0].tolist() == [0, 1, 2, 4, 3, 5]
+    assert out[0]["action"][0].tolist() == pytest.approx([1, 1, 1, 57.29578, 1], rel=1e-6)
+    assert episodes[0]["state"][0].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_ensure_builds_once_and_rebuilds_on_change(tmp_path: Path) -> None:
+    first = ensure(SMALL, tmp_path)
+    marker = Path(first["model"]).parent / "demo.json"
+    stamp = marker.stat().st_mtime_ns
+    assert ensure(SMALL, tmp_path) == first and marker.stat().st_mtime_ns == stamp
+    changed = ensure({**SMALL, "train_steps": 5}, tmp_path)
+    assert changed == first and json.loads(marker.read_text())["settings"]["train_steps"] == 5
+    assert [p.name for p in tmp_path.iterdir()] == ["default"]  # no scratch directories left behind

@@ -1,0 +1,93 @@
+"""Shared helpers for the contract stage tests: a contract card made from a dataset's own stats,
+a training YAML, copies of real datasets with planted faults, and one-call reconciliation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from omegaconf import OmegaConf
+
+from pipeline.readers import read_dataset, read_model, read_training
+from pipeline.records import Check
+from pipeline.stages.contract import reconcile
+
+REPO = Path(__file__).resolve().parents[3]
+STAGE_CFG = OmegaConf.load(REPO / "configs" / "stages" / "contract.yaml")
+
+
+def card_from(dataset: Path, out: Path, modes: dict[str, str]) -> Path:
+    """A contract card whose expectations are the dataset's own recomputed stats (a consistent base)."""
+    c = read_dataset(dataset)
+    features = {}
+    for key, f in c.features.items():
+        if f.role in ("state", "action") and key in c.recomputed:
+            stats = {
+                s: np.asarray(c.recomputed[key][s]).tolist()
+                for s in ("mean", "std", "min", "max", "q01", "q99")
+            }
+            features[key] = {"type": f.type, "shape": [f.dim], "stats": stats}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "contract.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "source": f"stats recomputed from {dataset.name}",
+                "normalization_mapping": modes,
+                "features": features,
+            }
+        )
+    )
+    return out
+
+
+def training_yaml(out: Path, modes: dict[str, str], **extra: object) -> Path:
+    path = out / "training.yaml"
+    path.write_text(yaml.safe_dump({"policy": {"normalization_mapping": modes}, **extra}))
+    return path
+
+
+def copy_with(dataset: Path, out: Path, column: str, edit: Callable[[np.ndarray], np.ndarray]) -> Path:
+    """Copy a LeRobot dataset and rewrite one vector column in every data file (same row groups)."""
+    shutil.copytree(dataset, out)
+    for path in sorted((out / "data").rglob("*.parquet")):
+        handle = pq.ParquetFile(path)
+        groups = [handle.read_row_group(i) for i in range(handle.num_row_groups)]
+        writer = None
+        for table in groups:
+            col = table.column(column).combine_chunks()
+            values = col.flatten().to_numpy().reshape(len(col), -1).copy()
+            values = edit(values).astype(np.float32)
+            new = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+            if not pa.types.is_fixed_size_list(col.type):
+                new = pa.array(values.tolist(), type=col.type)
+            table = table.set_column(table.schema.get_field_index(column), column, new)
+            writer = writer or pq.ParquetWriter(path.with_suffix(".tmp"), table.schema)
+            writer.write_table(table)
+        if writer:
+            writer.close()
+            path.with_suffix(".tmp").replace(path)
+    return out
+
+
+def edit_stats(dataset: Path, edit: Callable[[dict], None]) -> None:
+    path = dataset / "meta" / "stats.json"
+    stats = json.loads(path.read_text())
+    edit(stats)
+    path.write_text(json.dumps(stats))
+
+
+def run(model: Path, training: Path, dataset: Path, options: dict | None = None) -> list[Check]:
+    checks, _ = reconcile(
+        read_model(model, options), read_training(training), read_dataset(dataset), STAGE_CFG
+    )
+    return checks
+
+
+def hard(checks: list[Check]) -> dict[str, Check]:
+    return {c.id: c for c in checks if c.blocking}

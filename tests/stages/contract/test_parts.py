@@ -1,0 +1,56 @@
+"""Small parts of the stage: the assignment solver and the PNG writer."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.stages.contract.assignment import greedy, hungarian
+from pipeline.stages.contract.plots import range_plot
+
+
+def test_hungarian_is_optimal_against_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        n = int(rng.integers(1, 7))
+        cost = rng.random((n, n))
+        best = min(sum(cost[i, p[i]] for i in range(n)) for p in itertools.permutations(range(n)))
+        got = hungarian(cost)
+        assert sorted(got.tolist()) == list(range(n))
+        assert abs(sum(cost[i, got[i]] for i in range(n)) - best) < 1e-12
+
+
+def test_greedy_is_a_permutation_and_finds_clear_swaps() -> None:
+    cost = np.ones((5, 5)) - np.eye(5)
+    cost[[1, 3]] = cost[[3, 1]]
+    assert greedy(cost).tolist() == [0, 3, 2, 1, 4]
+
+
+def _read_png(path: Path) -> tuple[int, int, bytes]:
+    blob = path.read_bytes()
+    assert blob[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", blob[16:24])
+    pos, data = 8, b""
+    while pos < len(blob):
+        (length,) = struct.unpack(">I", blob[pos : pos + 4])
+        kind, body = blob[pos + 4 : pos + 8], blob[pos + 8 : pos + 8 + length]
+        crc = struct.unpack(">I", blob[pos + 8 + length : pos + 12 + length])[0]
+        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
+        data += body if kind == b"IDAT" else b""
+        pos += 12 + length
+    return width, height, zlib.decompress(data)
+
+
+def test_range_plot_is_a_valid_png(tmp_path: Path) -> None:
+    a = {"lo": np.array([0.0, -1.0, 5.0]), "hi": np.array([1.0, 1.0, 5.0]), "mean": np.array([0.5, 0.0, 5.0])}
+    c = {
+        "lo": np.array([0.1, -60.0, 5.0]),
+        "hi": np.array([0.9, 60.0, np.nan]),
+        "mean": np.array([0.4, 0, 5.0]),
+    }
+    width, height, raw = _read_png(range_plot(tmp_path / "r.png", a, c, {1}))
+    assert len(raw) == height * (1 + width * 3) and height == 3 * 18 + 8

@@ -1,0 +1,129 @@
+"""The contract stage run as a user runs it: `python -m pipeline.launch stage=contract ...` in a scratch
+directory, on the embedded demo (default clears, faulty blocks with one hard row per planted fault), on
+real files, and on malformed inputs (an error row and a gate record, never only a traceback)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import gate_of, launch, run_dir_of
+
+PLANTED = {
+    "contract.layout.permutation:observation.state": ("observation.state", "[3]", "cycles"),
+    "contract.units.scale:action": ("action", "3", "matches"),
+    "contract.normalization.mode:STATE": ("STATE", "q01/q99", "dataset_has_quantiles"),
+    "contract.normalization.mode:ACTION": ("ACTION", "q01/q99", "dataset_has_quantiles"),
+    "contract.normalization.passthrough:observation.environment_state": (
+        "observation.environment_state",
+        "pass this feature through",
+        "stats_keys",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def cwd(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("launch")
+
+
+def _contract(run_dir: Path) -> dict:
+    return json.loads((run_dir / "stages" / "contract.json").read_text())
+
+
+def test_demo_default_clears(cwd: Path) -> None:
+    proc = launch(cwd, "launcher=local", "stage=contract")
+    run_dir = run_dir_of(cwd, proc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert gate_of(run_dir)["gate"] == "clear"
+    result = _contract(run_dir)
+    assert result["status"] == "pass" and not [
+        c for c in result["checks"] if c["verdict"] != "match" and c["severity"] == "hard"
+    ]
+    pngs = [p for p in result["artifacts"].values() if p.endswith(".png")]
+    assert len(pngs) == 3 and all(Path(p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    record = next((cwd / "audit_logs").glob(f"*{run_dir.name}_audit.md")).read_text()
+    assert "ranges_action.png" in record and "Physical checks" in record
+
+
+def test_demo_faulty_blocks_with_one_row_per_fault(cwd: Path) -> None:
+    proc = launch(cwd, "launcher=local", "stage=contract", "demo=faulty")
+    run_dir = run_dir_of(cwd, proc)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    gate = gate_of(run_dir)
+    assert gate["gate"] == "blocked"
+    hard = {
+        c["id"]: c
+        for c in _contract(run_dir)["checks"]
+        if c["verdict"] == "mismatch" and c["severity"] == "hard"
+    }
+    assert set(hard) == set(PLANTED)
+    for check_id, (feature, text, evidence_key) in PLANTED.items():
+        row = hard[check_id]
+        assert row["feature"] == feature and text in row["message"] and evidence_key in row["evidence"]
+    assert hard["contract.layout.permutation:observation.state"]["evidence"]["cycles"] == [[3, 4]]
+    assert list(hard["contract.units.scale:action"]["evidence"]["matches"]) == ["3"]
+    assert all(any(check_id in reason for reason in gate["reasons"]) for check_id in PLANTED)
+
+
+def test_real_files(cwd: Path, real_data: Path) -> None:
+    pour = real_data / "Bestpart-Irene__RoboPour"
+    proc = launch(
+        cwd,
+        "launcher=local",
+        "stage=contract",
+        f"model.path={pour}",
+        f"training.path={pour / 'train_config.json'}",
+        f"dataset.path={real_data / 'SamueleSandrini__record-test'}",
+    )
+    run_dir = run_dir_of(cwd, proc)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    checks = {c["id"]: c for c in _contract(run_dir)["checks"]}
+    assert (
+        checks["contract.layout.images"]["verdict"] == "mismatch"
+    )  # ACT wants a wrist camera; record has front/top
+    assert checks["contract.reload.state:pre"]["verdict"] == "unverifiable"  # LFS-only safetensors not copied
+    assert checks["contract.normalization.mode:STATE"]["verdict"] == "match"
+    assert checks["contract.normalization.stale:action"]["verdict"] == "match"
+
+
+def _bad_model(cwd: Path, name: str) -> Path:
+    source = cwd / "preflight" / "demo" / "default" / "model"
+    target = cwd / name
+    shutil.copytree(source, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    "corrupt, expected",
+    [
+        ("truncate", "exceed the"),
+        ("header", "header length"),
+        ("json", "invalid JSON"),
+        ("missing", "dataset path does not exist"),
+    ],
+)
+def test_malformed_inputs_give_an_error_row_and_a_gate_record(cwd: Path, corrupt: str, expected: str) -> None:
+    model = _bad_model(cwd, f"bad-{corrupt}")
+    state = model / "policy_preprocessor_step_2_normalizer_processor.safetensors"
+    overrides = [f"model.path={model}"]
+    if corrupt == "truncate":
+        state.write_bytes(state.read_bytes()[:-16])
+    elif corrupt == "header":
+        state.write_bytes((10**9).to_bytes(8, "little") + state.read_bytes()[8:])
+    elif corrupt == "json":
+        (model / "policy_preprocessor.json").write_text('{"steps": [')
+    else:
+        overrides.append(f"dataset.path={cwd / 'no-such-dataset'}")
+    proc = launch(cwd, "launcher=debug", "stage=contract", *overrides)
+    run_dir = run_dir_of(cwd, proc)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert gate_of(run_dir)["gate"] == "blocked"
+    checks = _contract(run_dir)["checks"]
+    assert [c["verdict"] for c in checks] == ["error"] and expected in checks[0]["message"]
+    assert checks[0]["evidence"]["path"] and checks[0]["evidence"]["exception"] == "InputError"
+    record = next((cwd / "audit_logs").glob(f"*{run_dir.name}_audit.md")).read_text()
+    assert "contract.error" in record
