@@ -1,1 +1,231 @@
-"""determinism: same-seed twin runs and the train<->eval reload round trip. Being built (issue 4)."""
+"""determinism: same-seed twin runs, a different-seed control, DDP sanity, and the reload round trip.
+
+Reference 001's manual checklist, done exactly and on every gate. Four part jobs run the user's smoke
+training command (`stages.determinism.train_cmd`): `twin_a` and `twin_b` with the same seed, `control`
+with another seed, and `ddp` under torchrun when `ddp_procs` > 1 (parts are fixed per stage, so with
+`ddp_procs: 1` the ddp part only records that it was skipped, in a second). The main job then compares
+the metrics streams bit for bit, and reloads twin A's checkpoint through the configured eval loader.
+
+Verdicts: twins bit-identical and the control different -> pass; twins differ -> hard mismatch naming
+the first divergent step; control identical too -> `unverifiable` (the stream does not depend on the
+seed, so identity proves nothing); a crashed run -> `error`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipeline.records import Check, StageResult
+from pipeline.stages import InputError, Stage, StageContext, error_check, register
+from pipeline.stages.determinism import compare, reload, runner
+from pipeline.stages.determinism.runner import NAME, PART_FILE, stage_cfg
+from pipeline.storage import atomic_write_json
+from pipeline.trainlog import REPORT_FILE, metrics_name
+
+PARTS = ("twin_a", "twin_b", "control", "ddp")
+
+
+@dataclass
+class Outcome:
+    """What one part left behind, and why it cannot be compared if it cannot."""
+
+    part: str
+    folder: Path
+    record: dict[str, Any]
+    stream: compare.Stream | None
+    report: dict[str, Any]
+    problem: str | None
+
+    def evidence(self) -> dict[str, Any]:
+        keep = ("seed", "argv", "env_set", "host", "slurm_job_id", "gpu", "versions", "returncode",
+                "started", "ended", "log")
+        return {"part": self.part, "problem": self.problem, **{k: self.record.get(k) for k in keep},
+                "device": self.report.get("device"), "settings": self.report.get("settings"),
+                "log_tail": self.record.get("log_tail", "")[-800:] if self.problem else None}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_outcome(folder: Path, part: str, metrics_file: str) -> Outcome:
+    record, run_dir = _read_json(folder / PART_FILE), folder / "run"
+    report = _read_json(run_dir / REPORT_FILE)
+    stream_path = run_dir / metrics_file
+    problem = None
+    if not (folder / "done.json").exists():
+        code = record.get("returncode")
+        problem = (f"exited {code}" if code not in (None, 0) else "did not finish") + \
+            " (no done.json: the part job crashed, timed out or was cancelled)"
+    elif not stream_path.exists():
+        problem = f"wrote no metrics stream at {stream_path}"
+    stream = None
+    if problem is None:
+        try:
+            stream = compare.read_stream(stream_path)
+        except InputError as exc:
+            problem = str(exc)
+        if stream is not None and not stream.rows:
+            problem = f"metrics stream {stream_path} is empty"
+    return Outcome(part, folder, record, stream, report, problem)
+
+
+def _row(feature: str, verdict: str, message: str, severity: str = "hard", **fields: Any) -> Check:
+    return Check(id=f"{NAME}.{feature}", stage=NAME, category="determinism", feature=feature,
+                 verdict=verdict, severity=severity, message=message, **fields)
+
+
+def twins_check(a: Outcome, b: Outcome, steps: int) -> tuple[Check, dict[str, Any]]:
+    evidence = {"twin_a": a.evidence(), "twin_b": b.evidence()}
+    if a.problem or b.problem:
+        broken = "; ".join(f"{o.part} {o.problem}" for o in (a, b) if o.problem)
+        return _row("twins", "error", f"twin run crashed: {broken}", evidence=evidence), {}
+    assert a.stream is not None and b.stream is not None
+    found = compare.divergences(a.stream, b.stream)
+    first = compare.earliest(found)
+    evidence.update(divergences=found, steps_a=len(a.stream.rows), steps_b=len(b.stream.rows))
+    if first is None:
+        digests = sum(compare.DIGEST in r for r in a.stream.rows.values())
+        message = (f"twins (seed {a.record.get('seed')}) bit-identical over {len(a.stream.rows)} step(s): "
+                   f"{', '.join(k for k in found if k != compare.DIGEST)}, {digests} parameter digest(s)")
+        return _row("twins", "match", message, expected="bit-identical", actual="bit-identical",
+                    configured={"steps": steps}, evidence=evidence), found
+    return _row("twins", "mismatch", f"same-seed twins diverge: {compare.describe(first)}",
+                expected="bit-identical", actual=f"diverge at step {first['step']}",
+                configured={"steps": steps}, evidence=evidence), found
+
+
+def control_check(twin: Outcome, control: Outcome) -> Check:
+    evidence = {"twin": twin.part, "control": control.evidence()}
+    if twin.problem or control.problem:
+        broken = "; ".join(f"{o.part} {o.problem}" for o in (twin, control) if o.problem)
+        return _row("control", "error", f"cannot compare the control run: {broken}", evidence=evidence)
+    assert twin.stream is not None and control.stream is not None
+    found = compare.divergences(twin.stream, control.stream)
+    first = compare.earliest(found)
+    evidence["divergences"] = found
+    seeds = f"seed {control.record.get('seed')} vs {twin.record.get('seed')}"
+    if first is None:
+        return _row("control", "unverifiable", f"control ({seeds}) is bit-identical to the twin: the "
+                    "stream does not depend on the seed, so identical twins prove nothing",
+                    expected="differs from the twins", actual="identical", evidence=evidence)
+    return _row("control", "match", f"control ({seeds}) differs from the twins as it should "
+                f"(from step {first['step']})", expected="differs from the twins",
+                actual=f"differs at step {first['step']}", evidence=evidence)
+
+
+def device_check(a: Outcome, b: Outcome) -> Check | None:
+    """Bit-identity is only expected on the same kind of device and software; say when it was not."""
+    if a.problem or b.problem:
+        return None
+    keys = ("torch", "cuda", "cudnn", "device", "gpu", "capability", "threads")
+    seen = [{k: (o.report.get("device") or {}).get(k) for k in keys} | {"nvidia_smi": o.record.get("gpu")}
+            for o in (a, b)]
+    same = seen[0] == seen[1]
+    return _row("device", "match" if same else "mismatch",
+                "twins ran on the same kind of device and software" if same
+                else f"twins ran on different devices/software: {seen[0]} vs {seen[1]}",
+                severity="soft", expected="same device kind", actual=seen[0] if same else seen,
+                evidence={"twin_a": seen[0], "twin_b": seen[1]})
+
+
+def nondeterministic_ops_check(outcomes: list[Outcome]) -> Check:
+    ops = sorted({op for o in outcomes for op in [*(o.report.get("nondeterministic_ops") or []),
+                                                  *(o.record.get("nondeterministic_ops_in_log") or [])]})
+    return _row("nondeterministic_ops", "mismatch" if ops else "match",
+                f"nondeterministic op(s) hit under warn_only: {', '.join(ops)}" if ops
+                else "no nondeterministic op was hit (warn_only)", severity="soft",
+                expected=[], actual=ops, evidence={"ops": ops})
+
+
+def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Check:
+    """Every rank finished, and the all-reduced loss, grad norm and weights agree across ranks."""
+    evidence: dict[str, Any] = {"ddp": outcome.evidence(), "nproc": nproc}
+    done = (outcome.folder / "done.json").exists() and outcome.record.get("returncode") == 0
+    if not done:
+        return _row("ddp", "error", f"torchrun --nproc_per_node={nproc} did not complete "
+                    f"(exit {outcome.record.get('returncode')})", evidence=evidence)
+    streams: dict[int, compare.Stream] = {}
+    for rank in range(nproc):
+        path = outcome.folder / "run" / metrics_name(rank, nproc, metrics_file)
+        if not path.exists():
+            return _row("ddp", "error", f"rank {rank} wrote no metrics stream ({path})", evidence=evidence)
+        streams[rank] = compare.read_stream(path)
+    per_rank = {rank: compare.divergences(streams[0], s) for rank, s in streams.items() if rank}
+    evidence.update(per_rank=per_rank, steps={r: len(s.rows) for r, s in streams.items()})
+    bad = {r: compare.earliest(d) for r, d in per_rank.items() if compare.earliest(d)}
+    if bad:
+        rank, hit = min(bad.items(), key=lambda kv: kv[1]["step"])
+        return _row("ddp", "mismatch", f"rank {rank} disagrees with rank 0: {compare.describe(hit)}",
+                    expected="ranks agree", actual=f"rank {rank} differs", evidence=evidence)
+    return _row("ddp", "match", f"{nproc} ranks completed {len(streams[0].rows)} step(s); loss, grad norm "
+                "and parameter digests agree across ranks", expected="ranks agree", actual="agree",
+                configured={"ddp_procs": nproc, "steps": steps}, evidence=evidence)
+
+
+def reload_checks(cfg: DictConfig, scfg: DictConfig, twin: Outcome) -> list[Check]:
+    if not bool(scfg.reload.enabled):
+        return []
+    if twin.problem:
+        return [_row("reload.checkpoint", "error",
+                     f"no smoke checkpoint to reload: {twin.part} {twin.problem}")]
+    dataset = scfg.reload.get("dataset") or cfg.dataset.get("path")
+    if not dataset:
+        raise InputError(f"stages.{NAME}.reload.dataset: no dataset to re-inject stats from (dataset.path is "
+                         "null)", field=f"stages.{NAME}.reload.dataset")
+    checkpoint = twin.folder / "run" / str(scfg.checkpoint_subdir)
+    try:
+        return reload.round_trip(checkpoint, Path(dataset), scfg.reload)
+    except InputError as exc:
+        return [dataclasses.replace(error_check(f"{NAME}.reload", exc, "reload"), stage=NAME)]
+
+
+def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
+    """Merge what the parts left: compare the streams, then reload twin A's checkpoint."""
+    scfg = stage_cfg(cfg)
+    runner.validate(cfg)
+    metrics_file = str(scfg.metrics_file)
+    got = {p: read_outcome(ctx.part_dir(p), p, metrics_file) for p in PARTS if p != "ddp"}
+    twins, found = twins_check(got["twin_a"], got["twin_b"], int(scfg.steps))
+    healthy = got["twin_b"] if got["twin_a"].problem and not got["twin_b"].problem else got["twin_a"]
+    checks = [twins, control_check(healthy, got["control"])]
+    if (device := device_check(got["twin_a"], got["twin_b"])) is not None:
+        checks.append(device)
+    if bool(scfg.get("warn_only")):
+        checks.append(nondeterministic_ops_check(list(got.values())))
+    nproc = int(scfg.ddp_procs)
+    if nproc > 1:
+        checks.append(ddp_check(read_outcome(ctx.part_dir("ddp"), "ddp", metrics_file), nproc, metrics_file,
+                                int(scfg.steps)))
+    checks += reload_checks(cfg, scfg, got["twin_a"])
+    path = atomic_write_json(ctx.artifacts_dir / "compare.json",
+                             {"twins": found, "parts": {p: o.evidence() for p, o in got.items()}})
+    return StageResult.from_checks(NAME, checks, artifacts={"compare": str(path)},
+                                   timings=_part_timings(got))
+
+
+def _part_timings(got: dict[str, Outcome]) -> dict[str, float]:
+    """Start/end of each run, so overlapping twins are visible in the record."""
+    out: dict[str, float] = {}
+    for part, outcome in got.items():
+        for key in ("started", "ended"):
+            if isinstance(outcome.record.get(key), (int, float)):
+                out[f"{part}_{key}"] = float(outcome.record[key])
+    return out
+
+
+register(Stage(name=NAME, run=run, parts=PARTS, run_part=runner.run_part,
+               inputs=("model", "training", "dataset"),
+               category="determinism",
+               description="same-seed twins bit-identical, control differs, DDP ranks agree, "
+                           "reload round trip"))

@@ -1,0 +1,200 @@
+"""The project's reference smoke trainer: the demo's small policy on a LeRobot v3.0 dataset, a few steps.
+
+    python -m pipeline.stages.determinism.reference_trainer --seed 0 --steps 6 --out DIR \
+        --dataset PATH [--model PATH] [--fault unseeded_shuffle|clock_seed] [--save-normalization-stats false]
+
+It is what the determinism stage runs on the demo, and a worked example of the contract a user's
+trainer meets: a `pipeline.trainlog` metrics stream in `<out>/metrics.jsonl`, a checkpoint in
+`<out>/checkpoint` (the demo's LeRobot-style format; with `--save-normalization-stats false` its
+normalizer files hold no keys, like LeRobot's `save_normalization_stats=false`), and the stats it
+normalized with in `<out>/normalization_intent.safetensors`. Under `torchrun` it trains with DDP
+(gloo on CPU) and logs the all-reduced loss, so every rank must log the same bits.
+
+`--fault` plants a real source of nondeterminism for `demo=faulty`: `unseeded_shuffle` draws the
+batch order from OS entropy, `clock_seed` seeds everything from the clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipeline import trainlog
+from pipeline.stages.determinism import lerobot_data
+
+FAULTS = ("none", "unseeded_shuffle", "clock_seed")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--dataset", type=Path, required=True)
+    parser.add_argument("--model", default="", help="base checkpoint to start from (optional)")
+    parser.add_argument("--training", default="", help="training config (YAML); its "
+                        "policy.normalization_mapping overrides the checkpoint's, as in LeRobot")
+    parser.add_argument("--fault", choices=FAULTS, default="none")
+    parser.add_argument("--save-normalization-stats", default="false", choices=("true", "false"))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--digest-every", type=int, default=1)
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    return parser.parse_args(argv)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def normalization_override(training: str) -> dict[str, str]:
+    """`policy.normalization_mapping` from the training config: what training really normalizes with."""
+    if not training:
+        return {}
+    import yaml
+
+    path = Path(training)
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SystemExit(f"--training {path}: cannot read a YAML training config: {exc}") from exc
+    mapping = (config.get("policy") or {}).get("normalization_mapping") or {}
+    if not isinstance(mapping, dict):
+        raise SystemExit(f"--training {path}: policy.normalization_mapping must be a mapping of type -> mode")
+    return {str(k): str(v) for k, v in mapping.items()}
+
+
+def build_policy(dataset: Path, model: str, training: str = "") -> tuple[nn.Module, Any]:
+    """The demo policy and its spec: from the base checkpoint when given, else sized from the dataset."""
+    from pipeline.demo import policy as demo
+
+    override = normalization_override(training)
+    if model:
+        loaded = demo.load_pretrained(model)
+        loaded.spec.normalization_mapping = {**loaded.spec.normalization_mapping, **override}
+        return loaded.policy.train(), loaded.spec
+    has_env = demo.ENV_KEY in lerobot_data.features(dataset)
+    env_dim = lerobot_data.feature_dim(dataset, demo.ENV_KEY) if has_env else 0
+    state_dim = lerobot_data.feature_dim(dataset, demo.STATE_KEY) + env_dim
+    spec = demo.default_spec(lerobot_data.feature_dim(dataset, demo.STATE_KEY),
+                             lerobot_data.feature_dim(dataset, demo.ACTION_KEY), env_dim)
+    spec.normalization_mapping = {**spec.normalization_mapping, **override}
+    return demo.DemoPolicy(state_dim, lerobot_data.feature_dim(dataset, demo.ACTION_KEY)), spec
+
+
+def training_tensors(dataset: Path, spec: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Normalized inputs and targets, exactly as the saved normalizers will map them at eval time.
+
+    A feature without stats passes through unnormalized, as LeRobot's normalizer does (and says so).
+    """
+    from pipeline.demo import policy as demo
+
+    stats = lerobot_data.stats(dataset)
+    inputs, output = list(spec.input_features), demo.ACTION_KEY
+    frames = lerobot_data.frames(dataset, [*inputs, output])
+    mapping = spec.normalization_mapping
+
+    def mode(feature: str) -> str:
+        if feature not in stats:
+            print(f"reference_trainer: no stats for {feature} in {dataset}/meta/stats.json: passed through")
+            return "IDENTITY"
+        return mapping.get({**spec.input_features, **spec.output_features}[feature]["type"], "IDENTITY")
+
+    x = np.concatenate([demo.normalize(frames[f], stats.get(f, {}), mode(f)) for f in inputs], axis=-1)
+    y = demo.normalize(frames[output], stats.get(output, {}), mode(output))
+    used = {f: stats[f] for f in [*inputs, output] if f in stats}
+    return torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32), used
+
+
+def batch_order(n: int, seed: int, fault: str, epoch: int) -> torch.Tensor:
+    """The frame order for one epoch; the planted fault draws it from OS entropy instead of the seed."""
+    generator = torch.Generator()
+    if fault == "unseeded_shuffle":
+        generator.manual_seed(int.from_bytes(os.urandom(8), "little") & (2**63 - 1))
+    else:
+        generator.manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+def batches(n: int, batch: int, seed: int, fault: str) -> Iterator[torch.Tensor]:
+    """Endless global batches (indices); each DDP rank then takes its own slice."""
+    epoch = 0
+    while True:
+        order = batch_order(n, seed, fault, epoch)
+        for start in range(0, n - batch + 1, batch):
+            yield order[start:start + batch]
+        epoch += 1
+
+
+def setup_distributed(device_kind: str) -> tuple[int, int, torch.device]:
+    rank, world = trainlog.rank_and_world()
+    use_cuda = device_kind == "cuda" or (device_kind == "auto" and torch.cuda.is_available())
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if world > 1:
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    return rank, world, device
+
+
+def global_mean(value: torch.Tensor, world: int) -> torch.Tensor:
+    """The loss averaged over ranks: what every rank must log identically under DDP."""
+    if world <= 1:
+        return value.detach()
+    total = value.detach().clone()
+    dist.all_reduce(total)
+    return total / world
+
+
+def train(args: argparse.Namespace) -> None:
+    seed = time.time_ns() % 2**31 if args.fault == "clock_seed" else args.seed
+    seed_everything(seed)
+    rank, world, device = setup_distributed(args.device)
+    policy, spec = build_policy(args.dataset, args.model, args.training)
+    x, y, stats = training_tensors(args.dataset, spec)
+    policy = policy.to(device)
+    model: nn.Module = nn.parallel.DistributedDataParallel(policy) if world > 1 else policy
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    log = trainlog.MetricsLog(args.out, digest_every=args.digest_every)
+    feed = batches(len(x), args.batch_size * world, seed, args.fault)
+    for step in range(1, args.steps + 1):
+        index = next(feed)[rank::world]
+        loss = nn.functional.mse_loss(model(x[index].to(device)), y[index].to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        optimizer.step()
+        log.step(step, loss=global_mean(loss, world), grad_norm=grad_norm, lr=args.lr, model=model)
+    log.close()
+    if rank == 0:
+        save(policy, spec, stats, args)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def save(policy: nn.Module, spec: Any, stats: dict[str, Any], args: argparse.Namespace) -> None:
+    from pipeline.demo import policy as demo
+
+    keep = args.save_normalization_stats == "true"
+    demo.save_pretrained(policy.cpu(), stats if keep else {}, args.out / "checkpoint", spec)
+    trainlog.write_intent({f"{f}.{s}": v for f, d in stats.items() for s, v in d.items()}, args.out)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    train(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

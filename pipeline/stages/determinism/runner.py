@@ -1,0 +1,221 @@
+"""One training run of the determinism stage: a twin, the control, or the DDP smoke run.
+
+Each runs as its own part job (on Slurm: its own job, so the twins can run at the same time on two
+GPUs or nodes). The user's command is an argv template; placeholders are substituted per element and
+never joined into a shell string. The determinism switches are set in the child's environment, so
+they are in place before torch is imported there, and `part.json` records exactly what was set.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.stages import InputError, StageContext
+from pipeline.storage import atomic_write_json
+from pipeline.trainlog import ENV_MODE, NONDET_RE
+
+NAME = "determinism"
+PART_FILE = "part.json"
+LOG_FILE = "train.log"
+PLACEHOLDERS = ("python", "seed", "steps", "out", "dataset", "model", "training", "fault",
+                "save_normalization_stats")
+_FIELD_RE = re.compile(r"\{([^{}]*)\}")
+FAULTS = ("none", "unseeded_shuffle", "clock_seed")
+
+
+def stage_cfg(cfg: DictConfig) -> DictConfig:
+    scfg = cfg.stages.get(NAME)
+    if scfg is None:
+        raise InputError(f"stages.{NAME}: missing config section (configs/stages/{NAME}.yaml)",
+                         field=f"stages.{NAME}")
+    return scfg
+
+
+def fault_for(cfg: DictConfig) -> str:
+    """`fault: auto` plants the demo's nondeterminism only for `demo=faulty`; anything else is explicit."""
+    fault = str(stage_cfg(cfg).get("fault") or "auto")
+    if fault == "auto":
+        variant = (cfg.get("demo") or {}).get("variant")
+        return "unseeded_shuffle" if variant == "faulty" else "none"
+    if fault not in FAULTS:
+        raise InputError(f"stages.{NAME}.fault: {fault!r} is not one of auto, {', '.join(FAULTS)}",
+                         field=f"stages.{NAME}.fault")
+    return fault
+
+
+def substitute(template: Sequence[Any], values: Mapping[str, str], key: str) -> list[str]:
+    """Fill `{name}` placeholders element by element; an unknown name is an error, not a literal."""
+    if isinstance(template, (str, bytes)) or not isinstance(template, Sequence) or not template:
+        raise InputError(f"{key}: expected a non-empty argv list "
+                         f"(e.g. [python, train.py, --seed, '{{seed}}']), "
+                         f"got {template!r}; a shell string is not accepted", field=key)
+    argv = []
+    for index, item in enumerate(template):
+        if not isinstance(item, (str, int, float)):
+            raise InputError(f"{key}[{index}]: expected a string, got {type(item).__name__}", field=key)
+        text = str(item)
+        for name in _FIELD_RE.findall(text):
+            if name not in values:
+                raise InputError(f"{key}[{index}]: unknown placeholder {{{name}}} in {text!r}; known: "
+                                 f"{', '.join('{' + p + '}' for p in values)}", field=key)
+        argv.append(_FIELD_RE.sub(lambda m: values[m.group(1)], text))
+    return argv
+
+
+def placeholder_values(cfg: DictConfig, seed: int, out: Path) -> dict[str, str]:
+    scfg = stage_cfg(cfg)
+    paths = {kind: (cfg.get(kind) or {}).get("path") for kind in ("model", "dataset", "training")}
+    return {"python": sys.executable, "seed": str(seed), "steps": str(int(scfg.steps)), "out": str(out),
+            **{k: "" if v is None else str(v) for k, v in paths.items()},
+            "fault": fault_for(cfg),
+            "save_normalization_stats": str(bool(scfg.reload.save_normalization_stats)).lower()}
+
+
+def child_env(scfg: DictConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """The child's environment and the subset this stage set (recorded as evidence)."""
+    chosen = {str(k): str(v) for k, v in (scfg.get("env") or {}).items() if v is not None}
+    if bool(scfg.get("warn_only")):  # deterministic algorithms on, but warn (and record) instead of raising
+        chosen[ENV_MODE] = "warn"
+    else:
+        chosen[ENV_MODE] = "1" if bool(scfg.get("deterministic_algorithms", True)) else "0"
+    return {**os.environ, **chosen}, chosen
+
+
+def ddp_argv(scfg: DictConfig, argv: list[str], values: Mapping[str, str]) -> list[str]:
+    """`torchrun --nproc_per_node=N` around the training command (python -m torch.distributed.run).
+
+    A user command that starts with `<python> -m module` or `<python> script.py` is re-launched as
+    that module/script under torchrun; anything else needs an explicit `ddp_cmd`.
+    """
+    nproc = int(scfg.ddp_procs)
+    if scfg.get("ddp_cmd"):
+        return substitute(plain(scfg.ddp_cmd), {**values, "nproc": str(nproc)}, f"stages.{NAME}.ddp_cmd")
+    head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    if len(argv) >= 3 and Path(argv[0]).name.startswith("python") and argv[1] == "-m":
+        return [*head, "-m", *argv[2:]]
+    if len(argv) >= 2 and Path(argv[0]).name.startswith("python") and argv[1].endswith(".py"):
+        return [*head, *argv[1:]]
+    raise InputError(f"stages.{NAME}.train_cmd: cannot derive a torchrun command from {argv[:3]!r}; set "
+                     f"stages.{NAME}.ddp_cmd (an argv list; {{nproc}} is the process count)",
+                     field=f"stages.{NAME}.ddp_cmd")
+
+
+def part_seed(scfg: DictConfig, part: str) -> int:
+    return int(scfg.control_seed if part == "control" else scfg.seed)
+
+
+def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
+    """Run one training command to completion and leave its stream, log and `part.json` behind.
+
+    A non-zero exit is raised after `part.json` is written, so the part job fails (no `done.json`)
+    and the merge reports the twin as crashed with the exit code and the log's tail.
+    """
+    scfg = stage_cfg(cfg)
+    part = str(ctx.part)
+    out = ctx.part_dir(part)
+    if part == "ddp" and int(scfg.ddp_procs) <= 1:
+        return _write(out, {"part": part, "skipped": True, "reason": f"ddp_procs={int(scfg.ddp_procs)}"})
+    shutil.rmtree(out / "run", ignore_errors=True)  # a requeued part starts its run afresh
+    (out / "run").mkdir(parents=True, exist_ok=True)
+    seed = part_seed(scfg, part)
+    values = placeholder_values(cfg, seed, out / "run")
+    try:
+        argv = substitute(plain(scfg.train_cmd), values, f"stages.{NAME}.train_cmd")
+        if part == "ddp":
+            argv = ddp_argv(scfg, argv, values)
+    except InputError as exc:
+        _write(out, {"part": part, "seed": seed, "returncode": None, "log_tail": f"InputError: {exc}"})
+        raise
+    env, chosen = child_env(scfg)
+    record = {"part": part, "seed": seed, "argv": argv, "env_set": chosen, "cwd": str(out / "run"),
+              "host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+              "gpu": gpu_info(), "versions": _versions(), "ddp_procs": int(scfg.ddp_procs) if part == "ddp"
+              else 1}
+    record.update(_execute(argv, env, out, float(scfg.timeout_s)))
+    _write(out, record)
+    if record["returncode"] != 0:
+        raise RuntimeError(f"{part}: training command exited {record['returncode']}: {record['log_tail']}")
+    return record
+
+
+def _execute(argv: list[str], env: dict[str, str], out: Path, timeout_s: float) -> dict[str, Any]:
+    started = time.time()
+    log_path = out / LOG_FILE
+    with open(log_path, "wb") as log:
+        code = _run_group(argv, env, out / "run", log, timeout_s)
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    return {"returncode": code, "started": started, "ended": time.time(), "log": str(log_path),
+            "log_tail": text[-2000:], "nondeterministic_ops_in_log": sorted(set(NONDET_RE.findall(text)))}
+
+
+def _run_group(argv: list[str], env: dict[str, str], cwd: Path, log: Any, timeout_s: float) -> int:
+    """Run in its own process group so a time-out also ends torchrun's worker processes."""
+    try:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    except OSError as exc:
+        log.write(f"cannot start {argv[0]!r}: {exc}\n".encode())
+        return 127
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.write(f"timed out after {timeout_s} s (stages.{NAME}.timeout_s)\n".encode())
+        return 124
+
+
+def _write(out: Path, record: dict[str, Any]) -> dict[str, Any]:
+    atomic_write_json(out / PART_FILE, record)
+    return record
+
+
+def gpu_info() -> list[dict[str, str]]:
+    """GPU model and driver from nvidia-smi (without importing torch in the job itself)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [line.split(",") for line in out.splitlines() if "," in line]
+    return [{"name": r[0].strip(), "driver": r[1].strip()} for r in rows]
+
+
+def _versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in ("torch", "numpy"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def plain(value: Any) -> Any:
+    """A config list as a Python list (a string stays a string, so it is rejected, not split into chars)."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def validate(cfg: DictConfig) -> list[str]:
+    """Check the command template in the main job too, so a bad one is an InputError naming the key."""
+    scfg = stage_cfg(cfg)
+    values = placeholder_values(cfg, int(scfg.seed), Path("<out>"))
+    argv = substitute(plain(scfg.train_cmd), values, f"stages.{NAME}.train_cmd")
+    if int(scfg.ddp_procs) > 1:
+        ddp_argv(scfg, argv, values)
+    return argv

@@ -1,0 +1,219 @@
+"""A per-step metrics stream any PyTorch loop can emit, exact enough to prove two runs bit-identical.
+
+Trainers usually print losses to six decimals, which hides every drift smaller than that. This module
+writes one JSON line per step where every float is also stored with `float.hex()`, so the determinism
+stage compares bits, not printed digits. Two lines of user code:
+
+    log = trainlog.MetricsLog(out_dir)                       # once, before the loop
+    log.step(step, loss=loss, grad_norm=gn, model=model)     # once per optimizer step
+
+`model=` adds a parameter digest (sha256 of the state dict bytes in sorted key order) on the steps
+chosen by `digest_every`/`digest_steps`. Under `torchrun` each rank writes its own file
+(`metrics.rank<N>.jsonl`) so the stage can check that the ranks agree.
+
+Opening the log also applies what the determinism stage asked for through the environment
+(`PREFLIGHT_DETERMINISTIC=1|warn|0`) and, with `warn`, records the nondeterministic ops torch warned
+about in `determinism.json` next to the stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+METRICS_FILE = "metrics.jsonl"
+REPORT_FILE = "determinism.json"
+INTENT_FILE = "normalization_intent.safetensors"
+ENV_MODE = "PREFLIGHT_DETERMINISTIC"
+NONDET_RE = re.compile(r"(\S+) does not have a deterministic implementation")
+NORM_KEY_RE = r"(^|\.)(un)?normalize_[^.]*\.buffer_"
+ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "OMP_NUM_THREADS", ENV_MODE, "CUDA_VISIBLE_DEVICES")
+
+
+def rank_and_world() -> tuple[int, int]:
+    """torchrun's RANK/WORLD_SIZE; (0, 1) for a plain run."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def metrics_name(rank: int, world: int, base: str = METRICS_FILE) -> str:
+    """`metrics.jsonl` for a single process, `metrics.rank<N>.jsonl` per rank under DDP."""
+    if world <= 1:
+        return base
+    stem, _, ext = base.rpartition(".")
+    return f"{stem}.rank{rank}.{ext}"
+
+
+def to_float(value: Any) -> float:
+    """A Python float holding exactly the tensor's value (float32 -> float64 is exact)."""
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().float().item() if value.dtype in (torch.bfloat16, torch.float16)
+                     else value.detach().item())
+    return float(value)
+
+
+def _dtype_name(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return str(value.dtype).removeprefix("torch.")
+    return "float64"
+
+
+def hex_or_text(value: float) -> str:
+    """`float.hex()`, with nan/inf spelled so that JSON stays valid."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value.hex()
+
+
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """The raw bytes of a tensor in any dtype (bfloat16 has no numpy view, so go through uint8)."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """sha256 over (key, dtype, shape, bytes) in sorted key order: equal iff the weights are bit-equal."""
+    hasher = hashlib.sha256()
+    for key in sorted(state):
+        tensor = state[key]
+        header = f"{key}\0{str(tensor.dtype)}\0{tuple(tensor.shape)}\0"
+        hasher.update(header.encode())
+        hasher.update(tensor_bytes(tensor))
+    return "sha256:" + hasher.hexdigest()
+
+
+def model_digest(model: torch.nn.Module) -> str:
+    """Digest of the unwrapped module (a DDP wrapper's `module.` prefix would make ranks differ)."""
+    inner = getattr(model, "module", model)
+    return state_digest(inner.state_dict())
+
+
+def apply_determinism(mode: str | None = None) -> dict[str, Any]:
+    """Set torch's determinism switches from `PREFLIGHT_DETERMINISTIC`; returns what was set."""
+    mode = (mode if mode is not None else os.environ.get(ENV_MODE, "")).strip().lower()
+    if mode in ("1", "true", "yes", "on"):
+        torch.use_deterministic_algorithms(True)
+    elif mode == "warn":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    if mode in ("1", "true", "yes", "on", "warn"):
+        torch.backends.cudnn.benchmark = False
+    return {"mode": mode or "unset",
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+            "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+
+def device_info() -> dict[str, Any]:
+    """What the run computed on: bit-identity is only expected on the same kind of device."""
+    info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available()
+                            else None, "cpu": platform.processor() or platform.machine(),
+                            "threads": torch.get_num_threads(), "device": "cpu", "gpu": None}
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        info.update(device="cuda", gpu=torch.cuda.get_device_name(index),
+                    capability=".".join(map(str, torch.cuda.get_device_capability(index))))
+    return info
+
+
+class MetricsLog:
+    """Append-only JSON-lines writer; each line is flushed so a crashed run still shows its last step."""
+
+    def __init__(self, out_dir: str | Path, *, digest_every: int | None = 1,
+                 digest_steps: Iterable[int] = (), name: str = METRICS_FILE) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.rank, self.world = rank_and_world()
+        self.path = self.out_dir / metrics_name(self.rank, self.world, name)
+        self.digest_every, self.digest_steps = digest_every, frozenset(digest_steps)
+        self.settings = apply_determinism()
+        self.nondeterministic_ops: set[str] = set()
+        self._previous_showwarning = warnings.showwarning
+        warnings.showwarning = self._showwarning
+        self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
+                     file: Any = None, line: str | None = None) -> None:
+        found = NONDET_RE.search(str(message))
+        if found:
+            self.nondeterministic_ops.add(found.group(1))
+        self._previous_showwarning(message, category, filename, lineno, file, line)
+
+    def wants_digest(self, step: int) -> bool:
+        return step in self.digest_steps or bool(self.digest_every and step % self.digest_every == 0)
+
+    def step(self, step: int, *, model: torch.nn.Module | None = None, **metrics: Any) -> dict[str, Any]:
+        """Write one line: the values, their exact hex forms and dtypes, and maybe a parameter digest."""
+        record: dict[str, Any] = {"step": int(step)}
+        exact: dict[str, str] = {}
+        dtypes: dict[str, str] = {}
+        for key, value in metrics.items():
+            if value is None:
+                continue
+            number = to_float(value)
+            record[key] = number if math.isfinite(number) else hex_or_text(number)
+            exact[key], dtypes[key] = hex_or_text(number), _dtype_name(value)
+        record["hex"], record["dtype"] = exact, dtypes
+        if model is not None and self.wants_digest(step):
+            record["param_digest"] = model_digest(model)
+        self._handle.write(json.dumps(record, allow_nan=False) + "\n")
+        self._handle.flush()
+        return record
+
+    def close(self) -> None:
+        """Flush and write `determinism.json` (settings, device, nondeterministic ops hit)."""
+        if self._handle.closed:
+            return
+        self._handle.close()
+        warnings.showwarning = self._previous_showwarning
+        report = {"rank": self.rank, "world_size": self.world, "settings": self.settings,
+                  "nondeterministic_ops": sorted(self.nondeterministic_ops), "device": device_info(),
+                  "env": {k: os.environ.get(k) for k in ENV_KEYS}}
+        suffix = "" if self.world <= 1 else f".rank{self.rank}"
+        (self.out_dir / REPORT_FILE.replace(".json", f"{suffix}.json")).write_text(
+            json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    def __enter__(self) -> MetricsLog:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+
+def norm_buffers(model: torch.nn.Module, pattern: str = NORM_KEY_RE) -> dict[str, torch.Tensor]:
+    """The state-dict entries that hold normalization stats (LeRobot's `normalize_*.buffer_*` names)."""
+    inner = getattr(model, "module", model)
+    regex = re.compile(pattern)
+    return {k: v.detach().cpu().contiguous() for k, v in inner.state_dict().items() if regex.search(k)}
+
+
+def write_intent(source: torch.nn.Module | Mapping[str, Any], out_dir: str | Path,
+                 pattern: str = NORM_KEY_RE) -> Path:
+    """What training normalized with, for the reload check to compare re-injected stats against.
+
+    `source` is either the stats as a flat mapping (`"observation.state.mean": array`) or a module whose
+    `normalize_*.buffer_*` buffers hold them (LeRobot's older layout).
+    """
+    from safetensors.torch import save_file
+
+    if isinstance(source, torch.nn.Module):
+        tensors = norm_buffers(source, pattern)
+    else:
+        tensors = {k: torch.as_tensor(v).detach().cpu().contiguous() for k, v in source.items()}
+    path = Path(out_dir) / INTENT_FILE
+    save_file(tensors, str(path))
+    return path

@@ -1,0 +1,49 @@
+"""A user's own smoke trainer, as small as a real one gets: what `train_cmd` may point at.
+
+Real torch training (a linear model, a few Adam steps on seeded random data) with the two
+`pipeline.trainlog` lines. Test hooks: `--crash-if-out-contains twin_b` makes one twin exit 1;
+`--nondet-op` hits an op torch has no deterministic CPU implementation for (`Tensor.put_`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from pipeline import trainlog
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--crash-if-out-contains", default="")
+    parser.add_argument("--nondet-op", action="store_true")
+    args = parser.parse_args()
+    if args.crash_if_out_contains and args.crash_if_out_contains in str(args.out):
+        print("planted crash", file=sys.stderr)
+        return 1
+    torch.manual_seed(args.seed)
+    x, y = torch.randn(64, 3), torch.randn(64, 1)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    log = trainlog.MetricsLog(args.out)
+    for step in range(1, args.steps + 1):
+        if args.nondet_op:
+            torch.zeros(4).put_(torch.tensor([0, 0]), torch.ones(2))
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        log.step(step, loss=loss, grad_norm=grad_norm, model=model)
+    log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
