@@ -40,6 +40,8 @@ from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
 console = Console(highlight=False, soft_wrap=True)
+if not console.is_terminal:  # logs and CI: a readable table rather than rich's 80-column default
+    console = Console(highlight=False, soft_wrap=True, width=max(console.width, 160))
 
 
 class ConfigError(Exception):
