@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import audit
 from pipeline.jobs import load_plan, load_run_config, result_path
 from pipeline.records import Check, GateRecord, RecordError, StageResult
+from pipeline.status import sacct_states
 from pipeline.storage import atomic_write_json
 from pipeline.waivers import apply_waivers
 
@@ -69,24 +69,10 @@ def _job_states(run_dir: Path, plan: dict[str, Any]) -> dict[str, dict[str, Any]
     path = run_dir / "jobs.json"
     jobs: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.exists() else {}
     if plan.get("executor") == "slurm" and shutil.which("sacct"):
+        states = sacct_states([str(job.get("job_id")) for job in jobs.values()])
         for job in jobs.values():
-            job["state"] = _sacct_state(str(job.get("job_id"))) or job.get("state")
+            job["state"] = states.get(str(job.get("job_id")), job.get("state"))
     return jobs
-
-
-def _sacct_state(job_id: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = [line for line in out.splitlines() if line.strip()]
-    return lines[-1].replace("|", " exit ") if lines else None
 
 
 def merge(cfg: DictConfig, plan: dict[str, Any], results: Iterable[StageResult]) -> GateRecord:

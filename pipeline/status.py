@@ -46,12 +46,12 @@ def build_table(run_dir: Path, rows: list[dict[str, Any]], title: str) -> Table:
 
 
 def sacct_states(job_ids: list[str]) -> dict[str, str]:
-    """Final and current states by job id; a failing `sacct` is reported as no information."""
+    """Current or final state by job id (`FAILED exit 3:0`); a failing `sacct` means no information."""
     if not job_ids:
         return {}
     try:
         out = subprocess.run(
-            ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(job_ids)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -59,7 +59,8 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+    rows = [line.split("|") for line in out.splitlines() if line.count("|") == 2]
+    return {job: f"{state} exit {code}" for job, state, code in rows}
 
 
 def main(argv: list[str] | None = None) -> int:
