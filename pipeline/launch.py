@@ -72,20 +72,7 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     unknown = [name for name in cfg.get("skip") or () if name not in registry]
     if unknown:
         raise ConfigError("skip", f"unknown stage(s) {unknown}; registered: {', '.join(registry)}")
-    for name in [*registry, "gate"]:
-        res = resources(cfg, name)
-        for key, floor in (("time_min", 1), ("cpus_per_task", 1), ("mem_gb", 0.001), ("gpus_per_node", 0)):
-            value = res[key]
-            if not isinstance(value, (int, float)) or value < floor:
-                raise ConfigError(
-                    f"stages.{name}.resources.{key}", f"expected a number >= {floor}, got {value!r}"
-                )
-    for name, section in cfg.stages.items():
-        extra = set((section or {}).get("resources") or {}) - set(RESOURCE_KEYS)
-        if extra:
-            raise ConfigError(
-                f"stages.{name}.resources", f"unknown key(s) {sorted(extra)}; known: {RESOURCE_KEYS}"
-            )
+    _validate_resources(cfg, registry)
     if cfg.container.kind == "apptainer":
         if not cfg.container.image:
             raise ConfigError(
@@ -98,6 +85,28 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     chain = (cfg.get("chain") or {}).get("sbatch")
     if chain and not Path(chain).is_file():
         raise ConfigError("chain.sbatch", f"{chain} does not exist")
+
+
+def _validate_resources(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    for name, section in cfg.stages.items():
+        blocks = {"resources": (section or {}).get("resources") or {}}
+        blocks |= {
+            f"part_resources.{p}": r or {} for p, r in ((section or {}).get("part_resources") or {}).items()
+        }
+        for where, block in blocks.items():
+            extra = set(block) - set(RESOURCE_KEYS)
+            if extra:
+                raise ConfigError(
+                    f"stages.{name}.{where}", f"unknown key(s) {sorted(extra)}; known: {RESOURCE_KEYS}"
+                )
+    jobs = [(name, None) for name in [*registry, "gate"]]
+    jobs += [(name, part) for name, stage in registry.items() for part in stage.parts]
+    for name, part in jobs:
+        res = resources(cfg, name, part)
+        where = f"stages.{name}.part_resources.{part}" if part else f"stages.{name}.resources"
+        for key, floor in (("time_min", 1), ("cpus_per_task", 1), ("mem_gb", 0.001), ("gpus_per_node", 0)):
+            if not isinstance(res[key], (int, float)) or res[key] < floor:
+                raise ConfigError(f"{where}.{key}", f"expected a number >= {floor}, got {res[key]!r}")
 
 
 def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:

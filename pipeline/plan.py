@@ -41,13 +41,21 @@ class JobSpec:
         return data
 
 
-def resources(cfg: DictConfig, name: str) -> dict[str, Any]:
-    """A stage's resources: its own non-null values over `resources_default`."""
-    section = (cfg.stages.get(name) or {}).get("resources") or {}
-    own = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
-    base = OmegaConf.to_container(cfg.resources_default, resolve=True)
-    assert isinstance(own, dict) and isinstance(base, dict)
-    return {k: own.get(k) if own.get(k) is not None else base.get(k) for k in RESOURCE_KEYS}
+def _plain(section: Any) -> dict[str, Any]:
+    data = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else section
+    return dict(data or {})
+
+
+def resources(cfg: DictConfig, name: str, part: str | None = None) -> dict[str, Any]:
+    """Non-null values win, most specific first: `stages.<name>.part_resources.<part>` (e.g. a DDP part
+    that needs N GPUs), then `stages.<name>.resources`, then `resources_default`."""
+    stage = cfg.stages.get(name) or {}
+    layers = [
+        _plain((stage.get("part_resources") or {}).get(part)) if part else {},
+        _plain(stage.get("resources")),
+        _plain(cfg.resources_default),
+    ]
+    return {k: next((layer[k] for layer in layers if layer.get(k) is not None), None) for k in RESOURCE_KEYS}
 
 
 def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stage]:
@@ -97,7 +105,15 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) ->
             continue
         before = tuple((dep, "afterok") for dep in stage.after if dep in live)
         parts = [
-            JobSpec(f"{stage.name}.{part}", "part", stage.name, part, before, res, prints)
+            JobSpec(
+                f"{stage.name}.{part}",
+                "part",
+                stage.name,
+                part,
+                before,
+                resources(cfg, stage.name, part),
+                prints,
+            )
             for part in stage.parts
         ]
         deps = before + tuple((p.name, "afterany") for p in parts)

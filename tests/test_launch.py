@@ -97,6 +97,11 @@ def summary(gate: dict) -> tuple:
         ("skip=[nosuchstage]", "skip"),
         ("plugins=[no_such_module_xyz]", "plugins"),
         ("launcher.name=cloud", "launcher.name"),
+        (
+            "stages.determinism.part_resources.ddp.cpus_per_task=0",
+            "stages.determinism.part_resources.ddp.cpus_per_task",
+        ),
+        ("+stages.determinism.part_resources.ddp.gpu=1", "stages.determinism.part_resources.ddp"),
     ],
 )
 def test_bad_config_fails_before_anything_is_submitted(tmp_path, override, key):

@@ -94,3 +94,13 @@ def test_an_errored_result_is_never_reused(tmp_path):
     )
     atomic_write_json(tmp_path / "stages" / "container_check.json", result.to_dict())
     assert not build_plan(cfg, REGISTRY, tmp_path)[0].reused
+
+
+def test_a_part_can_ask_for_its_own_resources(tmp_path):
+    cfg = config(
+        tmp_path,
+        stages={"twins": {"resources": {"cpus_per_task": 2}, "part_resources": {"b": {"gpus_per_node": 4}}}},
+    )
+    jobs = {j.name: j for j in build_plan(cfg, REGISTRY, tmp_path)}
+    assert jobs["twins.b"].resources["gpus_per_node"] == 4 and jobs["twins.b"].resources["cpus_per_task"] == 2
+    assert jobs["twins.a"].resources["gpus_per_node"] == 0 and jobs["twins"].resources["gpus_per_node"] == 0
