@@ -71,14 +71,23 @@ def _crash_check(stage: Stage, exc: BaseException) -> Check:
     )
 
 
-def run_stage(run_dir: Path, name: str) -> str:
-    """Run one stage's main job and write its result; only a crash exits non-zero."""
-    run_dir = Path(run_dir)
+def _prepare(
+    run_dir: Path, name: str, part: str | None
+) -> tuple[DictConfig, dict[str, Any], Stage, StageContext]:
+    """What every job reads first: the run's config and plan, the registered stage, its context."""
     cfg = load_run_config(run_dir)
     stages.load(cfg.get("plugins") or ())
     plan = load_plan(run_dir)
-    stage = stages.get(name)
-    ctx = StageContext(run_dir=run_dir, stage=name, fingerprints=plan["jobs"][name]["fingerprints"])
+    ctx = StageContext(
+        run_dir=run_dir, stage=name, part=part, fingerprints=plan["jobs"][name]["fingerprints"]
+    )
+    return cfg, plan, stages.get(name), ctx
+
+
+def run_stage(run_dir: Path, name: str) -> str:
+    """Run one stage's main job and write its result; only a crash exits non-zero."""
+    run_dir = Path(run_dir)
+    cfg, plan, stage, ctx = _prepare(run_dir, name, None)
     started = time.time()
     crash: BaseException | None = None
     try:
@@ -102,14 +111,8 @@ def run_stage(run_dir: Path, name: str) -> str:
 def run_part(run_dir: Path, name: str, part: str) -> str:
     """Run one part of a stage (e.g. a determinism twin); the stage's main job merges the parts."""
     run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
-    stages.load(cfg.get("plugins") or ())
-    plan = load_plan(run_dir)
-    stage = stages.get(name)
+    cfg, plan, stage, ctx = _prepare(run_dir, name, part)
     assert stage.run_part is not None
-    ctx = StageContext(
-        run_dir=run_dir, stage=name, part=part, fingerprints=plan["jobs"][name]["fingerprints"]
-    )
     stage.run_part(cfg, ctx)
     done = ctx.part_dir(part) / "done.json"
     atomic_write_json(done, {"part": part, "provenance": provenance(plan), "finished": time.time()})
