@@ -34,7 +34,7 @@ from pipeline.executors import (
 from pipeline.fingerprint import digest_path
 from pipeline.plan import RESOURCE_KEYS, JobSpec, build_plan, plan_document, resources
 from pipeline.stages import InputError
-from pipeline.status import build_table
+from pipeline.status import build_table, table_rows
 from pipeline.storage import atomic_write_json, atomic_write_text
 from pipeline.waivers import load_waivers
 
@@ -177,7 +177,7 @@ def launch(cfg: DictConfig) -> int:
     atomic_write_json(run_dir / "plan.json", plan_document(jobs, **extra))
     console.print(f"run {rcfg.run_id}: {run_dir} ({executor})")
     if executor == "slurm":
-        return launch_slurm(jobs, rcfg, run_dir, cfg)
+        return launch_slurm(jobs, rcfg, run_dir, cfg, extra)
     return launch_local(jobs, rcfg, run_dir, executor)
 
 
@@ -198,7 +198,9 @@ def _record_jobs(run_dir: Path, rows: dict[str, dict[str, Any]]) -> None:
     atomic_write_json(run_dir / "jobs.json", rows)
 
 
-def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, raw: DictConfig) -> int:
+def launch_slurm(
+    jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, raw: DictConfig, extra: dict[str, Any]
+) -> int:
     rows: dict[str, dict[str, Any]] = {}
 
     def on_submit(spec: JobSpec, job: Any) -> None:
@@ -208,8 +210,7 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, raw: DictC
     submitted = submit_slurm(jobs, cfg, run_dir, on_submit)
     console.print(build_table(run_dir, _rows(jobs, rows), f"run {cfg.run_id}: submitted to Slurm"))
     gate_id = submitted["gate"].job_id
-    plan = plan_document(jobs, **_plan_extra(run_dir), gate_job_id=gate_id)
-    atomic_write_json(run_dir / "plan.json", plan)
+    atomic_write_json(run_dir / "plan.json", plan_document(jobs, **extra, gate_job_id=gate_id))
     console.print(f"gate job: {gate_id}")
     chain = (raw.get("chain") or {}).get("sbatch")
     if chain:
@@ -219,21 +220,8 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, raw: DictC
     return follow_slurm(jobs, submitted, run_dir, rows, cfg)
 
 
-def _plan_extra(run_dir: Path) -> dict[str, Any]:
-    plan = json.loads((run_dir / "plan.json").read_text())
-    plan.pop("jobs")
-    return plan
-
-
 def _rows(jobs: list[JobSpec], rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {
-            "spec": job.to_dict(),
-            "job_id": rows.get(job.name, {}).get("job_id"),
-            "state": "REUSED" if job.reused else rows.get(job.name, {}).get("state", ""),
-        }
-        for job in jobs
-    ]
+    return table_rows([job.to_dict() for job in jobs], rows)
 
 
 def follow_slurm(

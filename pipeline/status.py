@@ -45,6 +45,18 @@ def build_table(run_dir: Path, rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
+def table_rows(specs: list[dict[str, Any]], jobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per planned job (`JobSpec.to_dict()`), with its job id and state where it has one."""
+    return [
+        {
+            "spec": spec,
+            "job_id": jobs.get(spec["name"], {}).get("job_id"),
+            "state": "REUSED" if spec["reused"] else jobs.get(spec["name"], {}).get("state", ""),
+        }
+        for spec in specs
+    ]
+
+
 def sacct_states(job_ids: list[str]) -> dict[str, str]:
     """Current or final state by job id (`FAILED exit 3:0`); a failing `sacct` means no information."""
     if not job_ids:
@@ -75,11 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = json.loads((run_dir / "plan.json").read_text())
     jobs = json.loads((run_dir / "jobs.json").read_text()) if (run_dir / "jobs.json").exists() else {}
     live = sacct_states([str(j["job_id"]) for j in jobs.values()]) if plan.get("executor") == "slurm" else {}
-    rows = []
-    for name, spec in plan["jobs"].items():
-        job = jobs.get(name, {})
-        state = "REUSED" if spec["reused"] else live.get(str(job.get("job_id")), job.get("state", ""))
-        rows.append({"spec": spec, "job_id": job.get("job_id"), "state": state})
+    for job in jobs.values():
+        job["state"] = live.get(str(job.get("job_id")), job.get("state", ""))
+    rows = table_rows(list(plan["jobs"].values()), jobs)
     Console().print(build_table(run_dir, rows, f"run {run_dir.name} ({plan.get('executor')})"))
     gate = run_dir / "gate.json"
     if gate.exists():
