@@ -14,6 +14,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,8 +54,6 @@ def python_argv(cfg: DictConfig) -> list[str]:
     Every element comes from the config as one argv item; submitit needs a string, so it is joined
     with `shlex.join`, which quotes each item: a config value can never become shell syntax.
     """
-    import sys
-
     if cfg.container.kind != "apptainer":
         return [sys.executable]
     argv = [str(cfg.container.binary), "exec"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.records import StageResult
+from pipeline.records import Check, StageResult
 from pipeline.stages import InputError
 
 REQUIRED = ("check", "justification", "who", "date")
@@ -72,19 +72,16 @@ def apply_waivers(
     used: dict[str, dict[str, Any]] = {}
     out = []
     for result in results:
-        checks = []
-        for check in result.checks:
-            waiver = active.get(check.id)
-            if waiver and check.verdict == "mismatch":
-                used[check.id] = {**waiver, "status": "applied"}
-                check = dataclasses.replace(
-                    check, verdict="waived", evidence={**check.evidence, "waiver": waiver}
-                )
-            checks.append(check)
-        changed = any(c.verdict == "waived" for c in checks) != any(
-            c.verdict == "waived" for c in result.checks
-        )
-        out.append(result.with_checks(checks) if changed else result)
+        hits = {c.id for c in result.checks if c.verdict == "mismatch" and c.id in active}
+        if not hits:
+            out.append(result)
+            continue
+        used |= {cid: {**active[cid], "status": "applied"} for cid in hits}
+        out.append(result.with_checks(_waived(c, active[c.id]) if c.id in hits else c for c in result.checks))
     expired = [{**w, "status": "expired"} for w in waivers if w["check"] not in active]
     unused = [{**w, "status": "unused"} for w in waivers if w["check"] in active and w["check"] not in used]
     return out, [*used.values(), *expired, *unused]
+
+
+def _waived(check: Check, waiver: dict[str, Any]) -> Check:
+    return dataclasses.replace(check, verdict="waived", evidence={**check.evidence, "waiver": waiver})
