@@ -25,6 +25,7 @@ import submitit
 from omegaconf import DictConfig
 
 from pipeline.jobs import GateJob, StageJob
+from pipeline.errors import SubmissionError
 from pipeline.plan import JobSpec
 
 FINAL_OK = "COMPLETED"
@@ -103,10 +104,6 @@ def dependency_clause(spec: JobSpec, ids: dict[str, str]) -> str | None:
         if name in ids:
             by_kind.setdefault(kind, []).append(ids[name])
     return ",".join(f"{kind}:{':'.join(job_ids)}" for kind, job_ids in by_kind.items()) or None
-
-
-class SubmissionError(RuntimeError):
-    """sbatch refused a job (bad partition, account, QOS...); what was already queued is cancelled."""
 
 
 def submit_slurm(

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import stages
 from pipeline.records import Check, StageResult
-from pipeline.stages import InputError, Stage, StageContext, error_check
+from pipeline.errors import InputError
+from pipeline.stages import Stage, StageContext, error_check
 from pipeline.storage import atomic_write_json
 
 VERSIONED = ("hpc-preflight", "torch", "numpy", "submitit", "hydra-core", "mujoco", "safetensors", "pyarrow")

@@ -24,16 +24,15 @@ from rich.live import Live
 from pipeline import stages
 from pipeline.executors import (
     TERMINAL,
-    SubmissionError,
     chain_sbatch,
     run_dag,
     sbatch_preview,
     slurm_available,
     submit_slurm,
 )
+from pipeline.errors import ConfigError, InputError, SubmissionError
 from pipeline.fingerprint import digest_path
 from pipeline.plan import RESOURCE_KEYS, JobSpec, build_plan, plan_document, resources
-from pipeline.stages import InputError
 from pipeline.status import build_table, table_rows
 from pipeline.storage import atomic_write_json, atomic_write_text
 from pipeline.waivers import load_waivers
@@ -42,14 +41,6 @@ LAUNCHERS = ("auto", "local", "slurm", "debug")
 console = Console(highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: a readable table rather than rich's 80-column default
     console = Console(highlight=False, soft_wrap=True, width=max(console.width, 160))
-
-
-class ConfigError(Exception):
-    """A config value that would fail on the cluster; raised before anything is submitted."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
 
 
 def new_run_id() -> str:
@@ -275,7 +266,7 @@ def gate_exit_code(run_dir: Path) -> int:
     return 0 if record["gate"] == "clear" else 3
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
         code = launch(cfg)

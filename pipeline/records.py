@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import RecordError
+
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "gate_record.schema.json"
 
@@ -34,10 +36,6 @@ SEVERITIES = ("hard", "soft")
 STAGE_STATUSES = ("pass", "fail", "warn", "unverifiable", "error", "skipped")
 GATE_VERDICTS = ("pass", "mismatch", "unverifiable")
 GATES = ("clear", "blocked")
-
-
-class RecordError(ValueError):
-    """A record read from disk does not have the documented shape."""
 
 
 def _require(value: str, allowed: tuple[str, ...], what: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from pipeline.records import Check, StageResult
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 REQUIRED = ("check", "justification", "who", "date")
 

@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from pipeline.gate import collect_results, merge
 from pipeline.records import Check, StageResult
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 from pipeline.storage import atomic_write_json
 from pipeline.waivers import apply_waivers, load_waivers
 

@@ -25,7 +25,7 @@ REGISTRY = {
 
 
 def config(tmp_path, **extra):
-    base = OmegaConf.load(REPO / "configs" / "config.yaml")
+    base = OmegaConf.load(REPO / "pipeline" / "conf" / "config.yaml")
     base = OmegaConf.masked_copy(base, ["resources_default", "skip"])
     data = tmp_path / "data.txt"
     if not data.exists():

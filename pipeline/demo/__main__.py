@@ -12,7 +12,7 @@ import yaml
 
 
 def _variant_cfg(variant: str) -> dict:
-    path = Path(__file__).resolve().parents[2] / "configs" / "demo" / f"{variant}.yaml"
+    path = Path(__file__).resolve().parents[1] / "conf" / "demo" / f"{variant}.yaml"
     if path.is_file():
         return yaml.safe_load(path.read_text()) or {}
     if variant == "default":

@@ -1,7 +1,7 @@
 """Build the embedded demo: dataset (C), base checkpoint (A) and training config (B), per variant.
 
 `default` is a consistent triple, so the gate clears. `faulty` keeps the same base checkpoint (trained
-on the clean data) and plants the mismatches named in `configs/demo/faulty.yaml` into the dataset and
+on the clean data) and plants the mismatches named in `pipeline/conf/demo/faulty.yaml` into the dataset and
 the training config, so a new user sees the gate block with the rows that explain why:
 a swapped pair of state dims (data only, names unchanged), an action dim recorded in degrees, stats
 shipped without quantiles plus a MEAN_STD override of the QUANTILES base, and a feature whose stats key

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 ROLES = ("state", "env", "action", "image", "other")
 # Keys that mean "the robot state" or "the action" across ecosystems (LeRobot, openpi, OpenVLA, robomimic).

@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.readers.base import DatasetContract, Feature, role_of
 from pipeline.readers.dataset import finish, image_summary
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 CHUNK = 65536
 

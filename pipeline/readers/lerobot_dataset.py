@@ -31,7 +31,7 @@ from pipeline.readers.base import (
     stats_block,
 )
 from pipeline.readers.dataset import INDEX_COLUMNS, finish
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 

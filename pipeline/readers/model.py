@@ -27,7 +27,7 @@ from pipeline.readers.base import (
     role_of,
     stats_block,
 )
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
 LEGACY_MODES = {"mean_std": "MEAN_STD", "min_max": "MIN_MAX", "identity": "IDENTITY"}

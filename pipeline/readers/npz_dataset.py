@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
 from pipeline.readers.dataset import finish, image_summary
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 ROLES = {
     "obs_state": "state",

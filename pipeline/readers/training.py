@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.readers.base import Contract, Feature, read_json, read_yaml
 from pipeline.readers.model import _features, _norm_map
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
 

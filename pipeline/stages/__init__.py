@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pipeline.errors import InputError
 from pipeline.records import Check, StageResult
 
 BUILTIN_MODULES = (
@@ -28,19 +29,6 @@ BUILTIN_MODULES = (
     "pipeline.stages.determinism",
 )
 INPUT_KINDS = ("model", "training", "dataset")
-
-
-class InputError(Exception):
-    """Bad user input: a message that names the file, the field and what was expected.
-
-    A stage that raises it still reaches a verdict: the job records an `error` check with the message
-    and exits 0, so the gate runs and blocks with the reason instead of a traceback.
-    """
-
-    def __init__(self, message: str, *, path: str | Path | None = None, field: str | None = None):
-        super().__init__(message)
-        self.path = None if path is None else str(path)
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from pipeline.records import Check, StageResult
-from pipeline.stages import InputError, Stage, StageContext, register
+from pipeline.errors import InputError
+from pipeline.stages import Stage, StageContext, register
 
 NAME = "container_check"
 SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software rasterizer")

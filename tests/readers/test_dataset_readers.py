@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.readers.dataset import read_dataset
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 APPLE = "rerun-io__rerun/tests/assets/lerobot"
 

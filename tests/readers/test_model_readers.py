@@ -11,7 +11,7 @@ import yaml
 
 from pipeline.readers.model import read_model, read_processor
 from pipeline.readers.training import read_training
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 GOLDEN = ("huggingface__lerobot", "tests", "artifacts", "processors", "golden")
 

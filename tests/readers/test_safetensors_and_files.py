@@ -12,7 +12,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from pipeline.readers.base import inside, read_json, read_safetensors, read_yaml, safetensors_header
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 
 def _tensor_file(tmp_path: Path) -> Path:

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline.stages import InputError, StageContext
+from pipeline.errors import InputError
+from pipeline.stages import StageContext
 from pipeline.stages.container_check import run
 
-BASE = OmegaConf.load(Path(__file__).resolve().parents[2] / "configs" / "stages" / "container_check.yaml")
+BASE = OmegaConf.load(Path(__file__).resolve().parents[2] / "pipeline" / "conf" / "stages" / "container_check.yaml")
 
 
 def probe(tmp_path, **overrides):

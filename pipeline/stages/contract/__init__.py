@@ -22,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.readers.base import Contract, DatasetContract
 from pipeline.records import Check, StageResult, jsonable
-from pipeline.stages import InputError, Stage, StageContext, register
+from pipeline.errors import InputError
+from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.contract import encoding, layout, normalization, reload, units
 from pipeline.stages.contract.plots import range_plot
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, row, vec

@@ -22,7 +22,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipeline.records import Check, StageResult
-from pipeline.stages import InputError, Stage, StageContext, error_check, register
+from pipeline.errors import InputError
+from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, reload, runner
 from pipeline.stages.determinism.runner import NAME, PART_FILE, stage_cfg
 from pipeline.storage import atomic_write_json

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 METRICS = ("loss", "grad_norm")
 DIGEST = "param_digest"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 
 Stats = dict[str, dict[str, np.ndarray]]
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.records import Check
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 from pipeline.stages.determinism import lerobot_data
 from pipeline.trainlog import INTENT_FILE
 

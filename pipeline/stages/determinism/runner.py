@@ -23,7 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.stages import InputError, StageContext
+from pipeline.errors import InputError
+from pipeline.stages import StageContext
 from pipeline.storage import atomic_write_json
 from pipeline.trainlog import ENV_MODE, NONDET_RE
 
@@ -39,7 +40,7 @@ FAULTS = ("none", "unseeded_shuffle", "clock_seed")
 def stage_cfg(cfg: DictConfig) -> DictConfig:
     scfg = cfg.stages.get(NAME)
     if scfg is None:
-        raise InputError(f"stages.{NAME}: missing config section (configs/stages/{NAME}.yaml)",
+        raise InputError(f"stages.{NAME}: missing config section (pipeline/conf/stages/{NAME}.yaml)",
                          field=f"stages.{NAME}")
     return scfg
 

@@ -19,7 +19,7 @@ from pipeline.records import Check
 from pipeline.stages.contract import reconcile
 
 REPO = Path(__file__).resolve().parents[3]
-STAGE_CFG = OmegaConf.load(REPO / "configs" / "stages" / "contract.yaml")
+STAGE_CFG = OmegaConf.load(REPO / "pipeline" / "conf" / "stages" / "contract.yaml")
 
 
 def card_from(dataset: Path, out: Path, modes: dict[str, str]) -> Path:

@@ -13,10 +13,10 @@ from safetensors.numpy import load_file as load_np
 from safetensors.numpy import save_file as save_np
 from safetensors.torch import load_file, save_file
 
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 from pipeline.stages.determinism import reload
 
-CONFIG = Path(__file__).resolve().parents[3] / "configs" / "stages" / "determinism.yaml"
+CONFIG = Path(__file__).resolve().parents[3] / "pipeline" / "conf" / "stages" / "determinism.yaml"
 PRE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
 
 

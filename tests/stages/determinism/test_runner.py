@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline.stages import InputError
+from pipeline.errors import InputError
 from pipeline.stages.determinism import runner
 
 VALUES = {"seed": "0", "out": "/tmp/o", "dataset": "/data/a b; rm -rf ~"}

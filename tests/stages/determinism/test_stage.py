@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.stages import InputError, StageContext, determinism
+from pipeline.errors import InputError
+from pipeline.stages import StageContext, determinism
 from tests.conftest import gate_of, launch, run_dir_of
 from tests.stages.determinism.helpers import tiny_cmd
 
 BASE = ("launcher=local", "stage=determinism", "~demo", "stages.determinism.steps=3", "launcher.poll_s=0.2")
-CONFIG = Path(__file__).resolve().parents[3] / "configs" / "stages" / "determinism.yaml"
+CONFIG = Path(__file__).resolve().parents[3] / "pipeline" / "conf" / "stages" / "determinism.yaml"
 
 
 def checks(run_dir: Path) -> dict[str, dict]:

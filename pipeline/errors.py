@@ -1,0 +1,40 @@
+"""The project's errors: one base and the few kinds a user can meet.
+
+Modelled on submitit's short hierarchy. Every error the user can cause is a `PreflightError`: the
+entry points (`launch`, `status`, `python -m pipeline.demo`) catch the base, print its one line and
+exit 2; a stage that raises an `InputError` still reaches a verdict (an `error` row, then the gate).
+Everything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class PreflightError(Exception):
+    """A message that names the file or key at fault and what was expected."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None, field: str | None = None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.field = field
+
+
+class InputError(PreflightError):
+    """Bad user input (a file, a field in it, a value): names the file, the field and what was expected."""
+
+
+class ConfigError(PreflightError):
+    """A config value that would fail on the cluster; raised at launch, before anything is submitted."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}", field=key)
+        self.key = key
+
+
+class SubmissionError(PreflightError):
+    """The scheduler refused a job; what was already queued has been cancelled or is named."""
+
+
+class RecordError(PreflightError, ValueError):
+    """A record read from disk does not have the documented shape."""
