@@ -24,8 +24,8 @@ from typing import Any
 import submitit
 from omegaconf import DictConfig
 
-from pipeline.jobs import GateJob, StageJob
 from pipeline.errors import SubmissionError
+from pipeline.jobs import GateJob, StageJob
 from pipeline.plan import JobSpec
 
 FINAL_OK = "COMPLETED"

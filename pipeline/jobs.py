@@ -23,8 +23,8 @@ import submitit
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import stages
-from pipeline.records import Check, StageResult
 from pipeline.errors import InputError
+from pipeline.records import Check, StageResult
 from pipeline.stages import Stage, StageContext, error_check
 from pipeline.storage import atomic_write_json
 
@@ -80,7 +80,11 @@ def _prepare(
     stages.load(cfg.get("plugins") or ())
     plan = load_plan(run_dir)
     ctx = StageContext(
-        run_dir=run_dir, stage=name, part=part, fingerprints=plan["jobs"][name]["fingerprints"]
+        run_dir=run_dir,
+        stage=name,
+        part=part,
+        fingerprints=plan["jobs"][name]["fingerprints"],
+        config=stages.stage_config(cfg, name),
     )
     return cfg, plan, stages.get(name), ctx
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.live import Live
 
 from pipeline import stages
+from pipeline.errors import ConfigError, InputError, SubmissionError
 from pipeline.executors import (
     TERMINAL,
     chain_sbatch,
@@ -30,7 +31,6 @@ from pipeline.executors import (
     slurm_available,
     submit_slurm,
 )
-from pipeline.errors import ConfigError, InputError, SubmissionError
 from pipeline.fingerprint import digest_path
 from pipeline.plan import RESOURCE_KEYS, JobSpec, build_plan, plan_document, resources
 from pipeline.status import build_table, table_rows

@@ -93,6 +93,49 @@ class Check:
         return cls(**_known_fields(cls, data, "check"))
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The one way a stage builds its rows: `rows = Rows("contract", "normalization")`, then
+    `rows("mode", feature, verdict, message, expected=..., evidence=...)` gives the check
+    `contract.mode`. A check decides its verdict and evidence first, then makes this one call."""
+
+    stage: str
+    category: str = "container"
+
+    def __call__(
+        self,
+        check_id: str,
+        feature: str,
+        verdict: str,
+        message: str = "",
+        *,
+        category: str | None = None,
+        severity: str = "hard",
+        expected: Any = None,
+        configured: Any = None,
+        actual: Any = None,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> Check:
+        return Check(
+            id=f"{self.stage}.{check_id}",
+            stage=self.stage,
+            category=category or self.category,
+            feature=feature,
+            verdict=verdict,
+            severity=severity,
+            expected=expected,
+            configured=configured,
+            actual=actual,
+            message=message,
+            evidence=dict(evidence or {}),
+        )
+
+    def judge(self, check_id: str, feature: str, ok: bool | None, message: str, **fields: Any) -> Check:
+        """`ok` True -> match, False -> mismatch, None -> unverifiable (could not be decided)."""
+        verdict = "unverifiable" if ok is None else ("match" if ok else "mismatch")
+        return self(check_id, feature, verdict, message, **fields)
+
+
 def derive_status(checks: Iterable[Check]) -> str:
     """A stage's status is its worst check: error > fail (hard mismatch) > unverifiable > warn > pass."""
     checks = list(checks)

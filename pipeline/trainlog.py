@@ -57,8 +57,11 @@ def metrics_name(rank: int, world: int, base: str = METRICS_FILE) -> str:
 def to_float(value: Any) -> float:
     """A Python float holding exactly the tensor's value (float32 -> float64 is exact)."""
     if isinstance(value, torch.Tensor):
-        return float(value.detach().float().item() if value.dtype in (torch.bfloat16, torch.float16)
-                     else value.detach().item())
+        return float(
+            value.detach().float().item()
+            if value.dtype in (torch.bfloat16, torch.float16)
+            else value.detach().item()
+        )
     return float(value)
 
 
@@ -109,30 +112,46 @@ def apply_determinism(mode: str | None = None) -> dict[str, Any]:
         torch.use_deterministic_algorithms(True, warn_only=True)
     if mode in ("1", "true", "yes", "on", "warn"):
         torch.backends.cudnn.benchmark = False
-    return {"mode": mode or "unset",
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-            "cudnn_benchmark": torch.backends.cudnn.benchmark}
+    return {
+        "mode": mode or "unset",
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    }
 
 
 def device_info() -> dict[str, Any]:
     """What the run computed on: bit-identity is only expected on the same kind of device."""
-    info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda,
-                            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available()
-                            else None, "cpu": platform.processor() or platform.machine(),
-                            "threads": torch.get_num_threads(), "device": "cpu", "gpu": None}
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "device": "cpu",
+        "gpu": None,
+    }
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
-        info.update(device="cuda", gpu=torch.cuda.get_device_name(index),
-                    capability=".".join(map(str, torch.cuda.get_device_capability(index))))
+        info.update(
+            device="cuda",
+            gpu=torch.cuda.get_device_name(index),
+            capability=".".join(map(str, torch.cuda.get_device_capability(index))),
+        )
     return info
 
 
 class MetricsLog:
     """Append-only JSON-lines writer; each line is flushed so a crashed run still shows its last step."""
 
-    def __init__(self, out_dir: str | Path, *, digest_every: int | None = 1,
-                 digest_steps: Iterable[int] = (), name: str = METRICS_FILE) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path,
+        *,
+        digest_every: int | None = 1,
+        digest_steps: Iterable[int] = (),
+        name: str = METRICS_FILE,
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.rank, self.world = rank_and_world()
@@ -144,8 +163,15 @@ class MetricsLog:
         warnings.showwarning = self._showwarning
         self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
-    def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
-                     file: Any = None, line: str | None = None) -> None:
+    def _showwarning(
+        self,
+        message: Any,
+        category: Any,
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
         found = NONDET_RE.search(str(message))
         if found:
             self.nondeterministic_ops.add(found.group(1))
@@ -178,20 +204,26 @@ class MetricsLog:
             return
         self._handle.close()
         warnings.showwarning = self._previous_showwarning
-        report = {"rank": self.rank, "world_size": self.world, "settings": self.settings,
-                  "nondeterministic_ops": sorted(self.nondeterministic_ops), "device": device_info(),
-                  "env": {k: os.environ.get(k) for k in ENV_KEYS}}
+        report = {
+            "rank": self.rank,
+            "world_size": self.world,
+            "settings": self.settings,
+            "nondeterministic_ops": sorted(self.nondeterministic_ops),
+            "device": device_info(),
+            "env": {k: os.environ.get(k) for k in ENV_KEYS},
+        }
         suffix = "" if self.world <= 1 else f".rank{self.rank}"
         (self.out_dir / REPORT_FILE.replace(".json", f"{suffix}.json")).write_text(
-            json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            json.dumps(report, indent=2) + "\n", encoding="utf-8"
+        )
 
     def __enter__(self) -> MetricsLog:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
-
 
 
 def norm_buffers(model: torch.nn.Module, pattern: str = NORM_KEY_RE) -> dict[str, torch.Tensor]:
@@ -201,8 +233,9 @@ def norm_buffers(model: torch.nn.Module, pattern: str = NORM_KEY_RE) -> dict[str
     return {k: v.detach().cpu().contiguous() for k, v in inner.state_dict().items() if regex.search(k)}
 
 
-def write_intent(source: torch.nn.Module | Mapping[str, Any], out_dir: str | Path,
-                 pattern: str = NORM_KEY_RE) -> Path:
+def write_intent(
+    source: torch.nn.Module | Mapping[str, Any], out_dir: str | Path, pattern: str = NORM_KEY_RE
+) -> Path:
     """What training normalized with, for the reload check to compare re-injected stats against.
 
     `source` is either the stats as a flat mapping (`"observation.state.mean": array`) or a module whose

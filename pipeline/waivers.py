@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from pipeline.records import Check, StageResult
 from pipeline.errors import InputError
+from pipeline.records import Check, StageResult
 
 REQUIRED = ("check", "justification", "who", "date")
 

@@ -4,9 +4,9 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from pipeline.errors import InputError
 from pipeline.gate import collect_results, merge
 from pipeline.records import Check, StageResult
-from pipeline.errors import InputError
 from pipeline.storage import atomic_write_json
 from pipeline.waivers import apply_waivers, load_waivers
 

@@ -17,8 +17,10 @@ from pipeline import trainlog
 @pytest.fixture
 def restore_determinism():
     """MetricsLog applies PREFLIGHT_DETERMINISTIC process-wide; put torch back for the other tests."""
-    before = (torch.are_deterministic_algorithms_enabled(),
-              torch.is_deterministic_algorithms_warn_only_enabled())
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     yield
     torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 

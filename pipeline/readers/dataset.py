@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract
 from pipeline.readers.stats import QUANTILES, FeatureStats, compute_stats, rank_of
-from pipeline.errors import InputError
 
 Blocks = Callable[[], Iterable[Mapping[str, np.ndarray]]]
 INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")

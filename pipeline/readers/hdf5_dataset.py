@@ -16,9 +16,9 @@ from typing import Any
 import h5py
 import numpy as np
 
+from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, role_of
 from pipeline.readers.dataset import finish, image_summary
-from pipeline.errors import InputError
 
 CHUNK = 65536
 

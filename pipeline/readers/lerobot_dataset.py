@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
+from pipeline.errors import InputError
 from pipeline.readers.base import (
     DatasetContract,
     Feature,
@@ -31,7 +32,6 @@ from pipeline.readers.base import (
     stats_block,
 )
 from pipeline.readers.dataset import INDEX_COLUMNS, finish
-from pipeline.errors import InputError
 
 NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import InputError
 from pipeline.readers.base import (
     Contract,
     Feature,
@@ -27,7 +28,6 @@ from pipeline.readers.base import (
     role_of,
     stats_block,
 )
-from pipeline.errors import InputError
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
 LEGACY_MODES = {"mean_std": "MEAN_STD", "min_max": "MIN_MAX", "identity": "IDENTITY"}

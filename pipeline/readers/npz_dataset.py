@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
 from pipeline.readers.dataset import finish, image_summary
-from pipeline.errors import InputError
 
 ROLES = {
     "obs_state": "state",

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import InputError
 from pipeline.readers.base import Contract, Feature, read_json, read_yaml
 from pipeline.readers.model import _features, _norm_map
-from pipeline.errors import InputError
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
 

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from pipeline.errors import InputError
-from pipeline.records import Check, StageResult
+from pipeline.records import Check, Rows, StageResult
+from pipeline.stages.config import StageConfig, typed
 
 BUILTIN_MODULES = (
     "pipeline.stages.container_check",
@@ -39,6 +41,7 @@ class StageContext:
     stage: str
     part: str | None = None
     fingerprints: dict[str, str] = field(default_factory=dict)
+    config: Any = None  # the stage's typed config (its `Stage.config` dataclass), validated
 
     @property
     def artifacts_dir(self) -> Path:
@@ -72,6 +75,12 @@ class Stage:
     run_part: PartFn | None = None
     category: str = "container"
     description: str = ""
+    config: type[StageConfig] | None = None  # None: the stage has no settings of its own
+
+    @property
+    def rows(self) -> Rows:
+        """The one row builder for this stage's checks."""
+        return Rows(self.name, self.category)
 
     def __post_init__(self) -> None:
         unknown = set(self.inputs) - set(INPUT_KINDS)
@@ -85,8 +94,23 @@ _REGISTRY: dict[str, Stage] = {}
 
 
 def register(stage: Stage) -> Stage:
+    """Add a stage and its config (under `stages.<name>` in Hydra's ConfigStore); names are unique."""
+    if stage.name in _REGISTRY and _REGISTRY[stage.name] is not stage:
+        raise InputError(
+            f"stage {stage.name!r} is registered twice ({_REGISTRY[stage.name].run.__module__} and "
+            f"{stage.run.__module__}); stage names must be unique",
+            field="plugins",
+        )
     _REGISTRY[stage.name] = stage
+    if stage.config is not None:
+        ConfigStore.instance().store(group="stages", name=stage.name, node={stage.name: stage.config})
     return stage
+
+
+def stage_config(cfg: DictConfig, name: str) -> StageConfig | None:
+    """Stage `name`'s section of `cfg` as its typed, validated dataclass (ConfigError names the key)."""
+    cls = get(name).config
+    return None if cls is None else typed(cls, (cfg.get("stages") or {}).get(name), f"stages.{name}")
 
 
 def load(plugins: Iterable[str] = ()) -> dict[str, Stage]:
@@ -94,7 +118,7 @@ def load(plugins: Iterable[str] = ()) -> dict[str, Stage]:
     for module in (*BUILTIN_MODULES, *plugins):
         try:
             importlib.import_module(module)
-        except ImportError as exc:
+        except Exception as exc:  # noqa: BLE001 - a plugin failing at import is a config error
             raise InputError(
                 f"plugins: cannot import stage module {module!r}: {exc}", field="plugins"
             ) from exc
@@ -114,12 +138,4 @@ def error_check(stage: str, exc: BaseException, category: str = "container") -> 
     evidence: dict[str, Any] = {"exception": type(exc).__name__}
     if isinstance(exc, InputError):
         evidence.update({"path": exc.path, "field": exc.field})
-    return Check(
-        id=f"{stage}.error",
-        stage=stage,
-        category=category,
-        feature=stage,
-        verdict="error",
-        message=str(exc),
-        evidence=evidence,
-    )
+    return Rows(stage, category)("error", stage, "error", str(exc), evidence=evidence)

@@ -20,8 +20,8 @@ from omegaconf import DictConfig
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from pipeline.records import Check, StageResult
 from pipeline.errors import InputError
+from pipeline.records import Check, StageResult
 from pipeline.stages import Stage, StageContext, register
 
 NAME = "container_check"

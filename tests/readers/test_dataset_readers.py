@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.readers.dataset import read_dataset
 from pipeline.errors import InputError
+from pipeline.readers.dataset import read_dataset
 
 APPLE = "rerun-io__rerun/tests/assets/lerobot"
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
+from pipeline.errors import InputError
 from pipeline.readers.model import read_model, read_processor
 from pipeline.readers.training import read_training
-from pipeline.errors import InputError
 
 GOLDEN = ("huggingface__lerobot", "tests", "artifacts", "processors", "golden")
 

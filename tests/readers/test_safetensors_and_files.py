@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from pipeline.readers.base import inside, read_json, read_safetensors, read_yaml, safetensors_header
 from pipeline.errors import InputError
+from pipeline.readers.base import inside, read_json, read_safetensors, read_yaml, safetensors_header
 
 
 def _tensor_file(tmp_path: Path) -> Path:

@@ -10,7 +10,9 @@ from pipeline.errors import InputError
 from pipeline.stages import StageContext
 from pipeline.stages.container_check import run
 
-BASE = OmegaConf.load(Path(__file__).resolve().parents[2] / "pipeline" / "conf" / "stages" / "container_check.yaml")
+BASE = OmegaConf.load(
+    Path(__file__).resolve().parents[2] / "pipeline" / "conf" / "stages" / "container_check.yaml"
+)
 
 
 def probe(tmp_path, **overrides):

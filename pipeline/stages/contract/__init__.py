@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.errors import InputError
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.readers.base import Contract, DatasetContract
 from pipeline.records import Check, StageResult, jsonable
-from pipeline.errors import InputError
 from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.contract import encoding, layout, normalization, reload, units
 from pipeline.stages.contract.plots import range_plot

@@ -21,8 +21,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pipeline.records import Check, StageResult
 from pipeline.errors import InputError
+from pipeline.records import Check, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, reload, runner
 from pipeline.stages.determinism.runner import NAME, PART_FILE, stage_cfg
@@ -44,11 +44,27 @@ class Outcome:
     problem: str | None
 
     def evidence(self) -> dict[str, Any]:
-        keep = ("seed", "argv", "env_set", "host", "slurm_job_id", "gpu", "versions", "returncode",
-                "started", "ended", "log")
-        return {"part": self.part, "problem": self.problem, **{k: self.record.get(k) for k in keep},
-                "device": self.report.get("device"), "settings": self.report.get("settings"),
-                "log_tail": self.record.get("log_tail", "")[-800:] if self.problem else None}
+        keep = (
+            "seed",
+            "argv",
+            "env_set",
+            "host",
+            "slurm_job_id",
+            "gpu",
+            "versions",
+            "returncode",
+            "started",
+            "ended",
+            "log",
+        )
+        return {
+            "part": self.part,
+            "problem": self.problem,
+            **{k: self.record.get(k) for k in keep},
+            "device": self.report.get("device"),
+            "settings": self.report.get("settings"),
+            "log_tail": self.record.get("log_tail", "")[-800:] if self.problem else None,
+        }
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -66,8 +82,9 @@ def read_outcome(folder: Path, part: str, metrics_file: str) -> Outcome:
     problem = None
     if not (folder / "done.json").exists():
         code = record.get("returncode")
-        problem = (f"exited {code}" if code not in (None, 0) else "did not finish") + \
-            " (no done.json: the part job crashed, timed out or was cancelled)"
+        problem = (
+            f"exited {code}" if code not in (None, 0) else "did not finish"
+        ) + " (no done.json: the part job crashed, timed out or was cancelled)"
     elif not stream_path.exists():
         problem = f"wrote no metrics stream at {stream_path}"
     stream = None
@@ -82,8 +99,16 @@ def read_outcome(folder: Path, part: str, metrics_file: str) -> Outcome:
 
 
 def _row(feature: str, verdict: str, message: str, severity: str = "hard", **fields: Any) -> Check:
-    return Check(id=f"{NAME}.{feature}", stage=NAME, category="determinism", feature=feature,
-                 verdict=verdict, severity=severity, message=message, **fields)
+    return Check(
+        id=f"{NAME}.{feature}",
+        stage=NAME,
+        category="determinism",
+        feature=feature,
+        verdict=verdict,
+        severity=severity,
+        message=message,
+        **fields,
+    )
 
 
 def twins_check(a: Outcome, b: Outcome, steps: int) -> tuple[Check, dict[str, Any]]:
@@ -97,13 +122,28 @@ def twins_check(a: Outcome, b: Outcome, steps: int) -> tuple[Check, dict[str, An
     evidence.update(divergences=found, steps_a=len(a.stream.rows), steps_b=len(b.stream.rows))
     if first is None:
         digests = sum(compare.DIGEST in r for r in a.stream.rows.values())
-        message = (f"twins (seed {a.record.get('seed')}) bit-identical over {len(a.stream.rows)} step(s): "
-                   f"{', '.join(k for k in found if k != compare.DIGEST)}, {digests} parameter digest(s)")
-        return _row("twins", "match", message, expected="bit-identical", actual="bit-identical",
-                    configured={"steps": steps}, evidence=evidence), found
-    return _row("twins", "mismatch", f"same-seed twins diverge: {compare.describe(first)}",
-                expected="bit-identical", actual=f"diverge at step {first['step']}",
-                configured={"steps": steps}, evidence=evidence), found
+        message = (
+            f"twins (seed {a.record.get('seed')}) bit-identical over {len(a.stream.rows)} step(s): "
+            f"{', '.join(k for k in found if k != compare.DIGEST)}, {digests} parameter digest(s)"
+        )
+        return _row(
+            "twins",
+            "match",
+            message,
+            expected="bit-identical",
+            actual="bit-identical",
+            configured={"steps": steps},
+            evidence=evidence,
+        ), found
+    return _row(
+        "twins",
+        "mismatch",
+        f"same-seed twins diverge: {compare.describe(first)}",
+        expected="bit-identical",
+        actual=f"diverge at step {first['step']}",
+        configured={"steps": steps},
+        evidence=evidence,
+    ), found
 
 
 def control_check(twin: Outcome, control: Outcome) -> Check:
@@ -117,12 +157,23 @@ def control_check(twin: Outcome, control: Outcome) -> Check:
     evidence["divergences"] = found
     seeds = f"seed {control.record.get('seed')} vs {twin.record.get('seed')}"
     if first is None:
-        return _row("control", "unverifiable", f"control ({seeds}) is bit-identical to the twin: the "
-                    "stream does not depend on the seed, so identical twins prove nothing",
-                    expected="differs from the twins", actual="identical", evidence=evidence)
-    return _row("control", "match", f"control ({seeds}) differs from the twins as it should "
-                f"(from step {first['step']})", expected="differs from the twins",
-                actual=f"differs at step {first['step']}", evidence=evidence)
+        return _row(
+            "control",
+            "unverifiable",
+            f"control ({seeds}) is bit-identical to the twin: the "
+            "stream does not depend on the seed, so identical twins prove nothing",
+            expected="differs from the twins",
+            actual="identical",
+            evidence=evidence,
+        )
+    return _row(
+        "control",
+        "match",
+        f"control ({seeds}) differs from the twins as it should (from step {first['step']})",
+        expected="differs from the twins",
+        actual=f"differs at step {first['step']}",
+        evidence=evidence,
+    )
 
 
 def device_check(a: Outcome, b: Outcome) -> Check | None:
@@ -130,23 +181,46 @@ def device_check(a: Outcome, b: Outcome) -> Check | None:
     if a.problem or b.problem:
         return None
     keys = ("torch", "cuda", "cudnn", "device", "gpu", "capability", "threads")
-    seen = [{k: (o.report.get("device") or {}).get(k) for k in keys} | {"nvidia_smi": o.record.get("gpu")}
-            for o in (a, b)]
+    seen = [
+        {k: (o.report.get("device") or {}).get(k) for k in keys} | {"nvidia_smi": o.record.get("gpu")}
+        for o in (a, b)
+    ]
     same = seen[0] == seen[1]
-    return _row("device", "match" if same else "mismatch",
-                "twins ran on the same kind of device and software" if same
-                else f"twins ran on different devices/software: {seen[0]} vs {seen[1]}",
-                severity="soft", expected="same device kind", actual=seen[0] if same else seen,
-                evidence={"twin_a": seen[0], "twin_b": seen[1]})
+    return _row(
+        "device",
+        "match" if same else "mismatch",
+        "twins ran on the same kind of device and software"
+        if same
+        else f"twins ran on different devices/software: {seen[0]} vs {seen[1]}",
+        severity="soft",
+        expected="same device kind",
+        actual=seen[0] if same else seen,
+        evidence={"twin_a": seen[0], "twin_b": seen[1]},
+    )
 
 
 def nondeterministic_ops_check(outcomes: list[Outcome]) -> Check:
-    ops = sorted({op for o in outcomes for op in [*(o.report.get("nondeterministic_ops") or []),
-                                                  *(o.record.get("nondeterministic_ops_in_log") or [])]})
-    return _row("nondeterministic_ops", "mismatch" if ops else "match",
-                f"nondeterministic op(s) hit under warn_only: {', '.join(ops)}" if ops
-                else "no nondeterministic op was hit (warn_only)", severity="soft",
-                expected=[], actual=ops, evidence={"ops": ops})
+    ops = sorted(
+        {
+            op
+            for o in outcomes
+            for op in [
+                *(o.report.get("nondeterministic_ops") or []),
+                *(o.record.get("nondeterministic_ops_in_log") or []),
+            ]
+        }
+    )
+    return _row(
+        "nondeterministic_ops",
+        "mismatch" if ops else "match",
+        f"nondeterministic op(s) hit under warn_only: {', '.join(ops)}"
+        if ops
+        else "no nondeterministic op was hit (warn_only)",
+        severity="soft",
+        expected=[],
+        actual=ops,
+        evidence={"ops": ops},
+    )
 
 
 def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Check:
@@ -154,8 +228,12 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
     evidence: dict[str, Any] = {"ddp": outcome.evidence(), "nproc": nproc}
     done = (outcome.folder / "done.json").exists() and outcome.record.get("returncode") == 0
     if not done:
-        return _row("ddp", "error", f"torchrun --nproc_per_node={nproc} did not complete "
-                    f"(exit {outcome.record.get('returncode')})", evidence=evidence)
+        return _row(
+            "ddp",
+            "error",
+            f"torchrun --nproc_per_node={nproc} did not complete (exit {outcome.record.get('returncode')})",
+            evidence=evidence,
+        )
     streams: dict[int, compare.Stream] = {}
     for rank in range(nproc):
         path = outcome.folder / "run" / metrics_name(rank, nproc, metrics_file)
@@ -167,23 +245,39 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
     bad = {r: compare.earliest(d) for r, d in per_rank.items() if compare.earliest(d)}
     if bad:
         rank, hit = min(bad.items(), key=lambda kv: kv[1]["step"])
-        return _row("ddp", "mismatch", f"rank {rank} disagrees with rank 0: {compare.describe(hit)}",
-                    expected="ranks agree", actual=f"rank {rank} differs", evidence=evidence)
-    return _row("ddp", "match", f"{nproc} ranks completed {len(streams[0].rows)} step(s); loss, grad norm "
-                "and parameter digests agree across ranks", expected="ranks agree", actual="agree",
-                configured={"ddp_procs": nproc, "steps": steps}, evidence=evidence)
+        return _row(
+            "ddp",
+            "mismatch",
+            f"rank {rank} disagrees with rank 0: {compare.describe(hit)}",
+            expected="ranks agree",
+            actual=f"rank {rank} differs",
+            evidence=evidence,
+        )
+    return _row(
+        "ddp",
+        "match",
+        f"{nproc} ranks completed {len(streams[0].rows)} step(s); loss, grad norm "
+        "and parameter digests agree across ranks",
+        expected="ranks agree",
+        actual="agree",
+        configured={"ddp_procs": nproc, "steps": steps},
+        evidence=evidence,
+    )
 
 
 def reload_checks(cfg: DictConfig, scfg: DictConfig, twin: Outcome) -> list[Check]:
     if not bool(scfg.reload.enabled):
         return []
     if twin.problem:
-        return [_row("reload.checkpoint", "error",
-                     f"no smoke checkpoint to reload: {twin.part} {twin.problem}")]
+        return [
+            _row("reload.checkpoint", "error", f"no smoke checkpoint to reload: {twin.part} {twin.problem}")
+        ]
     dataset = scfg.reload.get("dataset") or cfg.dataset.get("path")
     if not dataset:
-        raise InputError(f"stages.{NAME}.reload.dataset: no dataset to re-inject stats from (dataset.path is "
-                         "null)", field=f"stages.{NAME}.reload.dataset")
+        raise InputError(
+            f"stages.{NAME}.reload.dataset: no dataset to re-inject stats from (dataset.path is null)",
+            field=f"stages.{NAME}.reload.dataset",
+        )
     checkpoint = twin.folder / "run" / str(scfg.checkpoint_subdir)
     try:
         return reload.round_trip(checkpoint, Path(dataset), scfg.reload)
@@ -206,13 +300,17 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
         checks.append(nondeterministic_ops_check(list(got.values())))
     nproc = int(scfg.ddp_procs)
     if nproc > 1:
-        checks.append(ddp_check(read_outcome(ctx.part_dir("ddp"), "ddp", metrics_file), nproc, metrics_file,
-                                int(scfg.steps)))
+        checks.append(
+            ddp_check(
+                read_outcome(ctx.part_dir("ddp"), "ddp", metrics_file), nproc, metrics_file, int(scfg.steps)
+            )
+        )
     checks += reload_checks(cfg, scfg, got["twin_a"])
-    path = atomic_write_json(ctx.artifacts_dir / "compare.json",
-                             {"twins": found, "parts": {p: o.evidence() for p, o in got.items()}})
-    return StageResult.from_checks(NAME, checks, artifacts={"compare": str(path)},
-                                   timings=_part_timings(got))
+    path = atomic_write_json(
+        ctx.artifacts_dir / "compare.json",
+        {"twins": found, "parts": {p: o.evidence() for p, o in got.items()}},
+    )
+    return StageResult.from_checks(NAME, checks, artifacts={"compare": str(path)}, timings=_part_timings(got))
 
 
 def _part_timings(got: dict[str, Outcome]) -> dict[str, float]:
@@ -225,8 +323,14 @@ def _part_timings(got: dict[str, Outcome]) -> dict[str, float]:
     return out
 
 
-register(Stage(name=NAME, run=run, parts=PARTS, run_part=runner.run_part,
-               inputs=("model", "training", "dataset"),
-               category="determinism",
-               description="same-seed twins bit-identical, control differs, DDP ranks agree, "
-                           "reload round trip"))
+register(
+    Stage(
+        name=NAME,
+        run=run,
+        parts=PARTS,
+        run_part=runner.run_part,
+        inputs=("model", "training", "dataset"),
+        category="determinism",
+        description="same-seed twins bit-identical, control differs, DDP ranks agree, reload round trip",
+    )
+)

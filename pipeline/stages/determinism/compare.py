@@ -45,8 +45,12 @@ def read_stream(path: Path) -> Stream:
             row = json.loads(line)
             step = int(row["step"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{path}:{number}: expected a JSON object with an integer 'step' "
-                             f"({type(exc).__name__}: {exc})", path=path, field="step") from exc
+            raise InputError(
+                f"{path}:{number}: expected a JSON object with an integer 'step' "
+                f"({type(exc).__name__}: {exc})",
+                path=path,
+                field="step",
+            ) from exc
         stream.rows[step] = row
     return stream
 
@@ -70,8 +74,10 @@ def ulp_distance(a: float, b: float, dtype: str = "float64") -> int | None:
         return None
     if dtype == "bfloat16":
         return abs(_ordered(a, "float32") - _ordered(b, "float32")) >> 16
-    return abs(_ordered(a, dtype if dtype in _FORMATS else "float64")
-               - _ordered(b, dtype if dtype in _FORMATS else "float64"))
+    return abs(
+        _ordered(a, dtype if dtype in _FORMATS else "float64")
+        - _ordered(b, dtype if dtype in _FORMATS else "float64")
+    )
 
 
 def _ordered(value: float, dtype: str) -> int:
@@ -81,8 +87,12 @@ def _ordered(value: float, dtype: str) -> int:
     return -magnitude if bits >> sign_bit else magnitude
 
 
-def difference(key: str, step: int, a_row: dict[str, Any] | None, b_row: dict[str, Any] | None,
-               ) -> dict[str, Any] | None:
+def difference(
+    key: str,
+    step: int,
+    a_row: dict[str, Any] | None,
+    b_row: dict[str, Any] | None,
+) -> dict[str, Any] | None:
     """None when both runs hold the same bits for `key` at `step`; otherwise the evidence."""
     a_text = None if a_row is None else exact_text(a_row, key)
     b_text = None if b_row is None else exact_text(b_row, key)
@@ -97,8 +107,16 @@ def difference(key: str, step: int, a_row: dict[str, Any] | None, b_row: dict[st
     dtype = str(((a_row or {}).get("dtype") or {}).get(key, "float64"))
     delta = abs(a - b) if math.isfinite(a) and math.isfinite(b) else None
     scale = max(abs(a), abs(b)) if delta is not None else 0.0
-    return {**found, "kind": "value", "a_value": a, "b_value": b, "dtype": dtype, "abs": delta,
-            "rel": None if delta is None or scale == 0 else delta / scale, "ulp": ulp_distance(a, b, dtype)}
+    return {
+        **found,
+        "kind": "value",
+        "a_value": a,
+        "b_value": b,
+        "dtype": dtype,
+        "abs": delta,
+        "rel": None if delta is None or scale == 0 else delta / scale,
+        "ulp": ulp_distance(a, b, dtype),
+    }
 
 
 def first_divergence(a: Stream, b: Stream, key: str) -> dict[str, Any] | None:
@@ -133,8 +151,10 @@ def describe(hit: dict[str, Any]) -> str:
         ulp = "n/a" if hit["ulp"] is None else f"{hit['ulp']} ULP ({hit['dtype']})"
         rel = "n/a" if hit["rel"] is None else f"{hit['rel']:.3g}"
         size = "n/a" if hit["abs"] is None else f"{hit['abs']:.3g}"
-        return (f"first divergent step {hit['step']}: {hit['metric']} {hit['a_value']!r} vs "
-                f"{hit['b_value']!r} (abs {size}, rel {rel}, {ulp})")
+        return (
+            f"first divergent step {hit['step']}: {hit['metric']} {hit['a_value']!r} vs "
+            f"{hit['b_value']!r} (abs {size}, rel {rel}, {ulp})"
+        )
     if hit["kind"] == "digest":
         return f"first divergent step {hit['step']}: parameter digest {hit['a']} vs {hit['b']}"
     return f"first divergent step {hit['step']}: {hit['metric']} {hit['kind']}"

@@ -25,8 +25,9 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise InputError(f"{path}: missing (expected a LeRobot v3.0 dataset root with meta/)",
-                         path=path) from exc
+        raise InputError(
+            f"{path}: missing (expected a LeRobot v3.0 dataset root with meta/)", path=path
+        ) from exc
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc})", path=path) from exc
 
@@ -35,8 +36,9 @@ def features(root: Path) -> dict[str, dict[str, Any]]:
     path = Path(root) / "meta" / "info.json"
     found = _read_json(path).get("features")
     if not isinstance(found, dict):
-        raise InputError(f"{path}: field 'features' must be an object of feature specs", path=path,
-                         field="features")
+        raise InputError(
+            f"{path}: field 'features' must be an object of feature specs", path=path, field="features"
+        )
     return found
 
 
@@ -45,8 +47,11 @@ def feature_dim(root: Path, name: str) -> int:
     path = Path(root) / "meta" / "info.json"
     spec = features(root).get(name)
     if not spec or not isinstance(spec.get("shape"), list) or len(spec["shape"]) != 1:
-        raise InputError(f"{path}: features.{name}.shape must be a one-element list [D]", path=path,
-                         field=f"features.{name}.shape")
+        raise InputError(
+            f"{path}: features.{name}.shape must be a one-element list [D]",
+            path=path,
+            field=f"features.{name}.shape",
+        )
     return int(spec["shape"][0])
 
 
@@ -59,8 +64,9 @@ def stats(root: Path) -> Stats:
     out: Stats = {}
     for feature, entry in raw.items():
         if not isinstance(entry, dict):
-            raise InputError(f"{path}: {feature} must map statistic names to values", path=path,
-                             field=feature)
+            raise InputError(
+                f"{path}: {feature} must map statistic names to values", path=path, field=feature
+            )
         out[feature] = {stat: np.asarray(value, dtype=np.float32) for stat, value in entry.items()}
     return out
 

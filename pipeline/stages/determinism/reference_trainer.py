@@ -42,8 +42,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--model", default="", help="base checkpoint to start from (optional)")
-    parser.add_argument("--training", default="", help="training config (YAML); its "
-                        "policy.normalization_mapping overrides the checkpoint's, as in LeRobot")
+    parser.add_argument(
+        "--training",
+        default="",
+        help="training config (YAML); its "
+        "policy.normalization_mapping overrides the checkpoint's, as in LeRobot",
+    )
     parser.add_argument("--fault", choices=FAULTS, default="none")
     parser.add_argument("--save-normalization-stats", default="false", choices=("true", "false"))
     parser.add_argument("--batch-size", type=int, default=32)
@@ -88,8 +92,11 @@ def build_policy(dataset: Path, model: str, training: str = "") -> tuple[nn.Modu
     has_env = demo.ENV_KEY in lerobot_data.features(dataset)
     env_dim = lerobot_data.feature_dim(dataset, demo.ENV_KEY) if has_env else 0
     state_dim = lerobot_data.feature_dim(dataset, demo.STATE_KEY) + env_dim
-    spec = demo.default_spec(lerobot_data.feature_dim(dataset, demo.STATE_KEY),
-                             lerobot_data.feature_dim(dataset, demo.ACTION_KEY), env_dim)
+    spec = demo.default_spec(
+        lerobot_data.feature_dim(dataset, demo.STATE_KEY),
+        lerobot_data.feature_dim(dataset, demo.ACTION_KEY),
+        env_dim,
+    )
     spec.normalization_mapping = {**spec.normalization_mapping, **override}
     return demo.DemoPolicy(state_dim, lerobot_data.feature_dim(dataset, demo.ACTION_KEY)), spec
 
@@ -134,7 +141,7 @@ def batches(n: int, batch: int, seed: int, fault: str) -> Iterator[torch.Tensor]
     while True:
         order = batch_order(n, seed, fault, epoch)
         for start in range(0, n - batch + 1, batch):
-            yield order[start:start + batch]
+            yield order[start : start + batch]
         epoch += 1
 
 

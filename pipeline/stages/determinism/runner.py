@@ -31,8 +31,17 @@ from pipeline.trainlog import ENV_MODE, NONDET_RE
 NAME = "determinism"
 PART_FILE = "part.json"
 LOG_FILE = "train.log"
-PLACEHOLDERS = ("python", "seed", "steps", "out", "dataset", "model", "training", "fault",
-                "save_normalization_stats")
+PLACEHOLDERS = (
+    "python",
+    "seed",
+    "steps",
+    "out",
+    "dataset",
+    "model",
+    "training",
+    "fault",
+    "save_normalization_stats",
+)
 _FIELD_RE = re.compile(r"\{([^{}]*)\}")
 FAULTS = ("none", "unseeded_shuffle", "clock_seed")
 
@@ -40,8 +49,10 @@ FAULTS = ("none", "unseeded_shuffle", "clock_seed")
 def stage_cfg(cfg: DictConfig) -> DictConfig:
     scfg = cfg.stages.get(NAME)
     if scfg is None:
-        raise InputError(f"stages.{NAME}: missing config section (pipeline/conf/stages/{NAME}.yaml)",
-                         field=f"stages.{NAME}")
+        raise InputError(
+            f"stages.{NAME}: missing config section (pipeline/conf/stages/{NAME}.yaml)",
+            field=f"stages.{NAME}",
+        )
     return scfg
 
 
@@ -52,17 +63,22 @@ def fault_for(cfg: DictConfig) -> str:
         variant = (cfg.get("demo") or {}).get("variant")
         return "unseeded_shuffle" if variant == "faulty" else "none"
     if fault not in FAULTS:
-        raise InputError(f"stages.{NAME}.fault: {fault!r} is not one of auto, {', '.join(FAULTS)}",
-                         field=f"stages.{NAME}.fault")
+        raise InputError(
+            f"stages.{NAME}.fault: {fault!r} is not one of auto, {', '.join(FAULTS)}",
+            field=f"stages.{NAME}.fault",
+        )
     return fault
 
 
 def substitute(template: Sequence[Any], values: Mapping[str, str], key: str) -> list[str]:
     """Fill `{name}` placeholders element by element; an unknown name is an error, not a literal."""
     if isinstance(template, (str, bytes)) or not isinstance(template, Sequence) or not template:
-        raise InputError(f"{key}: expected a non-empty argv list "
-                         f"(e.g. [python, train.py, --seed, '{{seed}}']), "
-                         f"got {template!r}; a shell string is not accepted", field=key)
+        raise InputError(
+            f"{key}: expected a non-empty argv list "
+            f"(e.g. [python, train.py, --seed, '{{seed}}']), "
+            f"got {template!r}; a shell string is not accepted",
+            field=key,
+        )
     argv = []
     for index, item in enumerate(template):
         if not isinstance(item, (str, int, float)):
@@ -70,8 +86,11 @@ def substitute(template: Sequence[Any], values: Mapping[str, str], key: str) -> 
         text = str(item)
         for name in _FIELD_RE.findall(text):
             if name not in values:
-                raise InputError(f"{key}[{index}]: unknown placeholder {{{name}}} in {text!r}; known: "
-                                 f"{', '.join('{' + p + '}' for p in values)}", field=key)
+                raise InputError(
+                    f"{key}[{index}]: unknown placeholder {{{name}}} in {text!r}; known: "
+                    f"{', '.join('{' + p + '}' for p in values)}",
+                    field=key,
+                )
         argv.append(_FIELD_RE.sub(lambda m: values[m.group(1)], text))
     return argv
 
@@ -79,10 +98,15 @@ def substitute(template: Sequence[Any], values: Mapping[str, str], key: str) -> 
 def placeholder_values(cfg: DictConfig, seed: int, out: Path) -> dict[str, str]:
     scfg = stage_cfg(cfg)
     paths = {kind: (cfg.get(kind) or {}).get("path") for kind in ("model", "dataset", "training")}
-    return {"python": sys.executable, "seed": str(seed), "steps": str(int(scfg.steps)), "out": str(out),
-            **{k: "" if v is None else str(v) for k, v in paths.items()},
-            "fault": fault_for(cfg),
-            "save_normalization_stats": str(bool(scfg.reload.save_normalization_stats)).lower()}
+    return {
+        "python": sys.executable,
+        "seed": str(seed),
+        "steps": str(int(scfg.steps)),
+        "out": str(out),
+        **{k: "" if v is None else str(v) for k, v in paths.items()},
+        "fault": fault_for(cfg),
+        "save_normalization_stats": str(bool(scfg.reload.save_normalization_stats)).lower(),
+    }
 
 
 def child_env(scfg: DictConfig) -> tuple[dict[str, str], dict[str, str]]:
@@ -109,9 +133,11 @@ def ddp_argv(scfg: DictConfig, argv: list[str], values: Mapping[str, str]) -> li
         return [*head, "-m", *argv[2:]]
     if len(argv) >= 2 and Path(argv[0]).name.startswith("python") and argv[1].endswith(".py"):
         return [*head, *argv[1:]]
-    raise InputError(f"stages.{NAME}.train_cmd: cannot derive a torchrun command from {argv[:3]!r}; set "
-                     f"stages.{NAME}.ddp_cmd (an argv list; {{nproc}} is the process count)",
-                     field=f"stages.{NAME}.ddp_cmd")
+    raise InputError(
+        f"stages.{NAME}.train_cmd: cannot derive a torchrun command from {argv[:3]!r}; set "
+        f"stages.{NAME}.ddp_cmd (an argv list; {{nproc}} is the process count)",
+        field=f"stages.{NAME}.ddp_cmd",
+    )
 
 
 def part_seed(scfg: DictConfig, part: str) -> int:
@@ -141,10 +167,18 @@ def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
         _write(out, {"part": part, "seed": seed, "returncode": None, "log_tail": f"InputError: {exc}"})
         raise
     env, chosen = child_env(scfg)
-    record = {"part": part, "seed": seed, "argv": argv, "env_set": chosen, "cwd": str(out / "run"),
-              "host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-              "gpu": gpu_info(), "versions": _versions(), "ddp_procs": int(scfg.ddp_procs) if part == "ddp"
-              else 1}
+    record = {
+        "part": part,
+        "seed": seed,
+        "argv": argv,
+        "env_set": chosen,
+        "cwd": str(out / "run"),
+        "host": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "gpu": gpu_info(),
+        "versions": _versions(),
+        "ddp_procs": int(scfg.ddp_procs) if part == "ddp" else 1,
+    }
     record.update(_execute(argv, env, out, float(scfg.timeout_s)))
     _write(out, record)
     if record["returncode"] != 0:
@@ -158,15 +192,22 @@ def _execute(argv: list[str], env: dict[str, str], out: Path, timeout_s: float) 
     with open(log_path, "wb") as log:
         code = _run_group(argv, env, out / "run", log, timeout_s)
     text = log_path.read_text(encoding="utf-8", errors="replace")
-    return {"returncode": code, "started": started, "ended": time.time(), "log": str(log_path),
-            "log_tail": text[-2000:], "nondeterministic_ops_in_log": sorted(set(NONDET_RE.findall(text)))}
+    return {
+        "returncode": code,
+        "started": started,
+        "ended": time.time(),
+        "log": str(log_path),
+        "log_tail": text[-2000:],
+        "nondeterministic_ops_in_log": sorted(set(NONDET_RE.findall(text))),
+    }
 
 
 def _run_group(argv: list[str], env: dict[str, str], cwd: Path, log: Any, timeout_s: float) -> int:
     """Run in its own process group so a time-out also ends torchrun's worker processes."""
     try:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     except OSError as exc:
         log.write(f"cannot start {argv[0]!r}: {exc}\n".encode())
         return 127
@@ -189,8 +230,13 @@ def gpu_info() -> list[dict[str, str]]:
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=False).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     rows = [line.split(",") for line in out.splitlines() if "," in line]

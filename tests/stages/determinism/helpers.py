@@ -12,8 +12,17 @@ TINY_TRAINER = Path(__file__).resolve().parent / "tiny_trainer.py"
 
 def tiny_cmd(*extra: str) -> str:
     """A Hydra override setting train_cmd to the test trainer (a user's own script)."""
-    items = ["{python}", str(TINY_TRAINER), "--seed", "{seed}", "--steps", "{steps}", "--out", "{out}",
-             *extra]
+    items = [
+        "{python}",
+        str(TINY_TRAINER),
+        "--seed",
+        "{seed}",
+        "--steps",
+        "{steps}",
+        "--out",
+        "{out}",
+        *extra,
+    ]
     return "stages.determinism.train_cmd=[" + ",".join(f"'{i}'" for i in items) + "]"
 
 
@@ -26,11 +35,19 @@ def reference_runs(root: Path, dataset: Path, runs: dict[str, tuple[str, ...]]) 
     procs = {}
     for name, extra in runs.items():
         flags = {"--seed": "0", "--steps": "3", **dict(zip(extra[::2], extra[1::2], strict=True))}
-        cmd = [sys.executable, "-m", "pipeline.stages.determinism.reference_trainer",
-               "--out", str(root / name),
-               "--dataset", str(dataset), *[x for kv in flags.items() for x in kv]]
-        procs[name] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipeline.stages.determinism.reference_trainer",
+            "--out",
+            str(root / name),
+            "--dataset",
+            str(dataset),
+            *[x for kv in flags.items() for x in kv],
+        ]
+        procs[name] = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     for name, proc in procs.items():
         output = proc.communicate(timeout=300)[0]
         assert proc.returncode == 0, f"{name}: {output}"

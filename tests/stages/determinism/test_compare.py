@@ -36,8 +36,9 @@ def test_a_missing_step_is_a_divergence(runs):
     assert hit["step"] == 3 and hit["kind"] == "missing in b"
 
 
-@pytest.mark.parametrize("dtype, np_type", [("float32", np.float32), ("float64", np.float64),
-                                            ("float16", np.float16)])
+@pytest.mark.parametrize(
+    "dtype, np_type", [("float32", np.float32), ("float64", np.float64), ("float16", np.float16)]
+)
 def test_ulp_distance_counts_representable_values(dtype, np_type):
     x = np_type(0.3)
     up = np.nextafter(x, np_type(1))

@@ -39,8 +39,12 @@ def copy_run(run: Path, tmp_path: Path) -> Path:
 def test_stats_less_save_reloads_with_injected_stats(trained, tiny_dataset):
     found = rows(trained["a"] / "checkpoint", tiny_dataset)
     assert {k: c.verdict for k, c in found.items()} == {
-        "stats_not_saved": "match", "load": "match", "stats_populated": "match",
-        "stats_match_training": "match", "forward": "match"}
+        "stats_not_saved": "match",
+        "load": "match",
+        "stats_populated": "match",
+        "stats_match_training": "match",
+        "forward": "match",
+    }
     assert found["stats_populated"].evidence["injected"]  # they came from the dataset, not the file
     assert found["forward"].actual == {"shape": [1, 2], "finite": True}
 
@@ -49,8 +53,12 @@ def test_stats_written_despite_save_normalization_stats_false(trained, tiny_data
     found = rows(trained["with_stats"] / "checkpoint", tiny_dataset)
     assert found["stats_not_saved"].verdict == "mismatch" and found["stats_not_saved"].severity == "hard"
     assert any(k.startswith(PRE + ":observation.state.") for k in found["stats_not_saved"].evidence["keys"])
-    assert rows(trained["with_stats"] / "checkpoint", tiny_dataset,
-                save_normalization_stats=True)["saved_stats_finite"].verdict == "match"
+    assert (
+        rows(trained["with_stats"] / "checkpoint", tiny_dataset, save_normalization_stats=True)[
+            "saved_stats_finite"
+        ].verdict
+        == "match"
+    )
 
 
 def test_inf_placeholders_left_in_the_checkpoint(trained, tiny_dataset, tmp_path):

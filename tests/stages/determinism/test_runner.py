@@ -12,17 +12,21 @@ VALUES = {"seed": "0", "out": "/tmp/o", "dataset": "/data/a b; rm -rf ~"}
 
 
 def test_placeholders_fill_one_element_each_and_shell_syntax_stays_data():
-    argv = runner.substitute(["python", "train.py", "--data={dataset}", "--seed", "{seed}", "{out}"],
-                             VALUES, "k")
+    argv = runner.substitute(
+        ["python", "train.py", "--data={dataset}", "--seed", "{seed}", "{out}"], VALUES, "k"
+    )
     assert argv == ["python", "train.py", "--data=/data/a b; rm -rf ~", "--seed", "0", "/tmp/o"]
 
 
-@pytest.mark.parametrize("template, message", [
-    ("python train.py --seed {seed}", "a shell string is not accepted"),
-    ([], "non-empty argv list"),
-    (["python", "{sede}"], r"k\[1\]: unknown placeholder \{sede\}"),
-    (["python", {"a": 1}], r"k\[1\]: expected a string"),
-])
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ("python train.py --seed {seed}", "a shell string is not accepted"),
+        ([], "non-empty argv list"),
+        (["python", "{sede}"], r"k\[1\]: unknown placeholder \{sede\}"),
+        (["python", {"a": 1}], r"k\[1\]: expected a string"),
+    ],
+)
 def test_bad_templates_are_input_errors_naming_the_key(template, message):
     with pytest.raises(InputError, match=message):
         runner.substitute(template, VALUES, "k")
@@ -41,11 +45,19 @@ def test_torchrun_command_is_derived_from_a_module_or_script_command():
 
 
 def test_child_env_sets_determinism_switches_and_records_them():
-    scfg = OmegaConf.create({"env": {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": "0"},
-                             "deterministic_algorithms": True, "warn_only": True})
+    scfg = OmegaConf.create(
+        {
+            "env": {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": "0"},
+            "deterministic_algorithms": True,
+            "warn_only": True,
+        }
+    )
     env, chosen = runner.child_env(scfg)
-    assert chosen == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": "0",
-                      "PREFLIGHT_DETERMINISTIC": "warn"}
+    assert chosen == {
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "PYTHONHASHSEED": "0",
+        "PREFLIGHT_DETERMINISTIC": "warn",
+    }
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and "PATH" in env
 
 

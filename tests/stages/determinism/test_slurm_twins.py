@@ -12,8 +12,16 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 
 
 def test_twins_are_separate_overlapping_jobs_and_the_gate_is_clear(tmp_path, tiny_dataset):
-    proc = launch(tmp_path, "launcher=slurm", "wait=true", "stage=determinism", "~demo",
-                  f"dataset.path={tiny_dataset}", "stages.determinism.steps=3", "launcher.poll_s=0.5")
+    proc = launch(
+        tmp_path,
+        "launcher=slurm",
+        "wait=true",
+        "stage=determinism",
+        "~demo",
+        f"dataset.path={tiny_dataset}",
+        "stages.determinism.steps=3",
+        "launcher.poll_s=0.5",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     ids = jobs_of(run_dir)

@@ -33,7 +33,11 @@ def test_identical_twins_and_differing_control_pass_with_ddp_ranks_agreeing(tmp_
     found = checks(run_dir)
     assert gate_of(run_dir)["gate"] == "clear"
     assert {k: c["verdict"] for k, c in found.items() if not k.startswith("reload.")} == {
-        "twins": "match", "control": "match", "device": "match", "ddp": "match"}
+        "twins": "match",
+        "control": "match",
+        "device": "match",
+        "ddp": "match",
+    }
     assert all(c["verdict"] == "match" for k, c in found.items() if k.startswith("reload."))
     twin = found["twins"]["evidence"]["twin_a"]
     assert twin["env_set"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
@@ -42,15 +46,25 @@ def test_identical_twins_and_differing_control_pass_with_ddp_ranks_agreeing(tmp_
     assert found["ddp"]["evidence"]["steps"] == {"0": 3, "1": 3}
     plan = json.loads((run_dir / "plan.json").read_text())["jobs"]
     assert {n for n in plan if n.startswith("determinism.")} == {
-        "determinism.twin_a", "determinism.twin_b", "determinism.control", "determinism.ddp"}
+        "determinism.twin_a",
+        "determinism.twin_b",
+        "determinism.control",
+        "determinism.ddp",
+    }
     assert all(plan[f"determinism.{p}"]["resources"]["cpus_per_task"] == 1 for p in ("twin_a", "twin_b"))
 
 
 def test_demo_faulty_is_blocked_at_its_first_divergent_step(tmp_path):
     """demo=faulty: the reference trainer shuffles from OS entropy; the stage names where twins part."""
     pytest.importorskip("pipeline.demo.build", reason="the embedded demo (issue 3) is not built yet")
-    proc = launch(tmp_path, "launcher=local", "stage=determinism", "demo=faulty", "launcher.poll_s=0.2",
-                  "stages.determinism.steps=3")
+    proc = launch(
+        tmp_path,
+        "launcher=local",
+        "stage=determinism",
+        "demo=faulty",
+        "launcher.poll_s=0.2",
+        "stages.determinism.steps=3",
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     twins = checks(run_dir)["twins"]
@@ -58,20 +72,29 @@ def test_demo_faulty_is_blocked_at_its_first_divergent_step(tmp_path):
     assert "first divergent step 1: loss" in twins["message"] and "ULP" in twins["message"]
     assert twins["evidence"]["divergences"]["loss"]["step"] == 1
     assert "--fault" in twins["evidence"]["twin_a"]["argv"]
-    assert twins["evidence"]["twin_a"]["argv"][twins["evidence"]["twin_a"]["argv"].index("--fault") + 1] == \
-        "unseeded_shuffle"
+    assert (
+        twins["evidence"]["twin_a"]["argv"][twins["evidence"]["twin_a"]["argv"].index("--fault") + 1]
+        == "unseeded_shuffle"
+    )
     gate = gate_of(run_dir)
     assert gate["gate"] == "blocked"
-    assert any(r.startswith("determinism.twins: same-seed twins diverge: first divergent step 1")
-               for r in gate["reasons"])
+    assert any(
+        r.startswith("determinism.twins: same-seed twins diverge: first divergent step 1")
+        for r in gate["reasons"]
+    )
 
 
 def test_crashed_twin_is_an_error_a_seed_blind_control_unverifiable_and_warn_only_lists_ops(tmp_path):
     """One launch, three findings: twin_b exits 1, the control reuses the twins' seed, and the user's
     trainer hits an op with no deterministic CPU implementation under warn_only."""
-    proc = launch(tmp_path, *BASE, tiny_cmd("--crash-if-out-contains", "twin_b", "--nondet-op"),
-                  "stages.determinism.control_seed=0", "stages.determinism.warn_only=true",
-                  "stages.determinism.reload.enabled=false")
+    proc = launch(
+        tmp_path,
+        *BASE,
+        tiny_cmd("--crash-if-out-contains", "twin_b", "--nondet-op"),
+        "stages.determinism.control_seed=0",
+        "stages.determinism.warn_only=true",
+        "stages.determinism.reload.enabled=false",
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     found = checks(run_dir)
@@ -87,9 +110,15 @@ def test_crashed_twin_is_an_error_a_seed_blind_control_unverifiable_and_warn_onl
 
 
 def stage_config(tmp_path: Path, dataset: Path, **changes) -> DictConfig:
-    cfg = OmegaConf.create({"demo": {"variant": "default"}, "model": {"path": None},
-                            "training": {"path": None}, "dataset": {"path": str(dataset)},
-                            "stages": {"determinism": OmegaConf.load(CONFIG)}})
+    cfg = OmegaConf.create(
+        {
+            "demo": {"variant": "default"},
+            "model": {"path": None},
+            "training": {"path": None},
+            "dataset": {"path": str(dataset)},
+            "stages": {"determinism": OmegaConf.load(CONFIG)},
+        }
+    )
     for key, value in changes.items():
         OmegaConf.update(cfg, f"stages.determinism.{key}", value)
     return cfg
