@@ -38,3 +38,10 @@ class SubmissionError(PreflightError):
 
 class RecordError(PreflightError, ValueError):
     """A record read from disk does not have the documented shape."""
+
+
+def one_line(error: BaseException | str) -> str:
+    """An error as the one line an entry point prints: a multi-line message (sbatch's stderr, a plugin's
+    exception) is joined with ` | ` so it stays one line in logs and CI output."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " | ".join(lines) or type(error).__name__

@@ -24,9 +24,10 @@ from typing import Any
 import submitit
 from omegaconf import DictConfig
 
-from pipeline.errors import SubmissionError
+from pipeline.errors import SubmissionError, one_line
 from pipeline.jobs import GateJob, StageJob
 from pipeline.plan import JobSpec
+from pipeline.runfolder import RunFolder
 
 FINAL_OK = "COMPLETED"
 TERMINAL = {
@@ -43,10 +44,10 @@ TERMINAL = {
 }
 
 
-def job_callable(spec: JobSpec, run_dir: Path) -> Any:
+def job_callable(spec: JobSpec, folder: RunFolder) -> Any:
     if spec.kind == "gate":
-        return GateJob(str(run_dir))
-    return StageJob(str(run_dir), str(spec.stage), spec.part)
+        return GateJob(str(folder.root))
+    return StageJob(str(folder.root), str(spec.stage), spec.part)
 
 
 def python_argv(cfg: DictConfig) -> list[str]:
@@ -107,7 +108,7 @@ def dependency_clause(spec: JobSpec, ids: dict[str, str]) -> str | None:
 
 
 def submit_slurm(
-    jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, on_submit: Callable[[JobSpec, Any], None]
+    jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, on_submit: Callable[[JobSpec, Any], None]
 ) -> dict[str, Any]:
     submitted: dict[str, Any] = {}
     for spec in jobs:
@@ -116,13 +117,13 @@ def submit_slurm(
         ids = {name: job.job_id for name, job in submitted.items()}
         # one executor per job: update_parameters accumulates, and a dependency must not leak
         executor = submitit.SlurmExecutor(
-            folder=run_dir / "submitit" / "%j",
+            folder=folder.submitit_dir,
             max_num_timeout=int(cfg.launcher.requeue_max),
             python=shlex.join(python_argv(cfg)),
         )
         executor.update_parameters(**slurm_parameters(spec, cfg, dependency_clause(spec, ids)))
         try:
-            submitted[spec.name] = executor.submit(job_callable(spec, run_dir))
+            submitted[spec.name] = executor.submit(job_callable(spec, folder))
         except Exception as exc:  # noqa: BLE001 - submitit raises several types for an sbatch refusal
             for job in submitted.values():
                 job.cancel(check=False)
@@ -134,27 +135,36 @@ def submit_slurm(
     return submitted
 
 
-def sbatch_preview(spec: JobSpec, cfg: DictConfig, run_dir: Path, ids: dict[str, str]) -> str:
+def sbatch_preview(spec: JobSpec, cfg: DictConfig, folder: RunFolder, ids: dict[str, str]) -> str:
     """The sbatch script `submit_slurm` would write for this job (dry_run), without needing `srun`."""
     from submitit.slurm.slurm import _make_sbatch_string  # submitit's own renderer, as it submits
 
-    folder = run_dir / "submitit" / "%j"
     command = " ".join(
-        [shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder))]
+        [shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder.submitit_dir))]
     )
     return _make_sbatch_string(
-        command=command, folder=folder, **slurm_parameters(spec, cfg, dependency_clause(spec, ids))
+        command=command,
+        folder=folder.submitit_dir,
+        **slurm_parameters(spec, cfg, dependency_clause(spec, ids)),
     )
 
 
 def chain_sbatch(script: Path, gate_job_id: str) -> str:
-    out = subprocess.run(
-        ["sbatch", "--parsable", f"--dependency=afterok:{gate_job_id}", str(script)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    """Queue the user's training job `afterok` on the gate; a refusal is a SubmissionError that carries
+    sbatch's own stderr (the gate and the stages are already queued: the caller says so)."""
+    try:
+        out = subprocess.run(
+            ["sbatch", "--parsable", f"--dependency=afterok:{gate_job_id}", str(script)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except subprocess.CalledProcessError as exc:
+        said = one_line(exc.stderr or exc.stdout or f"exit {exc.returncode}")
+        raise SubmissionError(f"sbatch refused the chained job {script}: {said}", path=script) from None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SubmissionError(f"cannot run sbatch for the chained job {script}: {exc}", path=script) from None
     return out.strip().split(";")[0]
 
 
@@ -185,12 +195,13 @@ class LocalState:
     reason: str = ""
 
 
-def _local_executor(kind: str, cfg: DictConfig, run_dir: Path) -> submitit.Executor:
-    folder = run_dir / "submitit" / "%j"
+def _local_executor(kind: str, cfg: DictConfig, folder: RunFolder) -> submitit.Executor:
     if kind == "debug":
-        return submitit.DebugExecutor(folder=folder)
+        return submitit.DebugExecutor(folder=folder.submitit_dir)
     return submitit.LocalExecutor(
-        folder=folder, max_num_timeout=int(cfg.launcher.requeue_max), python=shlex.join(python_argv(cfg))
+        folder=folder.submitit_dir,
+        max_num_timeout=int(cfg.launcher.requeue_max),
+        python=shlex.join(python_argv(cfg)),
     )
 
 
@@ -202,10 +213,10 @@ def _finished_state(job: Any) -> str | None:
     return FINAL_OK if job.exception() is None else "FAILED"
 
 
-def _start(executor: submitit.Executor, kind: str, item: LocalState, run_dir: Path) -> None:
+def _start(executor: submitit.Executor, kind: str, item: LocalState, folder: RunFolder) -> None:
     res = item.spec.resources
     executor.update_parameters(timeout_min=float(res["time_min"]), name=f"preflight-{item.spec.name}")
-    item.job = executor.submit(job_callable(item.spec, run_dir))
+    item.job = executor.submit(job_callable(item.spec, folder))
     item.job_id, item.state = str(item.job.job_id), "RUNNING"
     if kind == "debug":  # DebugExecutor runs the call in this process when asked for its result
         try:
@@ -230,12 +241,12 @@ def _blocked_by(item: LocalState, states: dict[str, LocalState]) -> str | None:
 def run_dag(
     jobs: list[JobSpec],
     cfg: DictConfig,
-    run_dir: Path,
+    folder: RunFolder,
     kind: str,
     on_change: Callable[[dict[str, LocalState]], None],
 ) -> dict[str, LocalState]:
     """Run the plan here, in dependency order, until every job has ended."""
-    executor = _local_executor(kind, cfg, run_dir)
+    executor = _local_executor(kind, cfg, folder)
     states = {
         spec.name: LocalState(spec, state=FINAL_OK, reason="reused") if spec.reused else LocalState(spec)
         for spec in jobs
@@ -243,7 +254,7 @@ def run_dag(
     max_parallel = int(cfg.launcher.max_parallel or os.cpu_count() or 1)
     try:
         while any(s.state not in TERMINAL for s in states.values()):
-            if _advance(states, executor, kind, run_dir, max_parallel):
+            if _advance(states, executor, kind, folder, max_parallel):
                 on_change(states)
             time.sleep(float(cfg.launcher.poll_s))
     except BaseException:  # Ctrl-C included: leave no orphaned stage process behind
@@ -256,7 +267,11 @@ def run_dag(
 
 
 def _advance(
-    states: dict[str, LocalState], executor: submitit.Executor, kind: str, run_dir: Path, max_parallel: int
+    states: dict[str, LocalState],
+    executor: submitit.Executor,
+    kind: str,
+    folder: RunFolder,
+    max_parallel: int,
 ) -> bool:
     """One scheduling pass: collect ended jobs, cancel unsatisfiable ones, start ready ones."""
     changed = False
@@ -271,7 +286,7 @@ def _advance(
         if why and why != "waiting":
             item.state, item.reason, changed = "CANCELLED", why, True
         elif why is None and running < max_parallel:
-            _start(executor, kind, item, run_dir)
+            _start(executor, kind, item, folder)
             running += item.state == "RUNNING"
             changed = True
     return changed

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import InputError
+
 SMALL_FILE_BYTES = 4 * 1024 * 1024
 EDGE_BYTES = 1024 * 1024
 MAX_FILES = 200_000
@@ -48,10 +50,13 @@ def digest_path(path: str | Path | None) -> str:
     hasher = hashlib.sha256()
     files = [root] if root.is_file() else _walk(root)
     for file in files:
-        size = file.stat().st_size
-        rel = "." if file == root else file.relative_to(root).as_posix()
-        hasher.update(f"{rel}\0{size}\0".encode())
-        _hash_file(file, size, hasher)
+        try:
+            size = file.stat().st_size
+            rel = "." if file == root else file.relative_to(root).as_posix()
+            hasher.update(f"{rel}\0{size}\0".encode())
+            _hash_file(file, size, hasher)
+        except OSError as exc:  # unreadable file (permissions, a dangling link): name it
+            raise InputError(f"{file}: cannot read it to fingerprint the input: {exc}", path=file) from exc
     return "sha256:" + hasher.hexdigest()
 
 
@@ -61,7 +66,10 @@ def _walk(root: Path) -> list[Path]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         found.extend(Path(folder) / n for n in sorted(names) if not n.startswith("."))
         if len(found) > MAX_FILES:
-            raise ValueError(f"{root}: more than {MAX_FILES} files; point the input at a narrower folder")
+            raise InputError(
+                f"{root}: more than {MAX_FILES} files to fingerprint; point the input at a narrower folder",
+                path=root,
+            )
     return found
 
 

@@ -7,7 +7,6 @@ stage without a readable result becomes an `error` check, never a silent pass.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,58 +15,52 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import audit
-from pipeline.jobs import load_plan, load_run_config, result_path
-from pipeline.records import Check, GateRecord, RecordError, StageResult
+from pipeline.records import GateRecord, RecordError, Rows, StageResult
+from pipeline.runfolder import RunFolder
 from pipeline.status import sacct_states
-from pipeline.storage import atomic_write_json
 from pipeline.waivers import apply_waivers
 
 
 def run_gate(run_dir: Path) -> int:
-    run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
-    plan = load_plan(run_dir)
-    record = merge(cfg, plan, collect_results(run_dir, plan))
-    atomic_write_json(run_dir / "gate.json", record.to_dict())
+    folder = RunFolder(run_dir)
+    cfg = folder.load_config()
+    plan = folder.load_plan()
+    record = merge(cfg, plan, collect_results(folder, plan))
+    folder.write_gate(record)
     audit.write_record(Path(cfg.audit_dir), record)
-    print(f"gate: {record.gate} ({record.verdict})" + "".join(f"\n  - {r}" for r in record.reasons))
-    return record.exit_code
+    return folder.report_gate()
 
 
 def stage_names(plan: dict[str, Any]) -> list[str]:
     return [name for name, job in plan["jobs"].items() if job["kind"] == "stage"]
 
 
-def collect_results(run_dir: Path, plan: dict[str, Any]) -> list[StageResult]:
-    states = _job_states(run_dir, plan)
-    return [_read_result(run_dir, name, states.get(name)) for name in stage_names(plan)]
+def collect_results(folder: RunFolder, plan: dict[str, Any]) -> list[StageResult]:
+    states = _job_states(folder, plan)
+    return [_read_result(folder, name, states.get(name)) for name in stage_names(plan)]
 
 
-def _read_result(run_dir: Path, stage: str, job: dict[str, Any] | None) -> StageResult:
-    path = result_path(run_dir, stage)
+def _read_result(folder: RunFolder, stage: str, job: dict[str, Any] | None) -> StageResult:
+    path = folder.result_file(stage)
     try:
-        return StageResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return folder.load_result(stage)
     except FileNotFoundError:
         state = (job or {}).get("state", "unknown")
         message = f"no result at {path}: the stage job ({(job or {}).get('job_id')}) ended {state}"
-    except (json.JSONDecodeError, RecordError, TypeError, ValueError) as exc:
+    except (RecordError, TypeError, ValueError) as exc:
         message = f"unreadable result {path}: {exc}"
-    check = Check(
-        id=f"{stage}.result",
-        stage=stage,
-        category="container",
-        feature=stage,
-        verdict="error",
-        message=message,
-        evidence={"path": str(path), "job": job},
+    check = Rows(stage, "container")(
+        "result", stage, "error", message, evidence={"path": str(path), "job": job}
     )
     return StageResult.from_checks(stage, [check])
 
 
-def _job_states(run_dir: Path, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _job_states(folder: RunFolder, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Job ids and end states, for the evidence of a stage that left no result (best effort)."""
-    path = run_dir / "jobs.json"
-    jobs: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        jobs = folder.load_jobs()
+    except RecordError:
+        jobs = {}
     if plan.get("executor") == "slurm" and shutil.which("sacct"):
         states = sacct_states([str(job.get("job_id")) for job in jobs.values()])
         for job in jobs.values():

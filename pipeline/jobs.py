@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata as metadata
-import json
 import os
 import platform
 import socket
@@ -20,29 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import submitit
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from pipeline import stages
 from pipeline.errors import InputError
 from pipeline.records import Check, StageResult
+from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage, StageContext, error_check
 from pipeline.storage import atomic_write_json
 
 VERSIONED = ("hpc-preflight", "torch", "numpy", "submitit", "hydra-core", "mujoco", "safetensors", "pyarrow")
-
-
-def load_run_config(run_dir: Path) -> DictConfig:
-    cfg = OmegaConf.load(Path(run_dir) / "config.yaml")
-    assert isinstance(cfg, DictConfig)
-    return cfg
-
-
-def load_plan(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "plan.json").read_text())
-
-
-def result_path(run_dir: Path, stage: str) -> Path:
-    return Path(run_dir) / "stages" / f"{stage}.json"
 
 
 def provenance(plan: dict[str, Any]) -> dict[str, Any]:
@@ -73,14 +59,14 @@ def _crash_check(stage: Stage, exc: BaseException) -> Check:
 
 
 def _prepare(
-    run_dir: Path, name: str, part: str | None
+    folder: RunFolder, name: str, part: str | None
 ) -> tuple[DictConfig, dict[str, Any], Stage, StageContext]:
     """What every job reads first: the run's config and plan, the registered stage, its context."""
-    cfg = load_run_config(run_dir)
+    cfg = folder.load_config()
     stages.load(cfg.get("plugins") or ())
-    plan = load_plan(run_dir)
+    plan = folder.load_plan()
     ctx = StageContext(
-        run_dir=run_dir,
+        run_dir=folder.root,
         stage=name,
         part=part,
         fingerprints=plan["jobs"][name]["fingerprints"],
@@ -91,8 +77,8 @@ def _prepare(
 
 def run_stage(run_dir: Path, name: str) -> str:
     """Run one stage's main job and write its result; only a crash exits non-zero."""
-    run_dir = Path(run_dir)
-    cfg, plan, stage, ctx = _prepare(run_dir, name, None)
+    folder = RunFolder(run_dir)
+    cfg, plan, stage, ctx = _prepare(folder, name, None)
     started = time.time()
     crash: BaseException | None = None
     try:
@@ -107,7 +93,7 @@ def run_stage(run_dir: Path, name: str) -> str:
         fingerprints=ctx.fingerprints,
         timings={**result.timings, "started": started, "wall_s": round(time.time() - started, 3)},
     )
-    path = atomic_write_json(result_path(run_dir, name), result.to_dict())
+    path = folder.write_result(name, result)
     if crash is not None:
         raise crash
     return str(path)
@@ -115,11 +101,11 @@ def run_stage(run_dir: Path, name: str) -> str:
 
 def run_part(run_dir: Path, name: str, part: str) -> str:
     """Run one part of a stage (e.g. a determinism twin); the stage's main job merges the parts."""
-    run_dir = Path(run_dir)
-    cfg, plan, stage, ctx = _prepare(run_dir, name, part)
+    folder = RunFolder(run_dir)
+    cfg, plan, stage, ctx = _prepare(folder, name, part)
     assert stage.run_part is not None
     stage.run_part(cfg, ctx)
-    done = ctx.part_dir(part) / "done.json"
+    done = folder.part_done_file(name, part)
     atomic_write_json(done, {"part": part, "provenance": provenance(plan), "finished": time.time()})
     return str(done)
 

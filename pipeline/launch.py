@@ -8,7 +8,6 @@ writes `config.yaml` and `plan.json` there, and hands the jobs to an executor.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import secrets
 import subprocess
 import sys
@@ -18,11 +17,12 @@ from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.live import Live
 
 from pipeline import stages
-from pipeline.errors import ConfigError, InputError, SubmissionError
+from pipeline.errors import ConfigError, InputError, PreflightError, SubmissionError, one_line
 from pipeline.executors import (
     TERMINAL,
     chain_sbatch,
@@ -32,15 +32,20 @@ from pipeline.executors import (
     submit_slurm,
 )
 from pipeline.fingerprint import digest_path
-from pipeline.plan import RESOURCE_KEYS, JobSpec, build_plan, plan_document, resources
+from pipeline.plan import JobSpec, build_plan, plan_document, resources
+from pipeline.runfolder import RunFolder, demo_dir
+from pipeline.stages.config import RESOURCE_KEYS
 from pipeline.status import build_table, table_rows
-from pipeline.storage import atomic_write_json, atomic_write_text
 from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
 console = Console(highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: a readable table rather than rich's 80-column default
     console = Console(highlight=False, soft_wrap=True, width=max(console.width, 160))
+
+# The built-in stages register their typed configs in Hydra's ConfigStore when imported: that has to
+# happen before `@hydra.main` composes the config, so it happens here, at import.
+stages.load()
 
 
 def new_run_id() -> str:
@@ -76,6 +81,18 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     chain = (cfg.get("chain") or {}).get("sbatch")
     if chain and not Path(chain).is_file():
         raise ConfigError("chain.sbatch", f"{chain} does not exist")
+    _validate_stage_configs(cfg, registry)
+
+
+def _validate_stage_configs(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    """Every registered stage's section as its typed dataclass: types and ranges, once, at launch."""
+    try:
+        plain = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(getattr(exc, "full_key", None) or "config"), one_line(exc)) from None
+    assert isinstance(plain, DictConfig)
+    for name in registry:
+        stages.stage_config(plain, name)
 
 
 def _validate_resources(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
@@ -103,13 +120,14 @@ def _validate_resources(cfg: DictConfig, registry: dict[str, stages.Stage]) -> N
 def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
     """The config the jobs read: absolute paths, the run id, and the executor actually used."""
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    run_id = cfg.run_id or new_run_id()
-    run_dir = (Path(cfg.output_root) / "runs" / str(run_id)).resolve()
+    run_id = str(cfg.run_id or new_run_id())
+    output_root = Path(cfg.output_root).resolve()
+    run_dir = RunFolder.of(output_root, run_id).root
     with open_dict(out):
-        out.run_id, out.run_dir = str(run_id), str(run_dir)
+        out.run_id, out.run_dir, out.output_root = run_id, str(run_dir), str(output_root)
         out.audit_dir = str(Path(cfg.audit_dir).resolve())
         out.checkpoint_dir = str(Path(cfg.checkpoint_dir or run_dir / "checkpoints").resolve())
-        _fill_demo_paths(out, run_dir)
+        _fill_demo_paths(out)
         out.launcher.name = executor
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good"):
@@ -119,13 +137,13 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
     return out
 
 
-def _fill_demo_paths(cfg: DictConfig, run_dir: Path) -> None:
+def _fill_demo_paths(cfg: DictConfig) -> None:
     """Null model/dataset/training paths mean the embedded demo: build it once under output_root/demo."""
     if not cfg.get("demo") or all(cfg[k].get("path") for k in ("model", "dataset", "training")):
         return
     from pipeline import demo
 
-    built = demo.ensure(cfg.demo, run_dir.parent.parent / "demo")
+    built = demo.ensure(cfg.demo, demo_dir(cfg.output_root))
     for key, path in built.items():
         if not cfg[key].get("path"):
             cfg[key].path = str(path)
@@ -141,20 +159,27 @@ def git_sha() -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
-def launch(cfg: DictConfig) -> int:
-    executor = resolve_launcher(cfg.launcher.name)
+def load_registry(cfg: DictConfig) -> dict[str, stages.Stage]:
+    """The built-in stages and the configured plugins; a plugin that fails to import is a config error."""
     try:
-        registry = stages.load(cfg.get("plugins") or ())
+        return stages.load(cfg.get("plugins") or ())
     except InputError as exc:
-        raise ConfigError("plugins", str(exc)) from exc
+        raise ConfigError("plugins", str(exc).removeprefix("plugins: ")) from None
+
+
+def launch(cfg: DictConfig) -> int:
+    """Validate, resolve and plan (nothing on disk yet), then write the run folder and hand the jobs to
+    the executor. A failure before any job was queued removes what this launch created."""
+    executor = resolve_launcher(cfg.launcher.name)
+    registry = load_registry(cfg)
     validate(cfg, registry)
     try:
         waivers = load_waivers(Path(cfg.waivers_file) if cfg.waivers_file else None)
     except InputError as exc:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
     rcfg = resolved_config(cfg, executor)
-    run_dir = Path(rcfg.run_dir)
-    jobs = build_plan(rcfg, registry, run_dir)
+    folder = RunFolder(Path(rcfg.run_dir))
+    jobs = build_plan(rcfg, registry, folder)
     extra = {
         "run_id": rcfg.run_id,
         "executor": executor,
@@ -163,16 +188,22 @@ def launch(cfg: DictConfig) -> int:
         "image_digest": digest_path(rcfg.container.image) if rcfg.container.get("image") else None,
     }
     if cfg.dry_run:
-        return dry_run(jobs, rcfg, run_dir)
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(rcfg))
-    atomic_write_json(run_dir / "plan.json", plan_document(jobs, **extra))
-    console.print(f"run {rcfg.run_id}: {run_dir} ({executor})")
-    if executor == "slurm":
-        return launch_slurm(jobs, rcfg, run_dir, cfg, extra)
-    return launch_local(jobs, rcfg, run_dir, executor)
+        return dry_run(jobs, rcfg, folder)
+    created = folder.missing_parents()
+    try:
+        folder.write_config(rcfg)
+        folder.write_plan(plan_document(jobs, **extra))
+        console.print(f"run {rcfg.run_id}: {folder.root} ({executor})")
+        if executor == "slurm":
+            return launch_slurm(jobs, rcfg, folder, extra)
+        return launch_local(jobs, rcfg, folder, executor)
+    except PreflightError:
+        if not folder.jobs_file.exists():  # no job was ever queued: leave nothing behind
+            folder.discard(created)
+        raise
 
 
-def dry_run(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path) -> int:
+def dry_run(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder) -> int:
     ids = {job.name: f"JOBID_{job.name}" for job in jobs if not job.reused}
     for job in jobs:
         deps = ", ".join(f"{kind}:{name}" for name, kind in job.deps) or "none"
@@ -180,35 +211,43 @@ def dry_run(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path) -> int:
             print(f"# {job.name}: result reused (inputs unchanged), not submitted")
             continue
         print(f"# ---- {job.name} (depends on: {deps}) ----")
-        print(sbatch_preview(job, cfg, run_dir, ids))
+        print(sbatch_preview(job, cfg, folder, ids))
     print("dry run: nothing submitted")
     return 0
 
 
-def _record_jobs(run_dir: Path, rows: dict[str, dict[str, Any]]) -> None:
-    atomic_write_json(run_dir / "jobs.json", rows)
-
-
-def launch_slurm(
-    jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, raw: DictConfig, extra: dict[str, Any]
-) -> int:
+def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra: dict[str, Any]) -> int:
     rows: dict[str, dict[str, Any]] = {}
 
     def on_submit(spec: JobSpec, job: Any) -> None:
         rows[spec.name] = {"job_id": job.job_id, "state": "SUBMITTED"}
-        _record_jobs(run_dir, rows)
+        folder.write_jobs(rows)
 
-    submitted = submit_slurm(jobs, cfg, run_dir, on_submit)
-    console.print(build_table(run_dir, _rows(jobs, rows), f"run {cfg.run_id}: submitted to Slurm"))
+    submitted = submit_slurm(jobs, cfg, folder, on_submit)
+    console.print(build_table(folder, _rows(jobs, rows), f"run {cfg.run_id}: submitted to Slurm"))
     gate_id = submitted["gate"].job_id
-    atomic_write_json(run_dir / "plan.json", plan_document(jobs, **extra, gate_job_id=gate_id))
+    folder.write_plan(plan_document(jobs, **extra, gate_job_id=gate_id))
     console.print(f"gate job: {gate_id}")
-    chain = (raw.get("chain") or {}).get("sbatch")
+    chain = (cfg.get("chain") or {}).get("sbatch")
     if chain:
-        console.print(f"chained job: {chain_sbatch(Path(chain), gate_id)} (afterok:{gate_id})")
+        console.print(f"chained job: {_chain(Path(chain), submitted)} (afterok:{gate_id})")
     if not cfg.wait:
         return 0
-    return follow_slurm(jobs, submitted, run_dir, rows, cfg)
+    return follow_slurm(jobs, submitted, folder, rows, cfg)
+
+
+def _chain(script: Path, submitted: dict[str, Any]) -> str:
+    """Chain the user's job on the gate. If sbatch refuses it, the checks already queued keep running
+    (they still write the gate record, which is worth having); the error says how to stop them."""
+    try:
+        return chain_sbatch(script, submitted["gate"].job_id)
+    except SubmissionError as exc:
+        queued = " ".join(str(job.job_id) for job in submitted.values())
+        raise SubmissionError(
+            f"{exc}; the {len(submitted)} check job(s) already queued keep running and the gate "
+            f"({submitted['gate'].job_id}) will still write its record; to stop them: scancel {queued}",
+            path=exc.path,
+        ) from exc
 
 
 def _rows(jobs: list[JobSpec], rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -218,7 +257,7 @@ def _rows(jobs: list[JobSpec], rows: dict[str, dict[str, Any]]) -> list[dict[str
 def follow_slurm(
     jobs: list[JobSpec],
     submitted: dict[str, Any],
-    run_dir: Path,
+    folder: RunFolder,
     rows: dict[str, dict[str, Any]],
     cfg: DictConfig,
 ) -> int:
@@ -226,16 +265,16 @@ def follow_slurm(
         while True:
             for name, job in submitted.items():
                 rows[name]["state"] = job.state
-            live.update(build_table(run_dir, _rows(jobs, rows), f"run {cfg.run_id}"), refresh=True)
+            live.update(build_table(folder, _rows(jobs, rows), f"run {cfg.run_id}"), refresh=True)
             if all(r["state"].split()[0] in TERMINAL for r in rows.values()):
                 break
             time.sleep(float(cfg.launcher.poll_s))
     console.print()
-    _record_jobs(run_dir, rows)
-    return gate_exit_code(run_dir)
+    folder.write_jobs(rows)
+    return folder.report_gate(_say)
 
 
-def launch_local(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, executor: str) -> int:
+def launch_local(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, executor: str) -> int:
     with Live(console=console, auto_refresh=False) as live:
 
         def on_change(states: dict[str, Any]) -> None:
@@ -243,41 +282,38 @@ def launch_local(jobs: list[JobSpec], cfg: DictConfig, run_dir: Path, executor: 
                 n: {"job_id": s.job_id, "state": s.state + (f" ({s.reason})" if s.reason else "")}
                 for n, s in states.items()
             }
-            _record_jobs(run_dir, rows)
+            folder.write_jobs(rows)
             live.update(
-                build_table(run_dir, _rows(jobs, rows), f"run {cfg.run_id} ({executor})"), refresh=True
+                build_table(folder, _rows(jobs, rows), f"run {cfg.run_id} ({executor})"), refresh=True
             )
 
-        states = run_dag(jobs, cfg, run_dir, executor, on_change)
+        states = run_dag(jobs, cfg, folder, executor, on_change)
     console.print()
     console.print(f"gate job: {states['gate'].job_id}")
-    return gate_exit_code(run_dir)
+    return folder.report_gate(_say)
 
 
-def gate_exit_code(run_dir: Path) -> int:
-    gate = run_dir / "gate.json"
-    if not gate.exists():
-        console.print(f"gate: no record at {gate}; the gate job itself failed (see {run_dir}/submitit)")
-        return 1
-    record = json.loads(gate.read_text())
-    console.print(f"gate: {record['gate']} ({record['verdict']})")
-    for reason in record["reasons"]:
-        console.print(f"  - {reason}", markup=False)
-    return 0 if record["gate"] == "clear" else 3
+def _say(line: str) -> None:
+    console.print(line, markup=False)
+
+
+def main_code(cfg: DictConfig) -> int:
+    """The launch's exit code: the gate's (0 clear, 3 blocked, 1 no gate record), or 2 with one line
+    naming the key or file when the config, an input or the scheduler refused the run."""
+    try:
+        return launch(cfg)
+    except ConfigError as exc:
+        _say(f"config error: {one_line(exc)} (nothing was submitted)")
+    except SubmissionError as exc:
+        _say(f"submission failed: {one_line(exc)}")
+    except PreflightError as exc:
+        _say(f"error: {one_line(exc)} (nothing was submitted)")
+    return 2
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    try:
-        code = launch(cfg)
-    except ConfigError as exc:
-        console.print(f"config error: {exc}", markup=False)
-        console.print("nothing was submitted", markup=False)
-        code = 2
-    except SubmissionError as exc:
-        console.print(f"submission failed: {exc}", markup=False)
-        code = 2
-    sys.exit(code)
+    sys.exit(main_code(cfg))
 
 
 if __name__ == "__main__":

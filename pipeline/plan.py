@@ -8,19 +8,18 @@ with `afterany` so that a crashed part is recorded rather than cancelling the me
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.errors import ConfigError
 from pipeline.fingerprint import input_fingerprints
-from pipeline.records import StageResult
+from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage
+from pipeline.stages.config import RESOURCE_KEYS
 
-RESOURCE_KEYS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb")
 GATE = "gate"
 
 
@@ -66,7 +65,9 @@ def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stag
 
     def visit(name: str, trail: tuple[str, ...]) -> None:
         if name in trail:
-            raise ValueError(f"stage dependency cycle: {' -> '.join((*trail, name))}")
+            raise ConfigError(
+                "stages", f"dependency cycle: {' -> '.join((*trail, name))} (see each stage's `after`)"
+            )
         if name not in wanted or any(s.name == name for s in ordered):
             return
         for dep in registry[name].after:
@@ -79,17 +80,16 @@ def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stag
     return ordered
 
 
-def reusable(run_dir: Path, name: str, fingerprints: dict[str, str]) -> bool:
+def reusable(folder: RunFolder, name: str, fingerprints: dict[str, str]) -> bool:
     """A stage's last result stands when it reached a verdict from exactly these inputs."""
-    path = run_dir / "stages" / f"{name}.json"
     try:
-        old = StageResult.from_dict(json.loads(path.read_text()))
+        old = folder.load_result(name)
     except (OSError, ValueError, TypeError):
         return False
     return old.status != "error" and old.fingerprints == fingerprints
 
 
-def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) -> list[JobSpec]:
+def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder) -> list[JobSpec]:
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
     chosen = selected_stages(cfg, registry)
@@ -98,7 +98,7 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) ->
     for stage in chosen:
         prints = input_fingerprints(plain, stage.inputs, plain["stages"].get(stage.name))
         res = resources(cfg, stage.name)
-        if reusable(run_dir, stage.name, prints):
+        if reusable(folder, stage.name, prints):
             jobs.append(
                 JobSpec(stage.name, "stage", stage.name, resources=res, fingerprints=prints, reused=True)
             )

@@ -6,27 +6,30 @@ The same table is what `launch wait=true` shows live while it follows a run.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.jobs import result_path
+from pipeline.errors import PreflightError
+from pipeline.records import RecordError
+from pipeline.runfolder import RunFolder
 
 
-def stage_status(run_dir: Path, stage: str | None) -> str:
-    if stage is None:
-        gate = run_dir / "gate.json"
-        return json.loads(gate.read_text())["gate"] if gate.exists() else ""
-    path = result_path(run_dir, stage)
-    return json.loads(path.read_text())["status"] if path.exists() else ""
+def stage_status(folder: RunFolder, stage: str | None) -> str:
+    """A stage's result status, or for the gate row the gate's decision; empty while there is none."""
+    if stage is not None:
+        return folder.result_status(stage)
+    try:
+        record = folder.load_gate()
+    except (RecordError, ValueError, TypeError):
+        return ""
+    return record.gate if record else ""
 
 
-def build_table(run_dir: Path, rows: list[dict[str, Any]], title: str) -> Table:
+def build_table(folder: RunFolder, rows: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title)
     for column in ("job", "job id", "depends on", "resources", "state", "result"):
         table.add_column(column)
@@ -38,7 +41,7 @@ def build_table(run_dir: Path, rows: list[dict[str, Any]], title: str) -> Table:
             f"{res['cpus_per_task']} cpu, {res['mem_gb']} GB, {res['gpus_per_node'] or 0} gpu, "
             f"{res['time_min']} min" + (f", {res['partition']}" if res.get("partition") else "")
         )
-        result = stage_status(run_dir, job["stage"]) if job["kind"] != "part" else ""
+        result = stage_status(folder, job["stage"]) if job["kind"] != "part" else ""
         table.add_row(
             job["name"], str(row.get("job_id") or "-"), deps, resources, row.get("state") or "", result
         )
@@ -75,28 +78,33 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
     return {job: f"{state} exit {code}" for job, state, code in rows}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.status", description=__doc__)
-    parser.add_argument("run", help="a run id (under --output-root/runs) or a run directory")
-    parser.add_argument("--output-root", default="preflight", help="the launch's output_root")
-    args = parser.parse_args(argv)
-    run_dir = Path(args.run) if Path(args.run).is_dir() else Path(args.output_root) / "runs" / args.run
-    if not (run_dir / "plan.json").exists():
-        print(f"{run_dir}: no plan.json; is this a run directory?", file=sys.stderr)
-        return 2
-    plan = json.loads((run_dir / "plan.json").read_text())
-    jobs = json.loads((run_dir / "jobs.json").read_text()) if (run_dir / "jobs.json").exists() else {}
+def show(folder: RunFolder) -> None:
+    """The run's job table (states from `sacct` on Slurm, else from `jobs.json`) and its gate."""
+    plan = folder.load_plan()
+    jobs = folder.load_jobs()
     live = sacct_states([str(j["job_id"]) for j in jobs.values()]) if plan.get("executor") == "slurm" else {}
     for job in jobs.values():
         job["state"] = live.get(str(job.get("job_id")), job.get("state", ""))
     rows = table_rows(list(plan["jobs"].values()), jobs)
-    Console().print(build_table(run_dir, rows, f"run {run_dir.name} ({plan.get('executor')})"))
-    gate = run_dir / "gate.json"
-    if gate.exists():
-        record = json.loads(gate.read_text())
-        print(f"gate: {record['gate']} ({record['verdict']})")
-        for reason in record["reasons"]:
-            print(f"  - {reason}")
+    Console().print(build_table(folder, rows, f"run {folder.run_id} ({plan.get('executor')})"))
+    if folder.gate_file.exists():
+        folder.report_gate()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.status", description=__doc__)
+    parser.add_argument("run", help="a run id (under --output-root/runs) or a run directory")
+    parser.add_argument(
+        "--output-root",
+        default=None,
+        help="the launch's output_root (default: as the shipped config sets)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        show(RunFolder.find(args.run, args.output_root))
+    except PreflightError as exc:
+        print(f"status: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from pipeline.errors import InputError
 from pipeline.gate import collect_results, merge
 from pipeline.records import Check, StageResult
+from pipeline.runfolder import RunFolder
 from pipeline.storage import atomic_write_json
 from pipeline.waivers import apply_waivers, load_waivers
 
@@ -93,7 +94,7 @@ def test_missing_and_corrupt_results_become_error_checks(tmp_path):
     atomic_write_json(
         tmp_path / "stages" / "c.json", StageResult.from_checks("c", [row("c", "match")]).to_dict()
     )
-    a, b, c = collect_results(tmp_path, plan)
+    a, b, c = collect_results(RunFolder(tmp_path), plan)
     assert a.status == "error" and "job (17) ended FAILED" in a.checks[0].message
     assert b.status == "error" and "unreadable result" in b.checks[0].message
     assert c.status == "pass"

@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from pipeline.executors import dependency_clause
 from pipeline.plan import build_plan
 from pipeline.records import Check, StageResult
+from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage
 from pipeline.storage import atomic_write_json
 
@@ -45,7 +46,7 @@ def config(tmp_path, **extra):
 
 
 def test_full_plan_dependencies(tmp_path):
-    jobs = {j.name: j for j in build_plan(config(tmp_path), REGISTRY, tmp_path)}
+    jobs = {j.name: j for j in build_plan(config(tmp_path), REGISTRY, RunFolder(tmp_path))}
     assert list(jobs) == ["container_check", "contractish", "twins.a", "twins.b", "twins", "gate"]
     assert jobs["container_check"].deps == ()
     assert jobs["contractish"].deps == (("container_check", "afterok"),)
@@ -61,13 +62,13 @@ def test_full_plan_dependencies(tmp_path):
 
 
 def test_one_stage_runs_alone_with_the_gate(tmp_path):
-    jobs = build_plan(config(tmp_path, stage={"name": "contractish"}), REGISTRY, tmp_path)
+    jobs = build_plan(config(tmp_path, stage={"name": "contractish"}), REGISTRY, RunFolder(tmp_path))
     assert [(j.name, j.deps) for j in jobs] == [("contractish", ()), ("gate", (("contractish", "afterany"),))]
 
 
 def test_unchanged_result_is_reused_and_a_changed_input_is_not(tmp_path):
     cfg = config(tmp_path, skip=["twins"])
-    first = {j.name: j for j in build_plan(cfg, REGISTRY, tmp_path)}
+    first = {j.name: j for j in build_plan(cfg, REGISTRY, RunFolder(tmp_path))}
     for name in ("container_check", "contractish"):
         result = StageResult.from_checks(
             name,
@@ -75,10 +76,10 @@ def test_unchanged_result_is_reused_and_a_changed_input_is_not(tmp_path):
             fingerprints=first[name].fingerprints,
         )
         atomic_write_json(tmp_path / "stages" / f"{name}.json", result.to_dict())
-    again = {j.name: j for j in build_plan(cfg, REGISTRY, tmp_path)}
+    again = {j.name: j for j in build_plan(cfg, REGISTRY, RunFolder(tmp_path))}
     assert again["container_check"].reused and again["contractish"].reused and again["gate"].deps == ()
     (tmp_path / "data.txt").write_text("changed")
-    changed = {j.name: j for j in build_plan(cfg, REGISTRY, tmp_path)}
+    changed = {j.name: j for j in build_plan(cfg, REGISTRY, RunFolder(tmp_path))}
     assert changed["container_check"].reused and not changed["contractish"].reused
     assert changed["contractish"].deps == ()  # its container_check result stands; nothing to wait for
     assert changed["gate"].deps == (("contractish", "afterany"),)
@@ -86,14 +87,14 @@ def test_unchanged_result_is_reused_and_a_changed_input_is_not(tmp_path):
 
 def test_an_errored_result_is_never_reused(tmp_path):
     cfg = config(tmp_path, skip=["twins", "contractish"])
-    spec = build_plan(cfg, REGISTRY, tmp_path)[0]
+    spec = build_plan(cfg, REGISTRY, RunFolder(tmp_path))[0]
     result = StageResult.from_checks(
         "container_check",
         [Check(id="e", stage="container_check", category="container", feature="f", verdict="error")],
         fingerprints=spec.fingerprints,
     )
     atomic_write_json(tmp_path / "stages" / "container_check.json", result.to_dict())
-    assert not build_plan(cfg, REGISTRY, tmp_path)[0].reused
+    assert not build_plan(cfg, REGISTRY, RunFolder(tmp_path))[0].reused
 
 
 def test_a_part_can_ask_for_its_own_resources(tmp_path):
@@ -101,6 +102,6 @@ def test_a_part_can_ask_for_its_own_resources(tmp_path):
         tmp_path,
         stages={"twins": {"resources": {"cpus_per_task": 2}, "part_resources": {"b": {"gpus_per_node": 4}}}},
     )
-    jobs = {j.name: j for j in build_plan(cfg, REGISTRY, tmp_path)}
+    jobs = {j.name: j for j in build_plan(cfg, REGISTRY, RunFolder(tmp_path))}
     assert jobs["twins.b"].resources["gpus_per_node"] == 4 and jobs["twins.b"].resources["cpus_per_task"] == 2
     assert jobs["twins.a"].resources["gpus_per_node"] == 0 and jobs["twins"].resources["gpus_per_node"] == 0

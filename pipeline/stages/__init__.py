@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
+from pipeline.runfolder import RunFolder
 from pipeline.stages.config import StageConfig, typed
 
 BUILTIN_MODULES = (
@@ -44,21 +45,21 @@ class StageContext:
     config: Any = None  # the stage's typed config (its `Stage.config` dataclass), validated
 
     @property
+    def folder(self) -> RunFolder:
+        return RunFolder(self.run_dir)
+
+    @property
     def artifacts_dir(self) -> Path:
-        path = self.run_dir / "artifacts" / self.stage
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return self.folder.artifacts_dir(self.stage)
 
     @property
     def state_dir(self) -> Path:
         """Scratch that survives a requeue: a resumed job finds here what it saved before preemption."""
-        path = self.run_dir / "state" / self.stage / (self.part or "main")
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return self.folder.state_dir(self.stage, self.part)
 
     def part_dir(self, part: str) -> Path:
         """What part `part` of this stage left for the main job to merge."""
-        return self.run_dir / "parts" / self.stage / part
+        return self.folder.part_dir(self.stage, part)
 
 
 RunFn = Callable[[DictConfig, StageContext], StageResult]

@@ -1,0 +1,222 @@
+"""The run folder: every path and file name of one run, and the reads and writes of its records.
+
+Modelled on submitit's `JobPaths`: launch, plan, the jobs, the gate and `status` ask this object where
+a file lives instead of spelling `plan.json` or `stages/<stage>.json` themselves. A run folder is built
+from `(output_root, run_id)` in one place (`RunFolder.of`); a job, which only carries the folder's
+path, wraps it with `RunFolder(path)`. The gate's exit code and the lines that report it are computed
+here too, so the launcher, the gate job and `status` say the same thing.
+
+    <output_root>/runs/<run_id>/
+        config.yaml  plan.json  jobs.json  gate.json
+        stages/<stage>.json        submitit/<job id>/
+        artifacts/<stage>/         state/<stage>/<part|main>/      parts/<stage>/<part>/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pipeline.errors import InputError, RecordError
+from pipeline.records import GateRecord, StageResult
+from pipeline.storage import atomic_write_json, atomic_write_text
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+PART_DONE = "done.json"  # a part job's last write: the part ran to its end
+NO_GATE_EXIT = 1  # the gate job itself failed: no record, so neither clear (0) nor blocked (3)
+
+
+def default_output_root() -> Path:
+    """`output_root` as the shipped config sets it (`$PREFLIGHT_OUTPUT_ROOT`, else `./preflight`), for
+    tools that run without Hydra (`status`): the default lives in `conf/config.yaml` only."""
+    cfg = OmegaConf.load(CONF_DIR / "config.yaml")
+    return Path(str(cfg.output_root))
+
+
+def demo_dir(output_root: str | Path) -> Path:
+    """Where the embedded demo is built once and reused by every run under this output root."""
+    return Path(output_root) / "demo"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's directory; every path below it comes from a method here."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def of(cls, output_root: str | Path, run_id: str) -> RunFolder:
+        """The one place a run's path is built from the launch's `output_root` and the run id."""
+        return cls((Path(output_root) / "runs" / str(run_id)).resolve())
+
+    @classmethod
+    def find(cls, run: str, output_root: str | Path | None = None) -> RunFolder:
+        """A run given by the user: a run directory, or a run id under `output_root` (default: the
+        shipped config's)."""
+        if Path(run).is_dir() or "/" in run:
+            return cls(Path(run).resolve())
+        return cls.of(output_root if output_root is not None else default_output_root(), run)
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    # ------------------------------------------------------------------------------------ paths
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def plan_file(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def jobs_file(self) -> Path:
+        return self.root / "jobs.json"
+
+    @property
+    def gate_file(self) -> Path:
+        return self.root / "gate.json"
+
+    @property
+    def submitit_dir(self) -> Path:
+        """submitit's folder template: `%j` becomes each job's id (its logs, pickles and result)."""
+        return self.root / "submitit" / "%j"
+
+    def result_file(self, stage: str) -> Path:
+        return self.root / "stages" / f"{stage}.json"
+
+    def artifacts_dir(self, stage: str) -> Path:
+        """Plots and JSON dumps a stage's record links to; created on first use."""
+        path = self.root / "artifacts" / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def state_dir(self, stage: str, part: str | None = None) -> Path:
+        """Scratch that survives a requeue: a resumed job finds here what it saved before preemption."""
+        path = self.root / "state" / stage / (part or "main")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def part_dir(self, stage: str, part: str) -> Path:
+        """What part `part` of `stage` left for the stage's main job to merge."""
+        return self.root / "parts" / stage / part
+
+    def part_done_file(self, stage: str, part: str) -> Path:
+        return self.part_dir(stage, part) / PART_DONE
+
+    # ------------------------------------------------------------------------------------ reads
+    def load_config(self) -> DictConfig:
+        try:
+            cfg = OmegaConf.load(self.config_file)
+        except (OSError, OmegaConfBaseException, ValueError) as exc:
+            what = f"{self.config_file}: cannot read the run's config: {exc}"
+            raise InputError(what, path=self.config_file) from None
+        if not isinstance(cfg, DictConfig):
+            raise InputError(f"{self.config_file}: expected a mapping", path=self.config_file)
+        return cfg
+
+    def load_plan(self) -> dict[str, Any]:
+        plan = self._json(self.plan_file, "plan")
+        if not isinstance(plan, dict) or not isinstance(plan.get("jobs"), dict):
+            raise RecordError(
+                f"{self.plan_file}: no `jobs` mapping; is this a run folder?", path=self.plan_file
+            )
+        return plan
+
+    def load_jobs(self) -> dict[str, dict[str, Any]]:
+        """Job ids and last known states by job name; empty before the first submission."""
+        return self._json(self.jobs_file, "jobs") if self.jobs_file.exists() else {}
+
+    def load_result(self, stage: str) -> StageResult:
+        """Raises FileNotFoundError when the stage left nothing, RecordError/ValueError when unreadable."""
+        return StageResult.from_dict(json.loads(self.result_file(stage).read_text(encoding="utf-8")))
+
+    def result_status(self, stage: str) -> str:
+        """A stage's status for tables; empty while it has no readable result."""
+        try:
+            return self.load_result(stage).status
+        except (OSError, ValueError, TypeError):
+            return ""
+
+    def load_gate(self) -> GateRecord | None:
+        if not self.gate_file.exists():
+            return None
+        return GateRecord.from_dict(self._json(self.gate_file, "gate record"))
+
+    def _json(self, path: Path, what: str) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"{path}: no {what} here; is {self.root} a run folder?", path=path) from None
+        except (OSError, ValueError) as exc:
+            raise RecordError(f"{path}: unreadable {what}: {exc}", path=path) from None
+
+    # ----------------------------------------------------------------------------------- writes
+    def write_config(self, cfg: DictConfig) -> Path:
+        return atomic_write_text(self.config_file, OmegaConf.to_yaml(cfg))
+
+    def write_plan(self, document: dict[str, Any]) -> Path:
+        return atomic_write_json(self.plan_file, document)
+
+    def write_jobs(self, rows: dict[str, dict[str, Any]]) -> Path:
+        return atomic_write_json(self.jobs_file, rows)
+
+    def write_result(self, stage: str, result: StageResult) -> Path:
+        return atomic_write_json(self.result_file(stage), result.to_dict())
+
+    def write_gate(self, record: GateRecord) -> Path:
+        return atomic_write_json(self.gate_file, record.to_dict())
+
+    # ------------------------------------------------------------------------------------- gate
+    def gate_outcome(self) -> tuple[int, list[str]]:
+        """The gate's exit code (0 clear, 3 blocked, 1 no record) and the lines that report it."""
+        try:
+            record = self.load_gate()
+        except (RecordError, ValueError, TypeError) as exc:
+            return NO_GATE_EXIT, [f"gate: unreadable record {self.gate_file}: {exc}"]
+        if record is None:
+            return NO_GATE_EXIT, [
+                f"gate: no record at {self.gate_file}; the gate job itself failed (see {self.root}/submitit)"
+            ]
+        return record.exit_code, [f"gate: {record.gate} ({record.verdict})"] + [
+            f"  - {reason}" for reason in record.reasons
+        ]
+
+    def report_gate(self, say: Callable[[str], Any] = print) -> int:
+        """Print the gate's result (one line, then one per reason) and return its exit code."""
+        code, lines = self.gate_outcome()
+        for line in lines:
+            say(line)
+        return code
+
+    # --------------------------------------------------------------------------------- lifecycle
+    def missing_parents(self) -> list[Path]:
+        """The folders from the run folder up that do not exist yet: what a failed launch removes."""
+        missing, path = [], self.root
+        while not path.exists():
+            missing.append(path)
+            path = path.parent
+        return missing
+
+    def discard(self, created: list[Path]) -> None:
+        """Undo a launch that failed before anything was submitted: remove the run folder if this
+        launch created it, then each parent it created that is left empty (never someone else's)."""
+        if self.root in created and self.root.exists():
+            shutil.rmtree(self.root)
+        for path in created[1:]:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
