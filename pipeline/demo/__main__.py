@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.errors import InputError, PreflightError, one_line
+
 
 def _variant_cfg(variant: str) -> dict:
     path = Path(__file__).resolve().parents[1] / "conf" / "demo" / f"{variant}.yaml"
@@ -17,7 +19,8 @@ def _variant_cfg(variant: str) -> dict:
         return yaml.safe_load(path.read_text()) or {}
     if variant == "default":
         return {"variant": "default"}
-    raise SystemExit(f"unknown demo variant {variant!r} (no {path})")
+    known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+    raise InputError(f"--variant: unknown demo variant {variant!r}; known: {', '.join(known)}", path=path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,10 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from pipeline.demo.build import build as run_build
 
-    cfg = _variant_cfg(args.variant)
-    out = Path(args.out or Path("preflight") / "demo" / args.variant)
     started = time.time()
-    paths = run_build(cfg, out)
+    try:
+        cfg = _variant_cfg(args.variant)
+        out = Path(args.out or Path("preflight") / "demo" / args.variant)
+        paths = run_build(cfg, out)
+    except PreflightError as exc:
+        print(f"demo: {one_line(exc)}", file=sys.stderr)
+        return 2
     print(
         json.dumps({"variant": args.variant, **paths, "seconds": round(time.time() - started, 2)}, indent=2)
     )

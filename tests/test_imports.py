@@ -1,0 +1,155 @@
+"""The import graph of `pipeline/` runs one way (DESIGN.md, house rules): no cycle, and the lower layers
+never reach the stages, nor the stages the demo or the launcher.
+
+The graph is read from the source with `ast` (module-level and function-level imports; imports under
+`if TYPE_CHECKING:` are left out because they never run), so a cycle hidden in a function is found too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _target(name: str) -> str | None:
+    """The `pipeline` module an imported name lands in (the longest known prefix)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in MODULES:
+            return candidate
+    return None
+
+
+def imports_of(module: str) -> set[str]:
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    stack: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), str(path))]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            found.update(t for a in node.names if (t := _target(a.name)))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:  # `from pipeline import stages` imports the submodule
+                target = _target(f"{base}.{alias.name}") or _target(base)
+                if target:
+                    found.add(target)
+        stack.extend(ast.iter_child_nodes(node))
+    found.discard(module)
+    return found
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def reachable(start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in GRAPH[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _under(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_graph_is_read_from_every_module():
+    assert {"pipeline.launch", "pipeline.runfolder", "pipeline.stages", "pipeline.gate"} <= set(GRAPH)
+    assert "pipeline.runfolder" in GRAPH["pipeline.gate"] and "pipeline.gate" in GRAPH["pipeline.jobs"]
+
+
+def test_the_cycle_finder_finds_a_function_level_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_pipeline():
+    found = cycles(GRAPH)
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_lower_layers_never_reach_the_stages():
+    lower = [
+        m
+        for m in GRAPH
+        if _under(m, "pipeline.readers", "pipeline.records", "pipeline.errors", "pipeline.normalization")
+        or m.startswith("pipeline.storage")
+    ]
+    assert "pipeline.records" in lower and "pipeline.errors" in lower
+    bad = {m: sorted(t for t in reachable(m) if _under(t, "pipeline.stages")) for m in lower}
+    offenders = {m: t for m, t in bad.items() if t}
+    assert not offenders, offenders
+
+
+def test_stages_never_reach_the_demo_or_the_launcher():
+    stage_modules = [m for m in GRAPH if _under(m, "pipeline.stages")]
+    bad = {
+        m: sorted(t for t in reachable(m) if _under(t, "pipeline.demo", "pipeline.launch"))
+        for m in stage_modules
+    }
+    offenders = {m: t for m, t in bad.items() if t}
+    assert not offenders, offenders
