@@ -1,0 +1,74 @@
+"""`pip install .` (not editable) into a fresh venv, then `python -m pipeline.launch stage=full` from an
+empty folder outside the repo: the shipped configs and schemas travel inside the wheel and the demo
+builds itself under output_root, so a cluster image or a user's venv needs nothing from the checkout.
+
+To avoid reinstalling torch & co., the fresh venv sees this venv's site-packages through one `.pth`
+line; `.pth` files inside that folder are not processed from there, so this checkout's editable install
+does not leak in (asserted: `pipeline` imports from the fresh venv).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*argv, **kwargs) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **kwargs)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def fresh_python(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("wheel")
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", root, REPO)
+    (wheel,) = root.glob("hpc_preflight-*.whl")
+    run(sys.executable, "-m", "venv", "--without-pip", root / "venv")
+    python = root / "venv" / "bin" / "python"
+    run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel)
+    site = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    (Path(site) / "_preflight_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return {**env, "COLUMNS": "200", **extra}
+
+
+def test_wheel_ships_configs_and_schemas(fresh_python, tmp_path):
+    code = (
+        "import pipeline, pipeline.launch, pipeline.records as r, pipeline.runfolder as f; "
+        "print(pipeline.__file__); print(r.SCHEMA_PATH.is_file(), (f.CONF_DIR / 'config.yaml').is_file())"
+    )
+    out = run(fresh_python, "-c", code, cwd=tmp_path, env=clean_env()).stdout.split()
+    assert Path(out[0]).is_relative_to(fresh_python.parents[1]), out
+    assert out[1:] == ["True", "True"]
+
+
+def test_wheel_install_clears_the_demo_from_an_empty_folder(fresh_python, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = clean_env(PREFLIGHT_OUTPUT_ROOT=str(tmp_path / "out"))
+    proc = subprocess.run(
+        [str(fresh_python), "-m", "pipeline.launch", "stage=full", "launcher=local"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (gate_file,) = (tmp_path / "out" / "runs").glob("*/gate.json")
+    gate = json.loads(gate_file.read_text())
+    assert gate["gate"] == "clear"
+    assert {s["stage"] for s in gate["stages"]} >= {"container_check", "contract", "determinism"}
+    assert (tmp_path / "out" / "demo").is_dir() and (empty / "audit_logs" / "timeline.md").is_file()
