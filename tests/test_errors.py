@@ -108,9 +108,11 @@ def test_refused_submission_leaves_no_run_folder(tmp_path, slurm):
         other_stages("container_check"),
         "resources_default.partition=no_such_partition_xyz",
     )
-    out = proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr  # stderr also has sbatch's own lines, echoed by submitit
     assert proc.returncode == 2 and "Traceback" not in out, out
-    assert out.strip().splitlines()[-1].startswith("submission failed: sbatch refused job container_check")
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("submission failed: sbatch refused job container_check"), out
+    assert "Invalid partition" in last, out
     assert not (tmp_path / "preflight" / "runs").exists(), out
 
 
@@ -122,7 +124,7 @@ def test_refused_chained_sbatch_prints_sbatch_stderr_and_what_keeps_running(tmp_
         tmp_path, "launcher=slurm", "~demo", other_stages("container_check"), f"+chain.sbatch={script}"
     )
     out = proc.stdout + proc.stderr
-    last = out.strip().splitlines()[-1]
+    last = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 2 and "Traceback" not in out, out
     assert last.startswith(f"submission failed: sbatch refused the chained job {script}: "), out
     assert "partition" in last.lower() and "keep running" in last and "scancel " in last, out
