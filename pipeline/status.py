@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.errors import PreflightError
+from pipeline.errors import PreflightError, one_line
 from pipeline.records import RecordError
 from pipeline.runfolder import RunFolder
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         show(RunFolder.find(args.run, args.output_root))
     except PreflightError as exc:
-        print(f"status: {exc}", file=sys.stderr)
+        print(f"status: {one_line(exc)}", file=sys.stderr)
         return 2
     return 0
 
