@@ -9,7 +9,7 @@ Image datasets (uint8, [T, H, W, C]) are summarized from a few frames for the en
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 

@@ -76,7 +76,9 @@ class LeRobotData:
 
     @property
     def features(self) -> dict[str, Any]:
-        found = require(self.info, "features", self.root / INFO, "the dataset's features with dtype and shape")
+        found = require(
+            self.info, "features", self.root / INFO, "the dataset's features with dtype and shape"
+        )
         if not isinstance(found, dict):
             raise InputError(
                 f"{self.root / INFO}: field 'features' must be an object of feature specs",
@@ -148,7 +150,9 @@ class LeRobotData:
         try:
             table = pq.read_table(path)
         except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"{path}: not a readable tasks parquet: {exc}", path=path, field="tasks") from exc
+            raise InputError(
+                f"{path}: not a readable tasks parquet: {exc}", path=path, field="tasks"
+            ) from exc
         for column in ("task", "__index_level_0__"):
             if column in table.column_names:
                 return [str(v) for v in table.column(column).to_pylist()]  # strings: one per task
@@ -199,7 +203,9 @@ def _episodes_table(path: Path) -> pa.Table:
         names = [c for c in ("episode_index", "length") if c in handle.schema_arrow.names]
         return handle.read(columns=names)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"{path}: not a readable episodes parquet: {exc}", path=path, field="length") from exc
+        raise InputError(
+            f"{path}: not a readable episodes parquet: {exc}", path=path, field="length"
+        ) from exc
 
 
 def aggregate_episode_stats(rows: list[Any], path: Path) -> Stats:

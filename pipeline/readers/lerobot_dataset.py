@@ -44,7 +44,11 @@ def _features(data: LeRobotData) -> dict[str, Feature]:
     for key, spec in data.features.items():
         dtype = str(require(spec, "dtype", info_path, "a dtype", f"features.{key}"))
         shape = tuple(int(s) for s in require(spec, "shape", info_path, "a list of ints", f"features.{key}"))
-        role = "other" if key in INDEX_COLUMNS else role_of(key, shape if dtype in ("video", "image") else None, dtype)
+        role = (
+            "other"
+            if key in INDEX_COLUMNS
+            else role_of(key, shape if dtype in ("video", "image") else None, dtype)
+        )
         out[key] = Feature(key, role, shape, flat_names(spec.get("names")), dtype)
     return out
 
@@ -93,5 +97,8 @@ def read(root: Path, options: ScanOptions) -> DatasetContract:
         return data.blocks(dims)
 
     # the vector features first, in info.json order, then the rest
-    contract.features = {**{k: features[k] for k in vectors}, **{k: f for k, f in features.items() if k not in vectors}}
+    contract.features = {
+        **{k: features[k] for k in vectors},
+        **{k: f for k, f in features.items() if k not in vectors},
+    }
     return finish(contract, blocks, options)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.normalization import LEGACY_MODES, unflatten_stats
 from pipeline.readers.base import (
     Contract,
     Feature,
@@ -28,7 +29,6 @@ from pipeline.readers.base import (
     role_of,
     typed_features,
 )
-from pipeline.normalization import LEGACY_MODES, unflatten_stats
 from pipeline.readers.model_formats import apply_mode_option, read_card, read_openpi, read_openvla
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")

@@ -9,9 +9,8 @@ file's, is an InputError naming the file and the array.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 

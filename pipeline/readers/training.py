@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.readers.base import Contract, Feature, norm_map_of, read_json, read_yaml, role_of, typed_features
+from pipeline.readers.base import (
+    Contract,
+    Feature,
+    norm_map_of,
+    read_json,
+    read_yaml,
+    role_of,
+    typed_features,
+)
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
 

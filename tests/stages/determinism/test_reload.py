@@ -16,12 +16,21 @@ from safetensors.torch import load_file, save_file
 from pipeline.errors import InputError
 from pipeline.stages.determinism import reload
 
-CONFIG = Path(__file__).resolve().parents[3] / "pipeline" / "conf" / "stages" / "determinism.yaml"
 PRE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
+# the stage's reload section, spelled out with the demo's loader (no dependence on the shipped config)
+RELOAD = {
+    "enabled": True,
+    "loader": "pipeline.demo.reload:load_demo",
+    "dataset": None,
+    "save_normalization_stats": False,
+    "norm_key_pattern": r"(^|\.)(un)?normalize_[^.]*\.buffer_",
+    "norm_file_pattern": r"normalizer_processor\.safetensors$",
+    "stats_atol": 0.0,
+}
 
 
 def rcfg(**changes):
-    cfg = OmegaConf.load(CONFIG).reload
+    cfg = OmegaConf.create(RELOAD)
     for key, value in changes.items():
         cfg[key] = value
     return cfg
