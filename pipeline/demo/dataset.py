@@ -1,7 +1,8 @@
 """The demo dataset: OGBench `cube-single` episodes from the scripted oracle, written as LeRobot v3.0.
 
-Stable API (other stages import it): `generate_episodes(n_episodes, steps, seed)`, `write_dataset(...)`,
-`read_frames(dataset_dir)`, `STATE_NAMES`, `ENV_NAMES`, `ACTION_NAMES`.
+Stable API (the demo's build and trainers import it; stages never do):
+`generate_episodes(n_episodes, steps, seed)`, `write_dataset(...)`, `read_frames(dataset_dir)` (through
+the one LeRobot data API), `STATE_NAMES`, `ENV_NAMES`, `ACTION_NAMES`.
 
 Generation is local (MuJoCo through ogbench/gymnasium, no downloads, no rendering) and deterministic for
 a seed: the env is reset with the seed and the oracle's global-numpy randomness is seeded per episode,

@@ -6,8 +6,8 @@ format (`config.json` with `input_features` / `output_features` / `normalization
 safetensors file of flat `<feature>.<stat>` keys, and `model.safetensors`). Loading never unpickles:
 JSON and safetensors only.
 
-The stable API (other stages import it): `DemoPolicy`, `save_pretrained`, `load_pretrained`,
-`normalize`, `unnormalize`, `STATE_KEY`, `ENV_KEY`, `ACTION_KEY`.
+The stable API (the demo's build, trainers and reload loader import it; stages never do): `DemoPolicy`,
+`save_pretrained`, `load_pretrained`, `normalize`, `unnormalize`, `STATE_KEY`, `ENV_KEY`, `ACTION_KEY`.
 """
 
 from __future__ import annotations
