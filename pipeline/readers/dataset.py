@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.readers import hdf5_dataset, lerobot_dataset, npz_dataset
 from pipeline.readers.base import DatasetContract
+from pipeline.readers.hdf5_dataset import read as read_hdf5
+from pipeline.readers.lerobot_dataset import read as read_lerobot
+from pipeline.readers.npz_dataset import read as read_npz
 from pipeline.readers.scan import ScanOptions
 
 __all__ = ["ScanOptions", "read_dataset"]
@@ -27,11 +29,11 @@ def read_dataset(path: str | Path, options: ScanOptions | Mapping[str, Any] | An
     if not path.exists():
         raise InputError(f"{path}: dataset path does not exist", path=path, field="dataset.path")
     if path.is_dir() and (path / "meta" / "info.json").exists():
-        return lerobot_dataset.read(path, opts)
+        return read_lerobot(path, opts)
     if path.suffix in (".hdf5", ".h5") or (path.is_dir() and any(path.glob("*.hdf5"))):
-        return hdf5_dataset.read(path, opts)
+        return read_hdf5(path, opts)
     if path.suffix == ".npz" or (path.is_dir() and any(path.rglob("*.npz"))):
-        return npz_dataset.read(path, opts)
+        return read_npz(path, opts)
     raise InputError(
         f"{path}: not a dataset this stage reads (expected a LeRobot directory with "
         "meta/info.json, an .hdf5 file, or .npz episodes)",

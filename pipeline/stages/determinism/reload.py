@@ -101,8 +101,8 @@ def saved_rows(saved: Mapping[str, np.ndarray], expect_saved: bool) -> list[Chec
             _row(
                 "saved_stats_finite",
                 "mismatch" if bad else "match",
-                f"{len(bad)} of {len(saved)} saved normalization key(s) hold placeholders (inf/NaN, all-zero scale)"
-                + (f": {sorted(bad)[:8]}" if bad else ""),
+                f"{len(bad)} of {len(saved)} saved normalization key(s) hold placeholders "
+                "(inf/NaN, all-zero scale)" + (f": {sorted(bad)[:8]}" if bad else ""),
                 expected="finite",
                 actual=bad or "finite",
                 evidence={"nonfinite": bad, "keys": sorted(saved)},
@@ -116,7 +116,8 @@ def populated_row(reloaded: Reloaded) -> Check:
     bad = _placeholders(reloaded.stats)
     absent = [k for k in reloaded.required if k not in reloaded.stats]
     problems = [
-        f"{len(bad)} of {len(reloaded.stats)} value(s) placeholders (inf/NaN, all-zero scale): {sorted(bad)[:8]}"
+        f"{len(bad)} of {len(reloaded.stats)} value(s) placeholders (inf/NaN, all-zero scale): "
+        f"{sorted(bad)[:8]}"
         if bad
         else "",
         f"missing though the normalization mode needs them: {absent[:8]}" if absent else "",
