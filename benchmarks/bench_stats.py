@@ -107,7 +107,7 @@ def phase_decode(root: Path) -> dict:
 
 
 def phase_stats(root: Path) -> dict:
-    from pipeline.readers import read_dataset
+    from pipeline.readers import ScanOptions, read_dataset
     from pipeline.readers import stats as stats_module
 
     passes = {"n": 0}
@@ -119,7 +119,7 @@ def phase_stats(root: Path) -> dict:
 
     stats_module._refine = counting  # type: ignore[assignment]
     started = time.perf_counter()
-    contract = read_dataset(root)
+    contract = read_dataset(root, ScanOptions(rank_error=1e-3, dynamics_rows=50_000))
     seconds = time.perf_counter() - started
     out = {k: {s: np.asarray(v).tolist() for s, v in contract.recomputed[k].items()} for k in COLUMNS}
     return {

@@ -9,7 +9,7 @@ this module import no stage).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -45,29 +45,69 @@ TYPE_OF_ROLE = {"state": "STATE", "env": "ENV", "action": "ACTION", "image": "VI
 ROLE_OF_TYPE = {v: k for k, v in TYPE_OF_ROLE.items()}
 
 
+# bookkeeping entries of a stats block, not statistics a normalizer reads
+NOT_STATS = ("count", "mask")
+# a scale or upper statistic that is 0 in every dim was never filled in (a zero mean is a real value)
+ZERO_PLACEHOLDERS = ("std", "max", "q99")
+
+
+def nonfinite_counts(value: Any) -> dict[str, int] | None:
+    """`{inf, nan, size}` of an array that holds inf or NaN; None when every value is finite."""
+    values = np.asarray(value, dtype=np.float64).ravel()
+    if np.isfinite(values).all():
+        return None
+    return {"inf": int(np.isinf(values).sum()), "nan": int(np.isnan(values).sum()), "size": int(values.size)}
+
+
 def placeholder_problems(stats: Mapping[str, Any], mode: str | None = None) -> dict[str, str]:
     """Stats that are placeholders rather than statistics: `{stat name: what is wrong}`.
 
     LeRobot initialises its normalizer buffers to +inf and a save without stats leaves them so; a
-    NaN or a missing stat is as bad. Only the stats `mode` reads are examined when it is given. A
-    zero scale is not judged here: whether it blows up depends on the data (the contract's
-    `degenerate` check decides that).
+    NaN, a missing stat, or a scale (std, max, q99) that is zero in every dim is as bad. Only the
+    stats `mode` reads are examined when it is given, else every stat but the bookkeeping ones
+    (`count`, `mask`). A zero scale in some dims only is not judged here: whether it blows up
+    depends on the data (the contract's `degenerate` check decides that). Both reload checks (the
+    contract's on the base checkpoint, determinism's on the reloaded smoke checkpoint) use this.
     """
-    names = NEEDS.get(mode, ()) if mode else tuple(stats)
+    names = NEEDS.get(mode, ()) if mode else tuple(n for n in stats if n not in NOT_STATS)
     out: dict[str, str] = {}
     for name in names:
         if name not in stats or stats[name] is None:
             out[name] = "missing"
             continue
         values = np.asarray(stats[name], dtype=np.float64).ravel()
+        bad = nonfinite_counts(values)
         if values.size == 0:
             out[name] = "empty"
-        elif np.isinf(values).any():
-            out[name] = f"inf in {int(np.isinf(values).sum())} of {values.size} values (placeholder)"
-        elif np.isnan(values).any():
-            out[name] = f"NaN in {int(np.isnan(values).sum())} of {values.size} values"
+        elif bad:
+            out[name] = f"{bad['inf'] + bad['nan']} non-finite ({bad['inf']} inf, {bad['nan']} NaN)"
+        elif name in ZERO_PLACEHOLDERS and not values.any():
+            out[name] = "all zeros"
     return out
 
 
 def is_finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def flat_stats(
+    stats: Mapping[str, Mapping[str, Any]], features: Iterable[str] | None = None, dtype: Any = np.float32
+) -> dict[str, np.ndarray]:
+    """`{feature: {stat: values}}` -> LeRobot's flat `<feature>.<stat>` keys, the layout of a
+    normalizer's safetensors state file (and of the training intent the reload check compares)."""
+    keys = list(stats) if features is None else list(features)
+    return {
+        f"{feature}.{stat}": np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        for feature in keys
+        for stat, value in stats.get(feature, {}).items()
+    }
+
+
+def unflatten_stats(flat: Mapping[str, Any], sep: str = ".") -> dict[str, dict[str, np.ndarray]]:
+    """Flat `<feature>.<stat>` (or v1 `<feature>/<stat>`) keys back into `{feature: {stat: float64}}`."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for key, value in flat.items():
+        feature, _, stat = key.rpartition(sep)
+        if feature:
+            out.setdefault(feature, {})[stat] = np.asarray(value, dtype=np.float64)
+    return out

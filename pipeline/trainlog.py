@@ -25,7 +25,8 @@ import os
 import platform
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,6 +40,23 @@ ENV_MODE = "PREFLIGHT_DETERMINISTIC"
 NONDET_RE = re.compile(r"(\S+) does not have a deterministic implementation")
 NORM_KEY_RE = r"(^|\.)(un)?normalize_[^.]*\.buffer_"
 ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "OMP_NUM_THREADS", ENV_MODE, "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass
+class Reloaded:
+    """What a reload loader (`stages.determinism.reload.loader`, `module:function(checkpoint_dir,
+    dataset_dir)`) hands back: the stats eval will normalize with, and a way to run the policy.
+
+    It lives here, with the other things a user's training code gives the pipeline, so a team's own
+    loader (and the demo's, `pipeline.demo.reload:load_demo`) need not import a stage.
+    """
+
+    stats: dict[str, Any]  # flat "<feature>.<stat>" -> float32 array, after re-injection
+    forward: Callable[[Mapping[str, Any]], Any]  # raw observations (batch) -> raw actions
+    input_features: list[str]
+    output_feature: str = "action"
+    injected: list[str] = field(default_factory=list)  # keys filled from the dataset's metadata
+    required: list[str] = field(default_factory=list)  # keys eval's normalizers read (by their modes)
 
 
 def rank_and_world() -> tuple[int, int]:

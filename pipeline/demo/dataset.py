@@ -1,7 +1,8 @@
 """The demo dataset: OGBench `cube-single` episodes from the scripted oracle, written as LeRobot v3.0.
 
-Stable API (other stages import it): `generate_episodes(n_episodes, steps, seed)`, `write_dataset(...)`,
-`read_frames(dataset_dir)`, `STATE_NAMES`, `ENV_NAMES`, `ACTION_NAMES`.
+Stable API (the demo's build and trainers import it; stages never do):
+`generate_episodes(n_episodes, steps, seed)`, `write_dataset(...)`, `read_frames(dataset_dir)` (through
+the one LeRobot data API), `STATE_NAMES`, `ENV_NAMES`, `ACTION_NAMES`.
 
 Generation is local (MuJoCo through ogbench/gymnasium, no downloads, no rendering) and deterministic for
 a seed: the env is reset with the seed and the oracle's global-numpy randomness is seeded per episode,
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.demo.policy import ACTION_KEY, ENV_KEY, STATE_KEY
+from pipeline.readers import LeRobotData
 from pipeline.readers.stats import compute_stats, iter_array_blocks
 
 ENV_ID = "cube-single-v0"
@@ -243,15 +245,6 @@ def _write_tasks(root: Path) -> None:
 
 
 def read_frames(dataset_dir: str | Path, keys: Sequence[str] = VECTOR_KEYS) -> dict[str, np.ndarray]:
-    """All rows of the demo dataset's vector features (the demo is small; training reads it whole)."""
-    table = pq.read_table(
-        Path(dataset_dir) / "data" / "chunk-000" / "file-000.parquet",
-        columns=[*keys, "episode_index", "frame_index"],
-    )
-    out = {}
-    for key in keys:
-        column = table.column(key).combine_chunks()
-        out[key] = column.flatten().to_numpy().reshape(len(column), -1)
-    out["episode_index"] = table.column("episode_index").to_numpy()
-    out["frame_index"] = table.column("frame_index").to_numpy()
-    return out
+    """All rows of the dataset's vector features ([n, D]) plus `episode_index` and `frame_index` ([n]),
+    through the one LeRobot data API (the demo is small; training reads it whole)."""
+    return LeRobotData(dataset_dir).frames([*keys, "episode_index", "frame_index"])

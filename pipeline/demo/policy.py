@@ -6,25 +6,26 @@ format (`config.json` with `input_features` / `output_features` / `normalization
 safetensors file of flat `<feature>.<stat>` keys, and `model.safetensors`). Loading never unpickles:
 JSON and safetensors only.
 
-The stable API (other stages import it): `DemoPolicy`, `save_pretrained`, `load_pretrained`,
-`normalize`, `unnormalize`, `STATE_KEY`, `ENV_KEY`, `ACTION_KEY`.
+The stable API (the demo's build, trainers and reload loader import it; stages never do): `DemoPolicy`,
+`save_pretrained`, `load_pretrained`, `normalize`, `unnormalize`, `STATE_KEY`, `ENV_KEY`, `ACTION_KEY`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file as load_numpy
 from safetensors.numpy import save_file as save_numpy
-from safetensors.torch import load_file as load_torch
 from safetensors.torch import save_file as save_torch
 from torch import nn
+
+from pipeline.normalization import AFFINE, flat_stats, unflatten_stats
+from pipeline.readers.base import read_json, read_safetensors
 
 STATE_KEY = "observation.state"
 ENV_KEY = "observation.environment_state"
@@ -95,15 +96,9 @@ def unnormalize(y: np.ndarray | torch.Tensor, stats: Mapping[str, np.ndarray], m
 
 
 def _affine(stats: Mapping[str, np.ndarray], mode: str, like: Any) -> tuple[Any, Any, bool]:
-    pairs = {
-        "MEAN_STD": ("mean", "std", False),
-        "MIN_MAX": ("min", "max", True),
-        "QUANTILES": ("q01", "q99", True),
-        "QUANTILE10": ("q10", "q90", True),
-    }
     if mode == "IDENTITY":
         return None, None, False
-    a, b, shift = pairs[mode]
+    a, b, shift = AFFINE[mode]
     lo, hi = np.asarray(stats[a], dtype=np.float32), np.asarray(stats[b], dtype=np.float32)
     scale = (hi + EPS) if not shift else (hi - lo + EPS)
     if isinstance(like, torch.Tensor):
@@ -116,14 +111,6 @@ def _normalizer_step(name: str, features: dict[str, Any], norm_map: dict[str, st
         "registry_name": name,
         "config": {"eps": EPS, "features": features, "norm_map": norm_map},
         "state_file": state_file,
-    }
-
-
-def _flat_stats(stats: Stats, features: Sequence[str]) -> dict[str, np.ndarray]:
-    return {
-        f"{feat}.{stat}": np.ascontiguousarray(np.asarray(value, dtype=np.float32))
-        for feat in features
-        for stat, value in stats.get(feat, {}).items()
     }
 
 
@@ -171,19 +158,11 @@ def save_pretrained(
     }
     (out / PRE_FILE).write_text(json.dumps(pre, indent=2) + "\n")
     (out / POST_FILE).write_text(json.dumps(post, indent=2) + "\n")
-    save_numpy(_flat_stats(stats, list(every)), str(out / PRE_STATE))
-    save_numpy(_flat_stats(stats, list(spec.output_features)), str(out / POST_STATE))
+    save_numpy(flat_stats(stats, list(every)), str(out / PRE_STATE))
+    save_numpy(flat_stats(stats, list(spec.output_features)), str(out / POST_STATE))
     weights = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
     save_torch(weights, str(out / "model.safetensors"))
     return out
-
-
-def _unflatten(flat: Mapping[str, np.ndarray]) -> Stats:
-    stats: Stats = {}
-    for key, value in flat.items():
-        feature, _, stat = key.rpartition(".")
-        stats.setdefault(feature, {})[stat] = value
-    return stats
 
 
 @dataclass
@@ -210,14 +189,16 @@ class LoadedPolicy:
 
 
 def load_pretrained(out_dir: str | Path) -> LoadedPolicy:
-    """Reload what `save_pretrained` wrote (JSON + safetensors only; nothing is unpickled)."""
+    """Reload what `save_pretrained` wrote (JSON + safetensors through the validated reader; nothing is
+    unpickled)."""
     root = Path(out_dir)
-    config = json.loads((root / "config.json").read_text())
+    config = read_json(root / "config.json", "the demo policy's config.json")
     spec = PolicySpec(config["input_features"], config["output_features"], config["normalization_mapping"])
     policy = DemoPolicy(config["state_dim"], config["action_dim"], config.get("hidden", 64))
-    policy.load_state_dict(load_torch(str(root / "model.safetensors")))
+    weights = read_safetensors(root / "model.safetensors")  # header validated before any tensor is read
+    policy.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
     policy.eval()
-    stats = _unflatten(load_numpy(str(root / PRE_STATE)))
-    for feature, values in _unflatten(load_numpy(str(root / POST_STATE))).items():
+    stats = unflatten_stats(read_safetensors(root / PRE_STATE))
+    for feature, values in unflatten_stats(read_safetensors(root / POST_STATE)).items():
         stats.setdefault(feature, {}).update(values)
     return LoadedPolicy(policy, spec, stats)

@@ -7,7 +7,6 @@ saved with the checkpoint, so the saved processors encode exactly what training 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +22,12 @@ from pipeline.demo.policy import (
     default_spec,
     normalize,
 )
+from pipeline.readers import LeRobotData
 
 
 def load_stats(dataset_dir: str | Path) -> dict[str, dict[str, np.ndarray]]:
-    raw = json.loads((Path(dataset_dir) / "meta" / "stats.json").read_text())
-    return {k: {s: np.asarray(v, dtype=np.float64) for s, v in block.items()} for k, block in raw.items()}
+    """The dataset's shipped stats (float64), read through the one LeRobot data API."""
+    return LeRobotData(dataset_dir).stats()
 
 
 def train_policy(

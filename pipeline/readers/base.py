@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,8 @@ import numpy as np
 import yaml
 
 from pipeline.errors import InputError
+from pipeline.normalization import ROLE_OF_TYPE, ROLES, TYPE_OF_ROLE  # noqa: F401  (re-exported)
 
-ROLES = ("state", "env", "action", "image", "other")
 # Keys that mean "the robot state" or "the action" across ecosystems (LeRobot, openpi, OpenVLA, robomimic).
 STATE_ALIASES = (
     "observation.state",
@@ -40,8 +41,6 @@ STATE_ALIASES = (
 )
 ACTION_ALIASES = ("action", "actions")
 ENV_ALIASES = ("observation.environment_state", "environment_state", "env_state")
-TYPE_OF_ROLE = {"state": "STATE", "env": "ENV", "action": "ACTION", "image": "VISUAL"}
-ROLE_OF_TYPE = {v: k for k, v in TYPE_OF_ROLE.items()}
 MAX_HEADER = 100 * 2**20
 
 
@@ -183,6 +182,41 @@ def require(mapping: Any, key: str, path: Path, expected: str, where: str = "") 
     return mapping[key]
 
 
+def typed_features(raw: Any, path: Path, where: str) -> dict[str, Feature]:
+    """LeRobot's `{key: {type: STATE|ACTION|VISUAL|ENV, shape: [...]}}` (config.json, processors, B)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: field '{where}' must be an object of features", path=path, field=where)
+    out = {}
+    for key, spec in raw.items():
+        ftype = require(spec, "type", path, "STATE | ACTION | VISUAL | ENV", f"{where}.{key}")
+        shape = require(spec, "shape", path, "a list of ints", f"{where}.{key}")
+        role = ROLE_OF_TYPE.get(str(ftype), "other")
+        try:
+            out[key] = Feature(key, role, tuple(int(s) for s in shape), spec.get("names"))
+        except (TypeError, ValueError) as exc:
+            raise InputError(
+                f"{path}: field '{where}.{key}.shape' must be a list of ints; got {shape!r}",
+                path=path,
+                field=f"{where}.{key}.shape",
+            ) from exc
+    return out
+
+
+def norm_map_of(raw: Any, path: Path, where: str) -> dict[str, str]:
+    """A `{feature type: mode}` mapping, upper-cased; anything else names the field."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise InputError(
+            f"{path}: field '{where}' must map feature types to modes (e.g. STATE: QUANTILES)",
+            path=path,
+            field=where,
+        )
+    return {str(k).upper(): str(v).upper() for k, v in raw.items()}
+
+
 def inside(root: Path, relative: str | Path, what: str = "path") -> Path:
     """Resolve a manifest-supplied path and refuse one that escapes `root` (.., absolute, symlinks)."""
     root = Path(root).resolve()
@@ -277,8 +311,12 @@ def _check_offsets(path: Path, header: dict[str, Any], body: int) -> None:
             )
 
 
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """All tensors as float64/int numpy arrays (bf16 widened by hand); header validated first."""
+def read_safetensors(path: Path, keep: Callable[[str], bool] | None = None) -> dict[str, np.ndarray]:
+    """Tensors as numpy arrays (bf16 widened to float32 by hand); the header is validated first.
+
+    `keep(name)` selects tensors by name before any data is read, so picking the normalization
+    buffers out of a multi-GB `model.safetensors` reads only those bytes.
+    """
     path = Path(path)
     header = safetensors_header(path)
     out: dict[str, np.ndarray] = {}
@@ -286,7 +324,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
         (hlen,) = struct.unpack("<Q", handle.read(8))
         base = 8 + hlen
         for name, info in header.items():
-            if name == "__metadata__":
+            if name == "__metadata__" or (keep is not None and not keep(name)):
                 continue
             start, end = info["data_offsets"]
             handle.seek(base + start)

@@ -9,7 +9,7 @@ Image datasets (uint8, [T, H, W, C]) are summarized from a few frames for the en
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, role_of
-from pipeline.readers.dataset import finish, image_summary
+from pipeline.readers.scan import ScanOptions, finish, image_summary
 
 CHUNK = 65536
 
@@ -53,7 +53,7 @@ def _role(key: str, shape: tuple[int, ...], dtype: np.dtype) -> str:
     return role_of(leaf)
 
 
-def read(path: Path, options: Mapping[str, Any]) -> DatasetContract:
+def read(path: Path, options: ScanOptions) -> DatasetContract:
     if path.is_dir():
         files = sorted(path.glob("*.hdf5"))
         if len(files) != 1:
@@ -83,7 +83,7 @@ def read(path: Path, options: Mapping[str, Any]) -> DatasetContract:
             role = _role(key, ds.shape, ds.dtype)
             contract.features[key] = Feature(key, role, shape, None, str(ds.dtype))
             if role == "image":
-                contract.images[key] = image_summary(ds[: int(options["image_frames"])])
+                contract.images[key] = image_summary(ds[: options.image_frames])
         _check_demos(handle, path, demos, contract)
     dims = {k: f.dim for k, f in contract.features.items() if f.role != "image" and f.dim}
 

@@ -16,21 +16,22 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.normalization import LEGACY_MODES, unflatten_stats
 from pipeline.readers.base import (
     Contract,
     Feature,
     as_vector,
     inside,
+    norm_map_of,
     read_json,
     read_safetensors,
-    read_yaml,
     require,
     role_of,
-    stats_block,
+    typed_features,
 )
+from pipeline.readers.model_formats import apply_mode_option, read_card, read_openpi, read_openvla
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
-LEGACY_MODES = {"mean_std": "MEAN_STD", "min_max": "MIN_MAX", "identity": "IDENTITY"}
 CARD_NAMES = ("contract.yaml", "contract.yml")
 
 
@@ -100,51 +101,6 @@ def _detect_openvla(path: Path) -> Path | None:
 # --------------------------------------------------------------------------- LeRobot (current + legacy)
 
 
-def _features(raw: Any, path: Path, where: str) -> dict[str, Feature]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: field '{where}' must be an object of features", path=path, field=where)
-    out = {}
-    for key, spec in raw.items():
-        ftype = require(spec, "type", path, "STATE | ACTION | VISUAL | ENV", f"{where}.{key}")
-        shape = require(spec, "shape", path, "a list of ints", f"{where}.{key}")
-        role = {"STATE": "state", "ACTION": "action", "VISUAL": "image", "ENV": "env"}.get(
-            str(ftype), "other"
-        )
-        try:
-            out[key] = Feature(key, role, tuple(int(s) for s in shape), spec.get("names"))
-        except (TypeError, ValueError) as exc:
-            raise InputError(
-                f"{path}: field '{where}.{key}.shape' must be a list of ints; got {shape!r}",
-                path=path,
-                field=f"{where}.{key}.shape",
-            ) from exc
-    return out
-
-
-def _norm_map(raw: Any, path: Path, where: str) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
-        raise InputError(
-            f"{path}: field '{where}' must map feature types to modes (e.g. STATE: QUANTILES)",
-            path=path,
-            field=where,
-        )
-    return {str(k).upper(): str(v).upper() for k, v in raw.items()}
-
-
-def unflatten_stats(flat: dict[str, np.ndarray], sep: str = ".") -> dict[str, dict[str, np.ndarray]]:
-    """LeRobot's flat `<feature>.<stat>` (or v1 `<feature>/<stat>`) keys back into {feature: {stat}}."""
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for key, value in flat.items():
-        feature, _, stat = key.rpartition(sep)
-        if feature:
-            out.setdefault(feature, {})[stat] = np.asarray(value, dtype=np.float64)
-    return out
-
-
 def read_processor(path: Path, root: Path | None = None) -> dict[str, Any]:
     """One processor JSON: its normalizer-like steps with features, norm_map, eps and their stats.
 
@@ -165,8 +121,8 @@ def read_processor(path: Path, root: Path | None = None) -> dict[str, Any]:
             "index": index,
             "registry_name": name,
             "eps": config.get("eps"),
-            "features": _features(config.get("features"), path, f"steps[{index}].config.features"),
-            "norm_map": _norm_map(config.get("norm_map"), path, f"steps[{index}].config.norm_map"),
+            "features": typed_features(config.get("features"), path, f"steps[{index}].config.features"),
+            "norm_map": norm_map_of(config.get("norm_map"), path, f"steps[{index}].config.norm_map"),
             "state_file": step.get("state_file"),
             "stats": None,
         }
@@ -195,14 +151,14 @@ def _read_lerobot(target: Path, options: dict[str, Any]) -> Contract:
         return _read_legacy(target, config, options)
     contract = Contract("A", "lerobot", str(target))
     contract.features.update(
-        _features(
+        typed_features(
             require(config, "input_features", config_path, "the policy's input features"),
             config_path,
             "input_features",
         )
     )
-    contract.features.update(_features(config.get("output_features"), config_path, "output_features"))
-    contract.norm_map = _norm_map(config.get("normalization_mapping"), config_path, "normalization_mapping")
+    contract.features.update(typed_features(config.get("output_features"), config_path, "output_features"))
+    contract.norm_map = norm_map_of(config.get("normalization_mapping"), config_path, "normalization_mapping")
     contract.hints["policy_type"] = config.get("type")
     contract.hints["config"] = {"features": list(contract.features), "norm_map": dict(contract.norm_map)}
     for label in ("pre", "post"):
@@ -250,7 +206,7 @@ def _adopt_processor(contract: Contract, proc: dict[str, Any], label: str) -> No
 
 
 def _legacy_buffers(weights: Path, features: dict[str, Feature]) -> dict[str, dict[str, np.ndarray]]:
-    tensors = read_safetensors(weights)
+    tensors = read_safetensors(weights, keep=lambda name: name.startswith(LEGACY_PREFIXES))
     by_underscore = {key.replace(".", "_"): key for key in features}
     out: dict[str, dict[str, np.ndarray]] = {}
     for name, value in tensors.items():
@@ -313,119 +269,15 @@ def _read_v1_stats(target: Path, options: dict[str, Any]) -> Contract:
     for key, stats in contract.stats.items():
         shape = tuple(next(iter(stats.values())).shape)
         contract.features[key] = Feature(key, role_of(key, shape if len(shape) == 3 else None), shape)
-    _apply_mode_option(contract, options)
-    return contract
-
-
-# --------------------------------------------------------------------------- openpi / OpenVLA / card
-
-
-def _apply_mode_option(contract: Contract, options: dict[str, Any]) -> None:
-    modes = options.get("normalization_mapping")
-    if modes:
-        contract.norm_map.update(_norm_map(dict(modes), Path(contract.path), "model.normalization_mapping"))
-        contract.hints["mode_source"] = "model.normalization_mapping (config)"
-
-
-def _read_openpi(target: Path, options: dict[str, Any]) -> Contract:
-    data = read_json(target, "openpi norm_stats.json")
-    if isinstance(data, dict) and "norm_stats" not in data and _looks_openvla(data):
-        return _read_openvla(target, options, data)  # OpenVLA-family repos also name it norm_stats.json
-    stats = require(data, "norm_stats", target, "{state: {...}, actions: {...}}")
-    if not isinstance(stats, dict):
-        raise InputError(f"{target}: field 'norm_stats' must be an object", path=target, field="norm_stats")
-    contract = Contract("A", "openpi", str(target))
-    for key, block in stats.items():
-        contract.stats[key] = stats_block(block, target, f"norm_stats.{key}")
-        dim = contract.stats[key]["mean"].size if "mean" in contract.stats[key] else None
-        contract.features[key] = Feature(key, role_of(key), (dim,) if dim else None)
-    # openpi does not store the mode with the stats: pi05 normalizes with quantiles, pi0 with mean/std.
-    family = next((p for p in target.parts if p.startswith(("pi05", "pi0"))), None)
-    if family:
-        mode = "QUANTILES" if family.startswith("pi05") else "MEAN_STD"
-        contract.norm_map = {"STATE": mode, "ACTION": mode}
-        contract.hints["mode_source"] = f"inferred from the asset path component '{family}'"
-    _apply_mode_option(contract, options)
-    return contract
-
-
-def _looks_openvla(data: dict[str, Any]) -> bool:
-    return "action" in data or any(isinstance(v, dict) and "action" in v for v in data.values())
-
-
-def _read_openvla(target: Path, options: dict[str, Any], data: Any = None) -> Contract:
-    if data is None:
-        data = read_json(target, "OpenVLA-style dataset_statistics.json")
-    if not isinstance(data, dict) or not data:
-        raise InputError(f"{target}: expected an object of per-dataset statistics", path=target)
-    if "action" in data:  # single-dataset file (ACT/ALOHA style: action, qpos)
-        key, entry = None, data
-    else:
-        key = options.get("stats_key") or (next(iter(data)) if len(data) == 1 else None)
-        if key is None:
-            raise InputError(
-                f"{target}: {len(data)} datasets ({', '.join(list(data)[:8])}, ...); set "
-                "model.stats_key to the one this model un-normalizes with",
-                path=target,
-                field="model.stats_key",
-            )
-        entry = require(data, key, target, "the dataset named by model.stats_key")
-    where = key or ""
-    contract = Contract("A", "openvla", str(target))
-    contract.hints["stats_key"] = key
-    for name, block in entry.items():
-        if isinstance(block, dict):
-            stats = stats_block(block, target, f"{where}.{name}".strip("."))
-            contract.stats[name] = stats
-            dim = stats["mean"].size if "mean" in stats else None
-            contract.features[name] = Feature(name, role_of(name), (dim,) if dim else None)
-        elif name.startswith("num_"):
-            contract.hints[name] = block
-    mask = contract.stats.get("action", {}).get("mask")
-    if mask is not None:
-        contract.hints["action_mask"] = [bool(v) for v in mask]
-    has_q = "q01" in contract.stats.get("action", {})
-    contract.norm_map = {"ACTION": "QUANTILES" if has_q else "MEAN_STD"}
-    contract.hints["mode_source"] = (
-        "inferred: OpenVLA normalizes actions to bounds q01/q99 (mask keeps the gripper raw)"
-        if has_q
-        else "inferred: mean/std are the only stats"
-    )
-    contract.inferred = False
-    _apply_mode_option(contract, options)
-    return contract
-
-
-def _read_card(target: Path, options: dict[str, Any]) -> Contract:
-    """A user-written contract card: expectations plus where they come from; every row is inferred."""
-    card = read_yaml(target, "a contract card")
-    if not isinstance(card, dict):
-        raise InputError(f"{target}: a contract card must be a mapping", path=target)
-    source = require(card, "source", target, "where these expectations come from (a repo, doc or person)")
-    contract = Contract("A", "contract_card", str(target), inferred=True)
-    contract.hints["source"] = source
-    contract.norm_map = _norm_map(card.get("normalization_mapping"), target, "normalization_mapping")
-    raw = require(card, "features", target, "features with type, shape and optional names")
-    for key, spec in (raw or {}).items():
-        ftype = str(require(spec, "type", target, "STATE | ACTION | VISUAL | ENV", f"features.{key}"))
-        shape = spec.get("shape")
-        role = {"STATE": "state", "ACTION": "action", "VISUAL": "image", "ENV": "env"}.get(ftype, "other")
-        contract.features[key] = Feature(key, role, tuple(shape) if shape else None, spec.get("names"))
-        if "stats" in spec:
-            contract.stats[key] = stats_block(spec["stats"], target, f"features.{key}.stats")
-    for key in ("action_mode", "image_order", "image_scale", "channel_order", "units"):
-        if key in card:
-            contract.hints[key] = card[key]
-    for key, value in (card.get("stats") or {}).items():
-        contract.stats[key] = stats_block(value, target, f"stats.{key}")
+    apply_mode_option(contract, options)
     return contract
 
 
 _READERS: list[tuple[Callable[[Path], Path | None], Callable[[Path, dict[str, Any]], Contract]]] = [
-    (_detect_card, _read_card),
+    (_detect_card, read_card),
     (_detect_lerobot, _read_lerobot),
-    (_detect_openpi, _read_openpi),
-    (_detect_openvla, _read_openvla),
+    (_detect_openpi, read_openpi),
+    (_detect_openvla, read_openvla),
     (_detect_v1_stats, _read_v1_stats),
     (_detect_legacy_weights, _read_legacy_weights),
 ]

@@ -9,15 +9,14 @@ file's, is an InputError naming the file and the array.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
-from pipeline.readers.dataset import finish, image_summary
+from pipeline.readers.scan import ScanOptions, finish, image_summary
 
 ROLES = {
     "obs_state": "state",
@@ -62,7 +61,7 @@ def _role(key: str, arr: np.ndarray) -> str:
     return ROLES.get(key, role_of(key))
 
 
-def read(path: Path, options: Mapping[str, Any]) -> DatasetContract:
+def read(path: Path, options: ScanOptions) -> DatasetContract:
     files = _files(path)
     if not files:
         raise InputError(f"{path}: no .npz episodes", path=path, field="dataset.path")
@@ -80,7 +79,7 @@ def read(path: Path, options: Mapping[str, Any]) -> DatasetContract:
         role = _role(key, arr)
         contract.features[key] = Feature(key, role, shape, None, str(arr.dtype))
         if role == "image":
-            contract.images[key] = image_summary(arr[: int(options["image_frames"])])
+            contract.images[key] = image_summary(arr[: options.image_frames])
     contract.files = [str(f) for f in files]
     dims = {k: f.dim for k, f in contract.features.items() if f.role != "image" and f.dim}
 

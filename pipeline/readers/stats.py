@@ -4,8 +4,7 @@ Why not `np.quantile` on the whole column: datasets are larger than memory, and 
 recompute the stats the configured normalization needs (mean, std, min, max, q01/q99, q10/q90) to
 compare them with the stats files a dataset ships. The guarantees:
 
-- count, mean, std (population, like LeRobot), min and max are exact (float64 accumulation of exact
-  float32 products, Chan's parallel merge of per-block moments);
+- count, mean, std (population, like LeRobot), min and max are exact (`pipeline.readers.moments`);
 - every quantile has a rank error of at most `rank_error * count` (default 0.1 %).
 
 How, in one pass: per dim, a histogram of the top 16 bits of an order-preserving integer image of each
@@ -27,7 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-QUANTILES: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+from pipeline.normalization import QUANTILE_LEVELS
+from pipeline.readers.moments import Moments
+
+QUANTILES: dict[str, float] = dict(QUANTILE_LEVELS)  # the vocabulary's levels, by stat name
 BUCKETS = 1 << 16
 MAX_TRACKED = 24  # second-level histograms per dim (512 KiB each): <= 12 MiB per dim
 WINDOW = 1  # buckets tracked on each side of a quantile's current bucket
@@ -46,38 +48,6 @@ def keys_to_float(keys: np.ndarray) -> np.ndarray:
     """Inverse of `order_keys` (the transform is an involution)."""
     keys = np.asarray(keys, dtype=np.int32)
     return (keys ^ ((keys >> 31) & np.int32(0x7FFFFFFF))).view(np.float32)
-
-
-class _Moments:
-    """Exact per-dim count/mean/M2/min/max with Chan's merge, so block order and size do not matter."""
-
-    def __init__(self, dim: int) -> None:
-        self.count = np.zeros(dim, dtype=np.int64)
-        self.mean = np.zeros(dim)
-        self.m2 = np.zeros(dim)
-        self.lo = np.full(dim, np.inf)
-        self.hi = np.full(dim, -np.inf)
-
-    def update(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, where: np.ndarray) -> None:
-        """Merge `rows` ([k, n] float32, one row per dim in `where`) with their precomputed min/max."""
-        n = rows.shape[1]
-        if n == 0:
-            return
-        b_mean = rows.sum(axis=1, dtype=np.float64) / n
-        b_sq = np.einsum("ij,ij->i", rows, rows, dtype=np.float64)
-        b_m2 = np.maximum(b_sq - n * b_mean * b_mean, 0.0)
-        shaky = np.where(b_m2 < 1e-6 * b_sq)[0]  # cancellation (mean >> spread): recompute centred
-        for i in shaky:
-            centred = rows[i].astype(np.float64) - b_mean[i]
-            b_m2[i] = float(np.dot(centred, centred))
-        prior = self.count[where]
-        total = prior + n
-        delta = b_mean - self.mean[where]
-        self.mean[where] = self.mean[where] + delta * (n / total)
-        self.m2[where] = self.m2[where] + b_m2 + delta * delta * (prior * n / total)
-        self.count[where] = total
-        self.lo[where] = np.minimum(self.lo[where], lo)
-        self.hi[where] = np.maximum(self.hi[where], hi)
 
 
 class QuantileSketch:
@@ -227,7 +197,7 @@ class FeatureStats:
         self, dim: int, rank_error: float = 1e-3, quantiles: Mapping[str, float] = QUANTILES
     ) -> None:
         self.dim = dim
-        self.moments = _Moments(dim)
+        self.moments = Moments(dim)
         self.sketch = QuantileSketch(dim, rank_error, quantiles)
         self.nonfinite = np.zeros(dim, dtype=np.int64)
         self._rows: np.ndarray | None = None

@@ -17,8 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.readers.base import Contract, Feature, read_json, read_yaml
-from pipeline.readers.model import _features, _norm_map
+from pipeline.readers.base import (
+    Contract,
+    Feature,
+    norm_map_of,
+    read_json,
+    read_yaml,
+    role_of,
+    typed_features,
+)
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
 
@@ -55,9 +62,9 @@ def _contract(path: Path, data: dict[str, Any], kind: str) -> Contract:
     if not isinstance(policy, dict):
         raise InputError(f"{path}: field 'policy' must be a mapping", path=path, field="policy")
     contract = Contract("B", kind, str(path))
-    contract.features.update(_features(policy.get("input_features"), path, "policy.input_features"))
-    contract.features.update(_features(policy.get("output_features"), path, "policy.output_features"))
-    contract.norm_map = _norm_map(policy.get("normalization_mapping"), path, "policy.normalization_mapping")
+    contract.features.update(typed_features(policy.get("input_features"), path, "policy.input_features"))
+    contract.features.update(typed_features(policy.get("output_features"), path, "policy.output_features"))
+    contract.norm_map = norm_map_of(policy.get("normalization_mapping"), path, "policy.normalization_mapping")
     _declared_names(contract, data.get("features"), path)
     dataset = data.get("dataset") or {}
     contract.hints["dataset"] = {
@@ -95,8 +102,6 @@ def _declared_names(contract: Contract, raw: Any, path: Path) -> None:
         feature = contract.features.get(key)
         if feature is None:
             shape = (spec or {}).get("shape") or ([len(names)] if names else None)
-            from pipeline.readers.base import role_of
-
             feature = Feature(key, role_of(key), tuple(shape) if shape else None)
             contract.features[key] = feature
         if names is not None:

@@ -14,9 +14,11 @@ from pipeline.demo import ensure
 from pipeline.demo.build import build, plant_faults
 from pipeline.demo.dataset import ACTION_NAMES, STATE_NAMES, generate_episodes, read_frames
 from pipeline.demo.policy import DemoPolicy, load_pretrained, normalize, save_pretrained, unnormalize
-from pipeline.readers import read_dataset, read_model
+from pipeline.readers import ScanOptions, read_dataset, read_model
 
 SMALL = {"variant": "default", "seed": 3, "episodes": 2, "steps": 40, "train_steps": 20, "hidden": 16}
+
+OPTIONS = ScanOptions(rank_error=1e-3, dynamics_rows=50_000)  # the contract stage's defaults
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def test_dataset_is_lerobot_v30(small: dict[str, str]) -> None:
     assert pq.read_table(root / "meta/tasks.parquet").column("task_index").to_pylist() == [0]
     frames = read_frames(root)
     assert frames["observation.state"].shape == (80, 11) and frames["action"].shape == (80, 5)
-    c = read_dataset(root)
+    c = read_dataset(root, OPTIONS)
     np.testing.assert_allclose(c.recomputed["action"]["mean"], stats["action"]["mean"])
 
 

@@ -13,8 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check
-from pipeline.stages.contract.rows import NEEDS, Sources, row
+from pipeline.normalization import NEEDS, placeholder_problems
+from pipeline.records import Check, Rows
+from pipeline.stages.contract.rows import NAME, Sources
+
+ROWS = Rows(NAME, "reload")
 
 
 def processor_rows(src: Sources) -> list[Check]:
@@ -27,9 +30,8 @@ def processor_rows(src: Sources) -> list[Check]:
         proc = src.a.hints.get(label)
         if proc is None:
             out.append(
-                row(
+                ROWS(
                     f"reload.processor:{label}",
-                    "reload",
                     f"policy_{label}processor",
                     "mismatch",
                     f"{src.a.path}: no policy_{label}processor*.json; eval cannot rebuild the "
@@ -48,9 +50,8 @@ def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str,
     feature = f"policy_{label}processor"
     if not steps:
         return [
-            row(
+            ROWS(
                 f"reload.processor:{label}",
-                "reload",
                 feature,
                 "mismatch",
                 f"{proc['path']}: no normalizer step (steps: {proc['steps']})",
@@ -74,9 +75,8 @@ def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str,
         "eps": step["eps"],
     }
     out = [
-        row(
+        ROWS(
             f"reload.processor:{label}",
-            "reload",
             feature,
             "mismatch" if problems else "match",
             "; ".join(problems)
@@ -88,9 +88,8 @@ def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str,
     ]
     if step["stats"] is None:
         out.append(
-            row(
+            ROWS(
                 f"reload.state:{label}",
-                "reload",
                 feature,
                 "unverifiable",
                 f"state file {step['state_file']} is not in {src.a.path}; the reloaded stats cannot be read",
@@ -120,9 +119,8 @@ def _state_row(src: Sources, label: str, step: dict[str, Any], want: list[str]) 
                 other = pre[0]["stats"].get(key, {}).get(stat)
                 if other is not None and (other.shape != value.shape or not np.allclose(other, value)):
                     problems[f"{key}.{stat}"] = "postprocessor stats differ from the preprocessor's"
-    return row(
+    return ROWS(
         f"reload.state:{label}",
-        "reload",
         f"policy_{label}processor",
         "mismatch" if problems else "match",
         "; ".join(f"{k}: {v}" for k, v in problems.items())
@@ -134,64 +132,48 @@ def _state_row(src: Sources, label: str, step: dict[str, Any], want: list[str]) 
 
 
 def placeholder_rows(src: Sources) -> list[Check]:
-    """inf / NaN / all-zero stats in what A reloads: the stats were never filled in."""
+    """inf / NaN / all-zero stats in what A reloads: the stats were never filled in (the shared rule,
+    `pipeline.normalization.placeholder_problems`). A std that is zero in some dims only is padding or a
+    constant dim: a soft row (a MEAN_STD normalizer divides by eps there)."""
     out = []
     for key, stats in src.a.stats.items():
         feature = src.a.features.get(key)
         if feature is None or feature.role == "other":
             continue
-        bad, zero_dims = {}, {}
-        for stat, value in stats.items():
-            arr = np.asarray(value, dtype=np.float64)
-            if stat in ("count", "mask"):
-                continue
-            if not np.all(np.isfinite(arr)):
-                bad[stat] = f"{int(np.sum(~np.isfinite(arr)))} non-finite"
-            elif stat in ("std", "max", "q99") and arr.size and np.all(arr == 0):
-                bad[stat] = "all zeros"
-            elif stat == "std" and np.any(arr == 0):
-                zero_dims[stat] = np.where(arr.reshape(-1) == 0)[0].tolist()
-        if bad:
-            out.append(
-                row(
-                    f"reload.placeholders:{key}",
-                    "reload",
-                    key,
-                    "mismatch",
-                    f"{key}: the stats the base reloads are placeholders ({bad}); normalization at "
-                    "eval is undefined",
-                    expected="finite, filled stats",
-                    actual=bad,
-                    evidence={"source": src.a.hints.get("stats_source", src.a.path)},
-                )
-            )
-        elif zero_dims:
-            out.append(
-                row(
-                    f"reload.placeholders:{key}",
-                    "reload",
-                    key,
-                    "mismatch",
-                    f"{key}: base std == 0 in dim(s) {zero_dims['std'][:16]} (padding or constant dims; "
-                    "a MEAN_STD normalizer divides by eps there)",
-                    severity="soft",
-                    expected="std > 0",
-                    actual=zero_dims,
-                    evidence={"zero_std_dims": zero_dims["std"]},
-                )
-            )
-        else:
-            out.append(
-                row(
-                    f"reload.placeholders:{key}",
-                    "reload",
-                    key,
-                    "match",
-                    f"{key}: base stats {sorted(stats)} are finite and filled",
-                    actual=sorted(stats),
-                )
-            )
+        out.append(_placeholder_row(src, key, stats))
     return out
+
+
+def _placeholder_row(src: Sources, key: str, stats: dict[str, Any]) -> Check:
+    bad = placeholder_problems(stats)
+    std = np.asarray(stats.get("std", []), dtype=np.float64).reshape(-1)
+    zero_std = np.where(std == 0)[0].tolist() if "std" in stats and "std" not in bad else []
+    check = f"reload.placeholders:{key}"
+    if bad:
+        return ROWS(
+            check,
+            key,
+            "mismatch",
+            f"{key}: the stats the base reloads are placeholders ({bad}); normalization at eval is undefined",
+            expected="finite, filled stats",
+            actual=bad,
+            evidence={"source": src.a.hints.get("stats_source", src.a.path)},
+        )
+    if zero_std:
+        return ROWS(
+            check,
+            key,
+            "mismatch",
+            f"{key}: base std == 0 in dim(s) {zero_std[:16]} (padding or constant dims; "
+            "a MEAN_STD normalizer divides by eps there)",
+            severity="soft",
+            expected="std > 0",
+            actual={"std": zero_std},
+            evidence={"zero_std_dims": zero_std},
+        )
+    return ROWS(
+        check, key, "match", f"{key}: base stats {sorted(stats)} are finite and filled", actual=sorted(stats)
+    )
 
 
 def mask_rows(src: Sources) -> list[Check]:
@@ -202,9 +184,8 @@ def mask_rows(src: Sources) -> list[Check]:
         return []
     verdict = "match" if list(map(bool, a_mask)) == list(map(bool, b_mask)) else "mismatch"
     return [
-        row(
+        ROWS(
             "reload.mask:action",
-            "reload",
             "action",
             verdict,
             f"normalization mask A {a_mask} vs training {b_mask}",

@@ -6,8 +6,11 @@ save and load, or stats re-injected from another dataset. Each of those is a sep
 with the keys and values as evidence.
 
 The reload goes through a loader named in the config (`module:function`), so a team points it at the
-same code eval uses. A loader is `load(checkpoint_dir, dataset_dir) -> Reloaded`; `load_demo` is the
-one for the embedded demo's policy format.
+same code eval uses. A loader is `load(checkpoint_dir, dataset_dir) -> Reloaded`
+(`pipeline.trainlog.Reloaded`); `pipeline.demo.reload:load_demo` is the one for the embedded demo's
+policy format (a stage never imports the demo: it is named in config). Saved and reloaded stats are
+judged by the shared placeholder rule (`pipeline.normalization.placeholder_problems`), the same one
+the contract stage applies to a base checkpoint.
 """
 
 from __future__ import annotations
@@ -15,37 +18,21 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.records import Check
-from pipeline.stages.determinism import lerobot_data
-from pipeline.trainlog import INTENT_FILE
+from pipeline.normalization import nonfinite_counts, placeholder_problems
+from pipeline.readers import LeRobotData
+from pipeline.readers.base import read_safetensors
+from pipeline.records import Check, Rows
+from pipeline.trainlog import INTENT_FILE, Reloaded
 
+__all__ = ["Reloaded", "resolve", "round_trip"]
 STAGE = "determinism"
-MODE_STATS = {
-    "MEAN_STD": ("mean", "std"),
-    "MIN_MAX": ("min", "max"),
-    "QUANTILES": ("q01", "q99"),
-    "QUANTILE10": ("q10", "q90"),
-    "IDENTITY": (),
-}
-
-
-@dataclass
-class Reloaded:
-    """What a loader hands back: the stats eval will normalize with, and a way to run the policy."""
-
-    stats: dict[str, np.ndarray]  # flat "<feature>.<stat>" after re-injection
-    forward: Callable[[Mapping[str, np.ndarray]], Any]  # raw observations (batch) -> raw actions
-    input_features: list[str]
-    output_feature: str = "action"
-    injected: list[str] = field(default_factory=list)  # keys filled from the dataset's metadata
-    required: list[str] = field(default_factory=list)  # keys eval's normalizers read (by their modes)
+ROWS = Rows(STAGE, "reload")
 
 
 def resolve(spec: str, key: str) -> Callable[..., Any]:
@@ -62,82 +49,35 @@ def resolve(spec: str, key: str) -> Callable[..., Any]:
     return found
 
 
-def flatten(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    return {
-        f"{feat}.{stat}": np.asarray(v, dtype=np.float32)
-        for feat, d in stats.items()
-        for stat, v in d.items()
-    }
-
-
-def load_demo(checkpoint: Path, dataset: Path) -> Reloaded:
-    """The demo's eval path: `load_pretrained`, then re-inject what the checkpoint lacks from the dataset.
-
-    Like LeRobot's `_inject_stats`, only missing statistics are filled; stats that were saved (even as
-    `inf`) are kept, which is exactly why a saved placeholder must be caught.
-    """
-    from pipeline.demo.policy import ACTION_KEY, load_pretrained
-
-    loaded = load_pretrained(checkpoint)
-    source = lerobot_data.stats(dataset)
-    injected: list[str] = []
-    for feature in [*loaded.spec.input_features, *loaded.spec.output_features]:
-        have = loaded.stats.setdefault(feature, {})
-        for stat, value in source.get(feature, {}).items():
-            if stat not in have:
-                have[stat] = value
-                injected.append(f"{feature}.{stat}")
-    required = [
-        f"{feature}.{stat}"
-        for feature in [*loaded.spec.input_features, *loaded.spec.output_features]
-        for stat in MODE_STATS.get(loaded.mode(feature), ())
-    ]
-    return Reloaded(
-        stats=flatten(loaded.stats),
-        forward=loaded.act,
-        input_features=list(loaded.spec.input_features),
-        output_feature=ACTION_KEY,
-        injected=injected,
-        required=required,
-    )
-
-
-# ------------------------------------------------------------------------------------------ checks
-
-
-def _row(feature: str, verdict: str, message: str, **fields: Any) -> Check:
-    return Check(
-        id=f"{STAGE}.reload.{feature}",
-        stage=STAGE,
-        category="reload",
-        feature=f"reload:{feature}",
-        verdict=verdict,
-        severity=fields.pop("severity", "hard"),
-        message=message,
-        **fields,
-    )
+def _row(check: str, verdict: str, message: str, **fields: Any) -> Check:
+    """One reload row: id `determinism.reload.<check>`, feature `reload:<check>`."""
+    return ROWS(f"reload.{check}", f"reload:{check}", verdict, message, **fields)
 
 
 def saved_norm_keys(checkpoint: Path, key_pattern: str, file_pattern: str) -> dict[str, np.ndarray]:
-    """Every normalization value written to the checkpoint's safetensors files, as `<file>:<key>`."""
-    from safetensors import safe_open
+    """Every normalization value written to the checkpoint's safetensors files, as `<file>:<key>`.
 
+    Read through the validated reader, and only the matching tensors (the weights stay on disk).
+    """
     key_re, file_re = re.compile(key_pattern), re.compile(file_pattern)
     found: dict[str, np.ndarray] = {}
     for path in sorted(Path(checkpoint).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as handle:
-            for key in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
-                if file_re.search(path.name) or key_re.search(key):
-                    found[f"{path.name}:{key}"] = handle.get_tensor(key).float().numpy()
+        whole = bool(file_re.search(path.name))
+        tensors = read_safetensors(path, keep=lambda key, whole=whole: whole or bool(key_re.search(key)))
+        found.update({f"{path.name}:{key}": v.astype(np.float32) for key, v in tensors.items()})
     return found
 
 
-def _nonfinite(values: Mapping[str, np.ndarray]) -> dict[str, dict[str, int]]:
-    return {
-        k: {"inf": int(np.isinf(v).sum()), "nan": int(np.isnan(v).sum()), "size": int(v.size)}
-        for k, v in values.items()
-        if not np.isfinite(v).all()
-    }
+def _placeholders(values: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Flat keys (`[<file>:]<feature>.<stat>`) whose values are placeholders by the shared rule
+    (`pipeline.normalization.placeholder_problems`), with their inf/NaN counts as evidence."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        stat = key.rpartition(".")[2]
+        problem = placeholder_problems({stat: value}).get(stat)
+        if problem:
+            out[key] = nonfinite_counts(value) or {"problem": problem, "size": int(np.size(value))}
+    return out
 
 
 def saved_rows(saved: Mapping[str, np.ndarray], expect_saved: bool) -> list[Check]:
@@ -156,13 +96,13 @@ def saved_rows(saved: Mapping[str, np.ndarray], expect_saved: bool) -> list[Chec
             )
         )
     if saved:
-        bad = _nonfinite(saved)
+        bad = _placeholders(saved)
         rows.append(
             _row(
                 "saved_stats_finite",
                 "mismatch" if bad else "match",
-                f"{len(bad)} of {len(saved)} saved normalization key(s) hold inf/NaN placeholders"
-                + (f": {sorted(bad)[:8]}" if bad else ""),
+                f"{len(bad)} of {len(saved)} saved normalization key(s) hold placeholders "
+                "(inf/NaN, all-zero scale)" + (f": {sorted(bad)[:8]}" if bad else ""),
                 expected="finite",
                 actual=bad or "finite",
                 evidence={"nonfinite": bad, "keys": sorted(saved)},
@@ -173,10 +113,13 @@ def saved_rows(saved: Mapping[str, np.ndarray], expect_saved: bool) -> list[Chec
 
 def populated_row(reloaded: Reloaded) -> Check:
     """Every statistic eval's normalizers read is present and finite after re-injection."""
-    bad = _nonfinite(reloaded.stats)
+    bad = _placeholders(reloaded.stats)
     absent = [k for k in reloaded.required if k not in reloaded.stats]
     problems = [
-        f"{len(bad)} of {len(reloaded.stats)} value(s) inf/NaN: {sorted(bad)[:8]}" if bad else "",
+        f"{len(bad)} of {len(reloaded.stats)} value(s) placeholders (inf/NaN, all-zero scale): "
+        f"{sorted(bad)[:8]}"
+        if bad
+        else "",
         f"missing though the normalization mode needs them: {absent[:8]}" if absent else "",
     ]
     message = "; ".join(p for p in problems if p) or (
@@ -208,9 +151,7 @@ def intent_row(reloaded: Reloaded, intent_path: Path, atol: float) -> Check:
             "record its normalization intent (pipeline.trainlog.write_intent)",
             evidence={"path": str(intent_path)},
         )
-    from safetensors.numpy import load_file
-
-    intent = {k: v.astype(np.float32) for k, v in load_file(str(intent_path)).items()}
+    intent = {k: v.astype(np.float32) for k, v in read_safetensors(intent_path).items()}
     missing, extra = sorted(set(intent) - set(reloaded.stats)), sorted(set(reloaded.stats) - set(intent))
     differing = {}
     for key in sorted(set(intent) & set(reloaded.stats)):
@@ -244,8 +185,9 @@ def intent_row(reloaded: Reloaded, intent_path: Path, atol: float) -> Check:
 
 
 def forward_row(reloaded: Reloaded, dataset: Path) -> Check:
-    sample = lerobot_data.frames(dataset, reloaded.input_features, limit=1)
-    want = (1, lerobot_data.feature_dim(dataset, reloaded.output_feature))
+    data = LeRobotData(dataset)
+    sample = data.frames(reloaded.input_features, limit=1, dtype=np.float32)
+    want = (1, data.feature_dim(reloaded.output_feature))
     try:
         out = np.asarray(reloaded.forward(sample), dtype=np.float64)
     except Exception as exc:  # noqa: BLE001 - a failing forward is the finding

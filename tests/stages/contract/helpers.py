@@ -14,17 +14,18 @@ import pyarrow.parquet as pq
 import yaml
 from omegaconf import OmegaConf
 
-from pipeline.readers import read_dataset, read_model, read_training
+from pipeline.readers import ScanOptions, read_dataset, read_model, read_training
 from pipeline.records import Check
 from pipeline.stages.contract import reconcile
 
 REPO = Path(__file__).resolve().parents[3]
 STAGE_CFG = OmegaConf.load(REPO / "pipeline" / "conf" / "stages" / "contract.yaml")
+OPTIONS = ScanOptions.of(STAGE_CFG)  # the dataset scan with the stage's own thresholds
 
 
 def card_from(dataset: Path, out: Path, modes: dict[str, str]) -> Path:
     """A contract card whose expectations are the dataset's own recomputed stats (a consistent base)."""
-    c = read_dataset(dataset)
+    c = read_dataset(dataset, OPTIONS)
     features = {}
     for key, f in c.features.items():
         if f.role in ("state", "action") and key in c.recomputed:
@@ -84,7 +85,7 @@ def edit_stats(dataset: Path, edit: Callable[[dict], None]) -> None:
 
 def run(model: Path, training: Path, dataset: Path, options: dict | None = None) -> list[Check]:
     checks, _ = reconcile(
-        read_model(model, options), read_training(training), read_dataset(dataset), STAGE_CFG
+        read_model(model, options), read_training(training), read_dataset(dataset, OPTIONS), STAGE_CFG
     )
     return checks
 

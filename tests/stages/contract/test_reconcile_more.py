@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.stages import contract
-from tests.stages.contract.helpers import STAGE_CFG, card_from, hard, run, training_yaml
+from tests.stages.contract.helpers import OPTIONS, STAGE_CFG, card_from, hard, run, training_yaml
 
 RECORD = "SamueleSandrini__record-test"
 QUANTILES = {"STATE": "QUANTILES", "ACTION": "QUANTILES"}
@@ -54,7 +54,7 @@ def test_action_mode_declared(real_data: Path, tmp_path: Path) -> None:
 def test_image_scale_and_channel_order_from_npz(real_data: Path, tmp_path: Path) -> None:
     """hybrid-rl obs_rgb: uint8, per-channel means 67.0 / 85.8 / 104.6 (R < G < B, checked with numpy)."""
     data = real_data / "ch33nchan__hybrid-rl/data/raw/mj_pick_place_phase_boost/episode_desc_000"
-    means = read_dataset(data).images["obs_rgb"]["channel_means"]
+    means = read_dataset(data, OPTIONS).images["obs_rgb"]["channel_means"]
     bgr_stats = {"mean": [m / 255 for m in reversed(means)], "max": [1.0, 1.0, 1.0]}
     card = {
         "source": "test",
@@ -98,7 +98,7 @@ def test_legacy_placeholder_buffers(tmp_path: Path, real_data: Path) -> None:
     a = read_model(model)
     assert a.kind == "lerobot_legacy" and a.norm_map == {"STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
     checks, _ = contract.reconcile(
-        a, read_training(training_yaml(tmp_path, {})), read_dataset(real_data / RECORD), STAGE_CFG
+        a, read_training(training_yaml(tmp_path, {})), read_dataset(real_data / RECORD, OPTIONS), STAGE_CFG
     )
     blocking = {c.id for c in checks if c.blocking}
     assert "contract.reload.placeholders:observation.state" in blocking
@@ -113,7 +113,7 @@ def test_known_good_cross_check(real_data: Path, tmp_path: Path) -> None:
     card = yaml.safe_load((good / "contract.yaml").read_text())
     card["normalization_mapping"] = {"STATE": "MEAN_STD", "ACTION": "QUANTILES"}
     (bad / "contract.yaml").write_text(yaml.safe_dump(card))
-    b, c = read_training(training_yaml(tmp_path, QUANTILES)), read_dataset(real_data / RECORD)
+    b, c = read_training(training_yaml(tmp_path, QUANTILES)), read_dataset(real_data / RECORD, OPTIONS)
     checks, _ = contract.reconcile(read_model(bad), b, c, STAGE_CFG)
     cfg = OmegaConf.create({"known_good": {"path": str(good)}})
     row = contract._known_good(cfg, STAGE_CFG, b, c, checks)[0]

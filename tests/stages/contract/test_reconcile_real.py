@@ -12,6 +12,7 @@ import pytest
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.stages.contract import reconcile
 from tests.stages.contract.helpers import (
+    OPTIONS,
     STAGE_CFG,
     card_from,
     copy_with,
@@ -202,7 +203,7 @@ def test_openpi_base_against_lerobot_dataset(real_data: Path, tmp_path: Path) ->
     """pi05 libero norm stats (8-dim state) against the 6-dim SO-101 record: the width is a hard stop."""
     a = read_model(real_data / "zwbx__openpi/assets/pi05_libero/physical-intelligence/libero/norm_stats.json")
     b = read_training(training_yaml(tmp_path, {}))
-    checks, _ = reconcile(a, b, read_dataset(real_data / RECORD), STAGE_CFG)
+    checks, _ = reconcile(a, b, read_dataset(real_data / RECORD, OPTIONS), STAGE_CFG)
     found = {c.id for c in checks if c.blocking}
     assert {"contract.layout.shape:state", "contract.layout.shape:actions"} <= found
     assert next(c for c in checks if c.id == "contract.layout.key:state").evidence["matched_by"] == "role"
@@ -214,6 +215,6 @@ def test_padded_openpi_stats_are_soft(real_data: Path, tmp_path: Path) -> None:
         {"normalization_mapping": {"STATE": "QUANTILES", "ACTION": "QUANTILES"}},
     )
     b = read_training(training_yaml(tmp_path, {}))
-    checks, _ = reconcile(a, b, read_dataset(real_data / RECORD), STAGE_CFG)
+    checks, _ = reconcile(a, b, read_dataset(real_data / RECORD, OPTIONS), STAGE_CFG)
     row = next(c for c in checks if c.id == "contract.reload.placeholders:state")
     assert row.severity == "soft" and row.evidence["zero_std_dims"] == list(range(23, 32))

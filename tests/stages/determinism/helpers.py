@@ -38,7 +38,7 @@ def reference_runs(root: Path, dataset: Path, runs: dict[str, tuple[str, ...]]) 
         cmd = [
             sys.executable,
             "-m",
-            "pipeline.stages.determinism.reference_trainer",
+            "pipeline.demo.reference_trainer",
             "--out",
             str(root / name),
             "--dataset",

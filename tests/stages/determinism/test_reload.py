@@ -16,12 +16,21 @@ from safetensors.torch import load_file, save_file
 from pipeline.errors import InputError
 from pipeline.stages.determinism import reload
 
-CONFIG = Path(__file__).resolve().parents[3] / "pipeline" / "conf" / "stages" / "determinism.yaml"
 PRE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
+# the stage's reload section, spelled out with the demo's loader (no dependence on the shipped config)
+RELOAD = {
+    "enabled": True,
+    "loader": "pipeline.demo.reload:load_demo",
+    "dataset": None,
+    "save_normalization_stats": False,
+    "norm_key_pattern": r"(^|\.)(un)?normalize_[^.]*\.buffer_",
+    "norm_file_pattern": r"normalizer_processor\.safetensors$",
+    "stats_atol": 0.0,
+}
 
 
 def rcfg(**changes):
-    cfg = OmegaConf.load(CONFIG).reload
+    cfg = OmegaConf.create(RELOAD)
     for key, value in changes.items():
         cfg[key] = value
     return cfg
@@ -110,3 +119,25 @@ def test_loader_must_be_module_colon_function(trained, tiny_dataset):
 def test_no_checkpoint_is_an_error_row(tmp_path, tiny_dataset):
     found = rows(tmp_path, tiny_dataset)
     assert found["checkpoint"].verdict == "error"
+
+
+def test_a_truncated_checkpoint_file_is_an_input_error_naming_it(trained, tiny_dataset, tmp_path):
+    """Every safetensors open goes through the validated reader: the header is checked against the size."""
+    run = copy_run(trained["with_stats"], tmp_path)
+    path = run / "checkpoint" / PRE
+    path.write_bytes(path.read_bytes()[:-8])
+    with pytest.raises(InputError, match=rf"{PRE}: tensor '.*' data_offsets .* exceed"):
+        rows(run / "checkpoint", tiny_dataset, save_normalization_stats=True)
+
+
+def test_an_all_zero_saved_scale_is_a_placeholder_too(trained, tiny_dataset, tmp_path):
+    """The shared placeholder rule (the contract's too): a std that is zero in every dim was never filled."""
+    run = copy_run(trained["with_stats"], tmp_path)
+    stats = load_np(str(run / "checkpoint" / PRE))
+    stats["observation.state.std"] = np.zeros_like(stats["observation.state.std"])
+    save_np(stats, str(run / "checkpoint" / PRE))
+    saved = rows(run / "checkpoint", tiny_dataset, save_normalization_stats=True)["saved_stats_finite"]
+    assert saved.verdict == "mismatch" and saved.severity == "hard"
+    assert saved.evidence["nonfinite"] == {
+        f"{PRE}:observation.state.std": {"problem": "all zeros", "size": 4}
+    }

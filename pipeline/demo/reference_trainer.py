@@ -1,9 +1,10 @@
 """The project's reference smoke trainer: the demo's small policy on a LeRobot v3.0 dataset, a few steps.
 
-    python -m pipeline.stages.determinism.reference_trainer --seed 0 --steps 6 --out DIR \
+    python -m pipeline.demo.reference_trainer --seed 0 --steps 6 --out DIR \
         --dataset PATH [--model PATH] [--fault unseeded_shuffle|clock_seed] [--save-normalization-stats false]
 
-It is what the determinism stage runs on the demo, and a worked example of the contract a user's
+It is the demo's smoke trainer, what the determinism stage runs on the demo (its `train_cmd` names
+`-m pipeline.demo.reference_trainer`), and a worked example of the contract a user's
 trainer meets: a `pipeline.trainlog` metrics stream in `<out>/metrics.jsonl`, a checkpoint in
 `<out>/checkpoint` (the demo's LeRobot-style format; with `--save-normalization-stats false` its
 normalizer files hold no keys, like LeRobot's `save_normalization_stats=false`), and the stats it
@@ -30,7 +31,8 @@ import torch.distributed as dist
 from torch import nn
 
 from pipeline import trainlog
-from pipeline.stages.determinism import lerobot_data
+from pipeline.demo import policy as demo
+from pipeline.readers import LeRobotData
 
 FAULTS = ("none", "unseeded_shuffle", "clock_seed")
 
@@ -82,23 +84,17 @@ def normalization_override(training: str) -> dict[str, str]:
 
 def build_policy(dataset: Path, model: str, training: str = "") -> tuple[nn.Module, Any]:
     """The demo policy and its spec: from the base checkpoint when given, else sized from the dataset."""
-    from pipeline.demo import policy as demo
-
     override = normalization_override(training)
     if model:
         loaded = demo.load_pretrained(model)
         loaded.spec.normalization_mapping = {**loaded.spec.normalization_mapping, **override}
         return loaded.policy.train(), loaded.spec
-    has_env = demo.ENV_KEY in lerobot_data.features(dataset)
-    env_dim = lerobot_data.feature_dim(dataset, demo.ENV_KEY) if has_env else 0
-    state_dim = lerobot_data.feature_dim(dataset, demo.STATE_KEY) + env_dim
-    spec = demo.default_spec(
-        lerobot_data.feature_dim(dataset, demo.STATE_KEY),
-        lerobot_data.feature_dim(dataset, demo.ACTION_KEY),
-        env_dim,
-    )
+    data = LeRobotData(dataset)
+    env_dim = data.feature_dim(demo.ENV_KEY) if demo.ENV_KEY in data.features else 0
+    state_dim, action_dim = data.feature_dim(demo.STATE_KEY), data.feature_dim(demo.ACTION_KEY)
+    spec = demo.default_spec(state_dim, action_dim, env_dim)
     spec.normalization_mapping = {**spec.normalization_mapping, **override}
-    return demo.DemoPolicy(state_dim, lerobot_data.feature_dim(dataset, demo.ACTION_KEY)), spec
+    return demo.DemoPolicy(state_dim + env_dim, action_dim), spec
 
 
 def training_tensors(dataset: Path, spec: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -106,11 +102,10 @@ def training_tensors(dataset: Path, spec: Any) -> tuple[torch.Tensor, torch.Tens
 
     A feature without stats passes through unnormalized, as LeRobot's normalizer does (and says so).
     """
-    from pipeline.demo import policy as demo
-
-    stats = lerobot_data.stats(dataset)
+    data = LeRobotData(dataset)
+    stats = {f: {s: v.astype(np.float32) for s, v in block.items()} for f, block in data.stats().items()}
     inputs, output = list(spec.input_features), demo.ACTION_KEY
-    frames = lerobot_data.frames(dataset, [*inputs, output])
+    frames = data.frames([*inputs, output], dtype=np.float32)
     mapping = spec.normalization_mapping
 
     def mode(feature: str) -> str:
@@ -192,8 +187,6 @@ def train(args: argparse.Namespace) -> None:
 
 
 def save(policy: nn.Module, spec: Any, stats: dict[str, Any], args: argparse.Namespace) -> None:
-    from pipeline.demo import policy as demo
-
     keep = args.save_normalization_stats == "true"
     demo.save_pretrained(policy.cpu(), stats if keep else {}, args.out / "checkpoint", spec)
     trainlog.write_intent({f"{f}.{s}": v for f, d in stats.items() for s, v in d.items()}, args.out)

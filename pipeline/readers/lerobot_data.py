@@ -1,0 +1,237 @@
+"""The one LeRobot data API (v2.0, v2.1, v3.0): metadata, stats, episodes and frames as numpy arrays.
+
+Every LeRobot read in the project goes through `LeRobotData`: the contract stage's dataset reader, the
+determinism stage's reload check, the demo's reference trainer, the demo's training and its reload.
+
+- `info` / `features` / `feature_dim`: `meta/info.json` as written.
+- `stats()`: `meta/stats.json`; else v2.1's per-episode `meta/episodes_stats.jsonl`, aggregated exactly
+  with their counts; else a v1 `meta_data/stats.safetensors` (through the validated reader).
+- `episodes()`: episode indices and lengths from `meta/episodes.jsonl` (v2.x) or `meta/episodes/**.parquet`
+  (v3.0); `tasks()`: the task strings.
+- `frames(columns)`: columns as numpy arrays, vectorised (`pipeline.readers.parquet_columns`);
+  `blocks(dims)`: the same, streamed one row group at a time for datasets larger than memory.
+
+Every file, metadata and data alike, is opened through `file()`, the one containment rule
+(`pipeline.readers.base.inside`: symlinks resolved, `..` and absolute paths refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import InputError
+from pipeline.normalization import unflatten_stats
+from pipeline.readers.base import inside, read_json, read_jsonl, read_safetensors, require, stats_block
+from pipeline.readers.parquet_columns import read_columns, stream
+
+Stats = dict[str, dict[str, np.ndarray]]
+INFO = "meta/info.json"
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Per-episode index and length (frames), in the order the metadata lists them."""
+
+    index: np.ndarray
+    length: np.ndarray | None  # None when the metadata does not record lengths
+
+    @property
+    def total(self) -> int | None:
+        return None if self.length is None else int(self.length.sum())
+
+
+class LeRobotData:
+    """A LeRobot dataset directory; nothing is read until asked, and each file at most once."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def file(self, relative: str | Path, what: str = "path") -> Path:
+        """`root / relative`, resolved and refused if it leaves the root (the one containment rule)."""
+        return inside(self.root, relative, what)
+
+    def _maybe(self, relative: str, what: str) -> Path | None:
+        path = self.file(relative, what)
+        return path if path.is_file() else None
+
+    @cached_property
+    def info(self) -> dict[str, Any]:
+        path = self.file(INFO, "meta/info.json")
+        info = read_json(path, "LeRobot meta/info.json")
+        if not isinstance(info, dict):
+            raise InputError(f"{path}: expected a JSON object", path=path)
+        return info
+
+    @property
+    def version(self) -> str:
+        return str(require(self.info, "codebase_version", self.root / INFO, "v2.0 | v2.1 | v3.0"))
+
+    @property
+    def features(self) -> dict[str, Any]:
+        found = require(
+            self.info, "features", self.root / INFO, "the dataset's features with dtype and shape"
+        )
+        if not isinstance(found, dict):
+            raise InputError(
+                f"{self.root / INFO}: field 'features' must be an object of feature specs",
+                path=self.root / INFO,
+                field="features",
+            )
+        return found
+
+    def feature_dim(self, name: str) -> int:
+        """Width of a vector feature from info.json (`shape: [D]`)."""
+        spec = self.features.get(name)
+        if not isinstance(spec, dict) or not isinstance(spec.get("shape"), list) or len(spec["shape"]) != 1:
+            raise InputError(
+                f"{self.root / INFO}: features.{name}.shape must be a one-element list [D]",
+                path=self.root / INFO,
+                field=f"features.{name}.shape",
+            )
+        return int(spec["shape"][0])
+
+    # ------------------------------------------------------------------------------------- stats
+
+    def stats(self) -> Stats:
+        """The shipped stats as float64 arrays per feature and statistic; {} when none are shipped."""
+        path = self._maybe("meta/stats.json", "meta/stats.json")
+        if path is not None:
+            raw = read_json(path, "LeRobot meta/stats.json")
+            if not isinstance(raw, dict):
+                raise InputError(f"{path}: expected an object of per-feature stats", path=path)
+            return {key: stats_block(block, path, key) for key, block in raw.items()}
+        path = self._maybe("meta/episodes_stats.jsonl", "meta/episodes_stats.jsonl")
+        if path is not None:
+            return aggregate_episode_stats(read_jsonl(path, "per-episode stats"), path)
+        path = self._maybe("meta_data/stats.safetensors", "meta_data/stats.safetensors")
+        if path is not None:  # LeRobot v1: flat `<feature>/<stat>` tensors
+            return unflatten_stats(read_safetensors(path), sep="/")
+        return {}
+
+    # ------------------------------------------------------------------------------ episodes, tasks
+
+    def episodes(self) -> Episodes | None:
+        """Episode indices and lengths from the per-episode metadata; None when there is none."""
+        path = self._maybe("meta/episodes.jsonl", "meta/episodes.jsonl")
+        if path is not None:
+            rows = [r for r in read_jsonl(path, "per-episode metadata") if isinstance(r, dict)]
+            index = np.array([int(r.get("episode_index", i)) for i, r in enumerate(rows)], dtype=np.int64)
+            return Episodes(index, np.array([int(r.get("length", 0)) for r in rows], dtype=np.int64))
+        files = self._files("meta/episodes", "episodes file")
+        if not files:
+            return None
+        index, length = [], []
+        for path in files:
+            table = _episodes_table(path)
+            names = table.column_names
+            index.append(table.column("episode_index").to_numpy() if "episode_index" in names else None)
+            length.append(table.column("length").to_numpy() if "length" in names else None)
+        lengths = None if any(v is None for v in length) else np.concatenate(length).astype(np.int64)
+        if any(v is None for v in index):
+            return Episodes(np.arange(len(lengths) if lengths is not None else 0), lengths)
+        return Episodes(np.concatenate(index).astype(np.int64), lengths)
+
+    def tasks(self) -> list[str] | None:
+        """Task strings (meta/tasks.jsonl in v2.x, meta/tasks.parquet in v3.0, whose index holds the text)."""
+        path = self._maybe("meta/tasks.jsonl", "meta/tasks.jsonl")
+        if path is not None:
+            return [str(r.get("task")) for r in read_jsonl(path, "task list") if isinstance(r, dict)]
+        path = self._maybe("meta/tasks.parquet", "meta/tasks.parquet")
+        if path is None:
+            return None
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(
+                f"{path}: not a readable tasks parquet: {exc}", path=path, field="tasks"
+            ) from exc
+        for column in ("task", "__index_level_0__"):
+            if column in table.column_names:
+                return [str(v) for v in table.column(column).to_pylist()]  # strings: one per task
+        return None
+
+    # ------------------------------------------------------------------------------------- frames
+
+    def _files(self, folder: str, what: str) -> list[Path]:
+        base = self.root / folder
+        if not base.is_dir():
+            return []
+        return [self.file(p.relative_to(self.root), what) for p in sorted(base.rglob("*.parquet"))]
+
+    def data_files(self) -> list[Path]:
+        """Every parquet file under data/ (v2.x: one per episode, v3.0: several episodes per file)."""
+        return self._files("data", "data file")
+
+    def _dims(self, columns: Sequence[str]) -> dict[str, int | None]:
+        """Declared widths of vector columns; None for scalars and columns info.json does not declare."""
+        out: dict[str, int | None] = {}
+        for column in columns:
+            shape = (self.features.get(column) or {}).get("shape")
+            out[column] = int(shape[0]) if isinstance(shape, list) and len(shape) == 1 else None
+        return out
+
+    def frames(
+        self, columns: Sequence[str], limit: int | None = None, dtype: Any = None
+    ) -> dict[str, np.ndarray]:
+        """The named columns over all data files in order: list columns as [n, D], scalars as [n]."""
+        files = self.data_files()
+        if not files:
+            raise InputError(
+                f"{self.root / 'data'}: no parquet files (expected the dataset's frames)",
+                path=self.root / "data",
+                field="data",
+            )
+        out = read_columns(files, self._dims(columns), limit)
+        return out if dtype is None else {k: v.astype(dtype, copy=False) for k, v in out.items()}
+
+    def blocks(self, dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
+        """Row groups of every data file as `{feature: [n, dim], "episode_index": [n]}` (bounded memory)."""
+        return stream(self.data_files(), dims)
+
+
+def _episodes_table(path: Path) -> pa.Table:
+    try:
+        handle = pq.ParquetFile(path)
+        names = [c for c in ("episode_index", "length") if c in handle.schema_arrow.names]
+        return handle.read(columns=names)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(
+            f"{path}: not a readable episodes parquet: {exc}", path=path, field="length"
+        ) from exc
+
+
+def aggregate_episode_stats(rows: list[Any], path: Path) -> Stats:
+    """v2.1 per-episode stats -> dataset stats: exact pooled mean/std from counts, min of mins, ..."""
+    acc: dict[str, dict[str, Any]] = {}
+    for number, row in enumerate(rows, 1):
+        stats = require(row, "stats", path, "per-episode stats", f"line {number}")
+        for key, block in stats.items():
+            s = stats_block(block, path, f"line {number}.stats.{key}")
+            if not {"mean", "std", "count"} <= set(s):
+                continue
+            n = float(np.asarray(s["count"]).reshape(-1)[0])
+            a = acc.setdefault(key, {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": None, "max": None})
+            a["n"] += n
+            a["sum"] = a["sum"] + s["mean"] * n
+            a["sq"] = a["sq"] + (s["std"] ** 2 + s["mean"] ** 2) * n
+            a["min"] = s["min"] if a["min"] is None else np.minimum(a["min"], s["min"])
+            a["max"] = s["max"] if a["max"] is None else np.maximum(a["max"], s["max"])
+    out = {}
+    for key, a in acc.items():
+        mean = a["sum"] / a["n"]
+        out[key] = {
+            "mean": mean,
+            "std": np.sqrt(np.maximum(a["sq"] / a["n"] - mean**2, 0.0)),
+            "min": a["min"],
+            "max": a["max"],
+            "count": np.array([a["n"]]),
+        }
+    return out
