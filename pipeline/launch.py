@@ -33,11 +33,13 @@ from pipeline.executors import (
 )
 from pipeline.fingerprint import digest_path
 from pipeline.plan import RESOURCE_KEYS, JobSpec, build_plan, plan_document, resources
+from pipeline.stages.config import GateConfig, typed
 from pipeline.status import build_table, table_rows
 from pipeline.storage import atomic_write_json, atomic_write_text
 from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
+stages.load()  # the built-in stages register their config dataclasses before Hydra composes
 console = Console(highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: a readable table rather than rich's 80-column default
     console = Console(highlight=False, soft_wrap=True, width=max(console.width, 160))
@@ -63,6 +65,9 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     unknown = [name for name in cfg.get("skip") or () if name not in registry]
     if unknown:
         raise ConfigError("skip", f"unknown stage(s) {unknown}; registered: {', '.join(registry)}")
+    for name in registry:  # every stage's typed config, range-checked once, here (ConfigError names the key)
+        stages.stage_config(cfg, name)
+    typed(GateConfig, cfg.stages.get("gate"), "stages.gate")
     _validate_resources(cfg, registry)
     if cfg.container.kind == "apptainer":
         if not cfg.container.image:

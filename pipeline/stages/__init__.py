@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
-from pipeline.stages.config import StageConfig, typed
+from pipeline.stages.config import StageConfig, store_registered, typed
 
 BUILTIN_MODULES = (
     "pipeline.stages.container_check",
@@ -104,6 +104,7 @@ def register(stage: Stage) -> Stage:
     _REGISTRY[stage.name] = stage
     if stage.config is not None:
         ConfigStore.instance().store(group="stages", name=stage.name, node={stage.name: stage.config})
+        store_registered({n: s.config for n, s in _REGISTRY.items() if s.config is not None})
     return stage
 
 
