@@ -27,21 +27,13 @@ def _spread(stats: dict | None) -> np.ndarray | None:
 
 
 def scale_rows(src: Sources, pair: Pair) -> list[Check]:
-    if pair.c is None:
+    measured = _spread_ratios(src, pair)
+    if measured is None:
         return []
-    a_stats, rec = usable_stats(src.a.stats.get(pair.a.key)), src.c.recomputed.get(pair.c.key)
-    std_a = vec(a_stats, "std")
-    if std_a is None or rec is None or std_a.size != vec(rec, "std").size:
-        return []
+    ratio, order, a_stats, rec = measured
     cfg = src.cfg.units
-    perm = src.permutations.get(pair.a.key, {})
-    order = np.array([perm.get(i, i) for i in range(std_a.size)])
-    std_c = vec(rec, "std")[order]
-    floor = 1e-9 + 1e-4 * float(np.max(std_a))
-    usable = (std_a > floor) & (std_c > floor)
-    ratio = np.where(usable, std_c / np.where(usable, std_a, 1.0), np.nan)
-    hits, odd = _classify(ratio, usable, cfg)
-    key, names = pair.a.key, pair.c.names or pair.a.names
+    hits, odd = _classify(ratio, ~np.isnan(ratio), cfg)
+    key, names = pair.a.key, (pair.c.names if pair.c else None) or pair.a.names
     gripper = [i for i, n in enumerate(names or []) if "gripper" in str(n).lower()]
     evidence = {
         "std_ratio_C_over_A": fmt(ratio, 3),
@@ -55,49 +47,37 @@ def scale_rows(src: Sources, pair: Pair) -> list[Check]:
         text = "; ".join(f"{key.split('.')[-1]}[{d}] x{r:.2f} ~ {n}" for d, (n, r) in hits.items())
         evidence["matches"] = {d: {"factor": n, "ratio": round(r, 3)} for d, (n, r) in hits.items()}
         message = f"{key}: dim(s) {dims_text(list(hits), names)} scaled by a known unit factor: {text}"
-        expected = "same units as the base"
-        out.append(
-            ROWS(
-                f"units.scale:{key}",
-                key,
-                "mismatch",
-                message,
-                expected=expected,
-                actual=text,
-                evidence=evidence,
-            )
-        )
+        fields = {"expected": "same units as the base", "actual": text, "evidence": evidence}
+        out.append(ROWS(f"units.scale:{key}", key, "mismatch", message, **fields))
     if odd:
         src.explain(key, odd, "units.scale(unexplained)")
         spread = [round(float(ratio[d]), 2) for d in odd]
         message = f"{key}: dim(s) {dims_text(odd, names)} spread {spread}x the base's, no known unit factor"
-        out.append(
-            ROWS(
-                f"units.scale_unexplained:{key}",
-                key,
-                "mismatch",
-                message,
-                severity="soft",
-                expected="ratio ~1",
-                actual=spread,
-                evidence=evidence,
-            )
-        )
+        fields = {"severity": "soft", "expected": "ratio ~1", "actual": spread, "evidence": evidence}
+        out.append(ROWS(f"units.scale_unexplained:{key}", key, "mismatch", message, **fields))
     if not out:
         message = f"{key}: per-dim spread within {cfg.min_ratio}x of the base's; no unit factor"
-        expected = "same units as the base"
-        out.append(
-            ROWS(
-                f"units.scale:{key}",
-                key,
-                "match",
-                message,
-                expected=expected,
-                actual="consistent",
-                evidence=evidence,
-            )
-        )
+        fields = {"expected": "same units as the base", "actual": "consistent", "evidence": evidence}
+        out.append(ROWS(f"units.scale:{key}", key, "match", message, **fields))
     return out
+
+
+def _spread_ratios(src: Sources, pair: Pair) -> tuple[np.ndarray, np.ndarray, dict | None, dict] | None:
+    """Per dim, C's std over A's (NaN where either is ~0), with C's dims in A's order (after any
+    permutation the layout check found); None when the two cannot be compared."""
+    if pair.c is None:
+        return None
+    a_stats, rec = usable_stats(src.a.stats.get(pair.a.key)), src.c.recomputed.get(pair.c.key)
+    std_a = vec(a_stats, "std")
+    if std_a is None or rec is None or std_a.size != vec(rec, "std").size:
+        return None
+    perm = src.permutations.get(pair.a.key, {})
+    order = np.array([perm.get(i, i) for i in range(std_a.size)])
+    std_c = vec(rec, "std")[order]
+    floor = 1e-9 + 1e-4 * float(np.max(std_a))
+    usable = (std_a > floor) & (std_c > floor)
+    ratio = np.where(usable, std_c / np.where(usable, std_a, 1.0), np.nan)
+    return ratio, order, a_stats, rec
 
 
 def _classify(
