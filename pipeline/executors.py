@@ -10,6 +10,7 @@ parallel up to `max_parallel`, and gives every job an explicit time limit.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -75,6 +76,12 @@ def python_argv(cfg: DictConfig) -> list[str]:
     return [*argv, str(cfg.container.image), str(cfg.container.python)]
 
 
+def slurm_mem(mem_gb: float) -> str:
+    """sbatch's --mem takes whole units: typed configs give floats (2.0 -> "2GB", 0.5 -> "512M")."""
+    gb = float(mem_gb)
+    return f"{int(gb)}GB" if gb.is_integer() else f"{math.ceil(gb * 1024)}M"
+
+
 def slurm_parameters(spec: JobSpec, cfg: DictConfig, dependency: str | None) -> dict[str, Any]:
     """sbatch options in submitit's Slurm names; `None` means "leave it to the cluster's default"."""
     res = spec.resources
@@ -82,7 +89,7 @@ def slurm_parameters(spec: JobSpec, cfg: DictConfig, dependency: str | None) -> 
         "job_name": f"preflight-{spec.name}",
         "time": int(res["time_min"]),
         "cpus_per_task": int(res["cpus_per_task"]),
-        "mem": f"{res['mem_gb']}GB",
+        "mem": slurm_mem(res["mem_gb"]),
         "partition": res.get("partition"),
         "account": res.get("account"),
         "qos": res.get("qos"),

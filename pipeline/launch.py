@@ -34,11 +34,12 @@ from pipeline.executors import (
 from pipeline.fingerprint import digest_path
 from pipeline.plan import JobSpec, build_plan, plan_document, resources
 from pipeline.runfolder import RunFolder, demo_dir
-from pipeline.stages.config import RESOURCE_KEYS
+from pipeline.stages.config import RESOURCE_KEYS, GateConfig, typed
 from pipeline.status import build_table, table_rows
 from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
+stages.load()  # the built-in stages register their config dataclasses before Hydra composes
 console = Console(highlight=False, soft_wrap=True)
 if not console.is_terminal:  # logs and CI: a readable table rather than rich's 80-column default
     console = Console(highlight=False, soft_wrap=True, width=max(console.width, 160))
@@ -93,6 +94,7 @@ def _validate_stage_configs(cfg: DictConfig, registry: dict[str, stages.Stage]) 
     assert isinstance(plain, DictConfig)
     for name in registry:
         stages.stage_config(plain, name)
+    typed(GateConfig, plain.stages.get("gate"), "stages.gate")
 
 
 def _validate_resources(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:

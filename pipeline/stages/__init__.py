@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
 from pipeline.runfolder import RunFolder
-from pipeline.stages.config import StageConfig, typed
+from pipeline.stages.config import StageConfig, store_registered, typed
 
 BUILTIN_MODULES = (
     "pipeline.stages.container_check",
@@ -95,7 +94,7 @@ _REGISTRY: dict[str, Stage] = {}
 
 
 def register(stage: Stage) -> Stage:
-    """Add a stage and its config (under `stages.<name>` in Hydra's ConfigStore); names are unique."""
+    """Add a stage and its config (Hydra's `stages/registered` node); names are unique."""
     if stage.name in _REGISTRY and _REGISTRY[stage.name] is not stage:
         raise InputError(
             f"stage {stage.name!r} is registered twice ({_REGISTRY[stage.name].run.__module__} and "
@@ -104,7 +103,7 @@ def register(stage: Stage) -> Stage:
         )
     _REGISTRY[stage.name] = stage
     if stage.config is not None:
-        ConfigStore.instance().store(group="stages", name=stage.name, node={stage.name: stage.config})
+        store_registered({n: s.config for n, s in _REGISTRY.items() if s.config is not None})
     return stage
 
 

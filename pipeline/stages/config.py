@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -33,6 +34,29 @@ class Resources:
     cpus_per_task: int | None = None
     mem_gb: float | None = None
 
+    def validate(self, key: str) -> None:
+        """Bounds a Slurm request can have; a typo such as `mem_gb=0` fails at launch, not in sbatch."""
+        for name, low, high in RESOURCE_BOUNDS:
+            value = getattr(self, name)
+            require(
+                value is None or low <= value <= high, f"{key}.{name}", f"a number in [{low}, {high}]", value
+            )
+
+
+# (field, lowest, highest): mem_gb in GiB (16 TiB ceiling), time_min up to 14 days
+RESOURCE_BOUNDS = (
+    ("time_min", 1, 20160),
+    ("gpus_per_node", 0, 64),
+    ("cpus_per_task", 1, 1024),
+    ("mem_gb", 0.001, 16384),
+)
+
+
+def require(ok: bool, key: str, expected: str, got: Any) -> None:
+    """One range check: `ConfigError("stages.x.field", "expected ..., got ...")` when `ok` is false."""
+    if not ok:
+        raise ConfigError(key, f"expected {expected}, got {got!r}")
+
 
 @dataclass
 class StageConfig:
@@ -44,6 +68,16 @@ class StageConfig:
     def validate(self, key: str) -> None:
         """Range checks beyond the types; raise `ConfigError(f"{key}.<field>", ...)`. `key` is
         `stages.<name>`. Subclasses extend it (call super)."""
+        self.resources.validate(f"{key}.resources")
+        for part, res in self.part_resources.items():
+            res.validate(f"{key}.part_resources.{part}")
+
+
+@dataclass
+class GateConfig(StageConfig):
+    """`stages.gate`: the gate merges the stage results; cheap, so small resources."""
+
+    resources: Resources = field(default_factory=lambda: Resources(time_min=10, mem_gb=1))
 
 
 C = TypeVar("C", bound=StageConfig)
@@ -63,6 +97,25 @@ def typed(cls: type[C], section: Any, key: str) -> C:
     return obj
 
 
+def settings(cls: type[C], cfg: Any, given: Any, name: str) -> C:
+    """A stage's config inside `run`: the job's validated `ctx.config` (`given`), or, where a stage is
+    called directly (unit tests, a notebook), its section of `cfg` typed and validated here."""
+    if isinstance(given, cls):
+        return given
+    return typed(cls, section(cfg, name), f"stages.{name}")
+
+
+def store_registered(configs: dict[str, type[StageConfig]]) -> None:
+    """Hydra's `stages/registered` node: every registered stage's config class plus the gate's.
+
+    `pipeline/conf/config.yaml` selects it (`- stages: registered`), so a new stage's settings reach the
+    composed config (`--cfg job`, overrides without `+`) from its dataclass alone. It is refreshed on each
+    `register`; Hydra reads it when it composes, after `stages.load()` has imported the stages.
+    """
+    node = {**configs, "gate": GateConfig}
+    ConfigStore.instance().store(group="stages", name="registered", node=node)
+
+
 def as_dict(config: StageConfig) -> dict[str, Any]:
     """Plain JSON-able form (fingerprints, evidence)."""
     return dataclasses.asdict(config)
@@ -75,3 +128,6 @@ def _short(exc: OmegaConfBaseException) -> str:
 def section(cfg: DictConfig, name: str) -> Any:
     stages = cfg.get("stages") or {}
     return stages.get(name)
+
+
+store_registered({})  # the gate's entry exists even before any stage registers

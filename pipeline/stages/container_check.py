@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,57 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import InputError
-from pipeline.records import Check, StageResult
+from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, register
+from pipeline.stages.config import Resources, StageConfig, require, settings
 
 NAME = "container_check"
 SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software rasterizer")
+GL_BACKENDS = ("egl", "osmesa", "glfw")
+ROWS = Rows(NAME, "container")
+
+
+def _packages() -> dict[str, str | None]:
+    return {
+        "hpc-preflight": "",
+        "torch": ">=2.3",
+        "numpy": "",
+        "mujoco": ">=3.1",
+        "submitit": ">=1.5",
+        "safetensors": "",
+        "pyarrow": "",
+    }
+
+
+@dataclass
+class ContainerCheckConfig(StageConfig):
+    """container_check: the environment every stage runs in."""
+
+    resources: Resources = field(default_factory=lambda: Resources(time_min=15))
+    require_gpu: bool = False  # a GPU node must show CUDA devices to torch
+    min_gpus: int = 1
+    min_capability: str | None = None  # e.g. "8.0"
+    mujoco_gl: str = "egl"  # the backend MuJoCo renders with in the jobs: egl | osmesa | glfw
+    require_gl: bool = True  # no GL context is a hard finding (the render stage needs one)
+    gl_timeout_s: float = 120.0
+    min_free_gb: float = 1.0  # on the run, audit and checkpoint directories
+    python: str = ">=3.10"
+    # distribution name: version specifier ("" = installed, any version); a bad specifier is an
+    # InputError naming stages.container_check.packages.<name> when the stage runs
+    packages: dict[str, str | None] = field(default_factory=_packages)
+
+    def validate(self, key: str) -> None:
+        super().validate(key)
+        require(self.min_gpus >= 0, f"{key}.min_gpus", "a count >= 0", self.min_gpus)
+        require(self.mujoco_gl in GL_BACKENDS, f"{key}.mujoco_gl", " | ".join(GL_BACKENDS), self.mujoco_gl)
+        require(self.gl_timeout_s > 0, f"{key}.gl_timeout_s", "seconds > 0", self.gl_timeout_s)
+        require(self.min_free_gb >= 0, f"{key}.min_free_gb", "GiB >= 0", self.min_free_gb)
+        if self.min_capability is not None:
+            try:
+                Version(self.min_capability)
+            except InvalidVersion:
+                require(False, f"{key}.min_capability", "a capability such as '8.0'", self.min_capability)
+
 
 # Runs in a fresh interpreter: MUJOCO_GL and PyOpenGL's platform are fixed at import time.
 _GL_PROBE = """
@@ -41,34 +88,14 @@ ctx.free()
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
-    scfg = cfg.stages[NAME]
-    checks = [_python_check(scfg)]
-    checks += [_package_check(name, spec) for name, spec in scfg.packages.items()]
-    checks.append(_gpu_check(scfg))
-    checks.append(_gl_check(scfg))
+    config = settings(ContainerCheckConfig, cfg, ctx.config, NAME)
+    checks = [_python_check(config)]
+    checks += [_package_check(name, spec) for name, spec in config.packages.items()]
+    checks.append(_gpu_check(config))
+    checks.append(_gl_check(config))
     dirs = {"run_dir": cfg.run_dir, "audit_dir": cfg.audit_dir, "checkpoint_dir": cfg.checkpoint_dir}
-    checks += [_dir_check(label, Path(path), float(scfg.min_free_gb)) for label, path in dirs.items()]
+    checks += [_dir_check(label, Path(path), config.min_free_gb) for label, path in dirs.items()]
     return StageResult.from_checks(NAME, checks)
-
-
-def _row(
-    feature: str,
-    verdict: str,
-    message: str,
-    severity: str = "hard",
-    category: str = "container",
-    **fields: Any,
-) -> Check:
-    return Check(
-        id=f"{NAME}.{feature}",
-        stage=NAME,
-        category=category,
-        feature=feature,
-        verdict=verdict,
-        severity=severity,
-        message=message,
-        **fields,
-    )
 
 
 def _spec(name: str, spec: str | None) -> SpecifierSet:
@@ -81,13 +108,13 @@ def _spec(name: str, spec: str | None) -> SpecifierSet:
         ) from exc
 
 
-def _python_check(scfg: DictConfig) -> Check:
-    spec = _spec("python", scfg.get("python"))
+def _python_check(config: ContainerCheckConfig) -> Check:
+    spec = _spec("python", config.python)
     actual = platform.python_version()
-    ok = Version(actual) in spec
-    return _row(
+    return ROWS.judge(
         "python",
-        "match" if ok else "mismatch",
+        "python",
+        Version(actual) in spec,
         f"Python {actual} against '{spec or 'any'}'",
         expected=str(spec) or "any",
         actual=actual,
@@ -97,31 +124,21 @@ def _python_check(scfg: DictConfig) -> Check:
 
 def _package_check(name: str, raw_spec: str | None) -> Check:
     spec = _spec(name, raw_spec)
+    feature, expected = f"package:{name}", str(spec) or "installed"
     try:
         actual = metadata.version(name)
     except metadata.PackageNotFoundError:
-        return _row(
-            f"package:{name}",
-            "mismatch",
-            f"{name} is not installed in this environment",
-            expected=str(spec) or "installed",
-            actual=None,
-        )
+        message = f"{name} is not installed in this environment"
+        return ROWS(feature, feature, "mismatch", message, expected=expected, actual=None)
     try:
         ok = spec.contains(Version(actual), prereleases=True)
     except InvalidVersion:
         ok = not str(spec)
-    verdict = "match" if ok else "mismatch"
-    return _row(
-        f"package:{name}",
-        verdict,
-        f"{name} {actual} against '{spec or 'any'}'",
-        expected=str(spec) or "installed",
-        actual=actual,
-    )
+    message = f"{name} {actual} against '{spec or 'any'}'"
+    return ROWS.judge(feature, feature, ok, message, expected=expected, actual=actual)
 
 
-def _gpu_check(scfg: DictConfig) -> Check:
+def _gpu_check(config: ContainerCheckConfig) -> Check:
     import torch  # imported here: container_check must still report when torch itself is broken
 
     available = torch.cuda.is_available()
@@ -140,20 +157,15 @@ def _gpu_check(scfg: DictConfig) -> Check:
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     expected = {
-        "require_gpu": bool(scfg.require_gpu),
-        "min_gpus": int(scfg.min_gpus),
-        "min_capability": scfg.get("min_capability"),
+        "require_gpu": config.require_gpu,
+        "min_gpus": config.min_gpus,
+        "min_capability": config.min_capability,
     }
     problems = _gpu_problems(expected, count, devices)
-    verdict = "mismatch" if problems else "match"
     message = "; ".join(problems) or f"{count} CUDA device(s); GPU required: {expected['require_gpu']}"
-    return _row(
-        "cuda",
-        verdict,
-        message,
-        expected=expected,
-        actual={"available": available, "count": count},
-        evidence=evidence,
+    actual = {"available": available, "count": count}
+    return ROWS.judge(
+        "cuda", "cuda", not problems, message, expected=expected, actual=actual, evidence=evidence
     )
 
 
@@ -172,8 +184,8 @@ def _gpu_problems(expected: dict[str, Any], count: int, devices: list[dict[str, 
     ]
 
 
-def _gl_check(scfg: DictConfig) -> Check:
-    backend = str(scfg.mujoco_gl)
+def _gl_probe(backend: str, timeout_s: float) -> tuple[str, int]:
+    """Output and exit code of the GL probe in a fresh interpreter under MUJOCO_GL=`backend`."""
     env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
     try:
         proc = subprocess.run(
@@ -181,46 +193,42 @@ def _gl_check(scfg: DictConfig) -> Check:
             env=env,
             capture_output=True,
             text=True,
-            timeout=float(scfg.gl_timeout_s),
+            timeout=timeout_s,
             check=False,
         )
-        output, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired:
-        output, rc = f"GL probe timed out after {scfg.gl_timeout_s} s", -1
+        return f"GL probe timed out after {timeout_s:g} s", -1
+    return proc.stdout + proc.stderr, proc.returncode
+
+
+def _gl_check(config: ContainerCheckConfig) -> Check:
+    backend = config.mujoco_gl
+    output, rc = _gl_probe(backend, config.gl_timeout_s)
     info = dict(line.split("=", 1) for line in output.splitlines() if line.startswith("GL_") and "=" in line)
     renderer = info.get("GL_RENDERER", "")
-    severity = "hard" if scfg.require_gl else "soft"
-    evidence = {"MUJOCO_GL": backend, **info}
-    if rc != 0 or not renderer:
-        return _row(
-            "gl_renderer",
-            "mismatch",
-            f"MuJoCo could not open a {backend} GL context: {output.strip()[-400:]}",
-            severity=severity,
-            expected=backend,
-            actual=None,
-            evidence=evidence,
-        )
     software = any(s in renderer.lower() for s in SOFTWARE_RENDERERS)
-    if software and scfg.require_gpu:
-        return _row(
-            "gl_renderer",
-            "mismatch",
+    expected = "hardware renderer" if config.require_gpu else "any renderer"
+    if rc != 0 or not renderer:
+        verdict, expected, actual = "mismatch", backend, None
+        message = f"MuJoCo could not open a {backend} GL context: {output.strip()[-400:]}"
+    elif software and config.require_gpu:
+        verdict, actual = "mismatch", renderer
+        message = (
             f"GL_RENDERER is '{renderer}' (software) on a node that "
-            "should render on its GPU: frame caches would render slowly and may differ",
-            severity=severity,
-            expected="hardware renderer",
-            actual=renderer,
-            evidence=evidence,
+            "should render on its GPU: frame caches would render slowly and may differ"
         )
-    return _row(
+    else:
+        verdict, actual = "match", renderer
+        message = f"GL_RENDERER '{renderer}' under MUJOCO_GL={backend}"
+    return ROWS(
         "gl_renderer",
-        "match",
-        f"GL_RENDERER '{renderer}' under MUJOCO_GL={backend}",
-        severity=severity,
-        expected="hardware renderer" if scfg.require_gpu else "any renderer",
-        actual=renderer,
-        evidence=evidence,
+        "gl_renderer",
+        verdict,
+        message,
+        severity="hard" if config.require_gl else "soft",
+        expected=expected,
+        actual=actual,
+        evidence={"MUJOCO_GL": backend, **info},
     )
 
 
@@ -233,20 +241,24 @@ def _dir_check(label: str, path: Path, min_free_gb: float) -> Check:
             os.fsync(handle.fileno())
         free_gb = shutil.disk_usage(path).free / 2**30
     except OSError as exc:
-        return _row(
+        message = f"{path} is not writable: {exc}"
+        evidence = {"path": str(path)}
+        return ROWS(
+            label,
             label,
             "mismatch",
-            f"{path} is not writable: {exc}",
+            message,
             category="storage",
             expected="writable",
             actual=str(exc),
-            evidence={"path": str(path)},
+            evidence=evidence,
         )
     ok = free_gb >= min_free_gb
     message = f"{path} writable, {free_gb:.1f} GiB free" + ("" if ok else f" (< {min_free_gb} GiB)")
-    return _row(
+    return ROWS.judge(
         label,
-        "match" if ok else "mismatch",
+        label,
+        ok,
         message,
         category="storage",
         expected=f">= {min_free_gb} GiB free",
@@ -260,6 +272,7 @@ register(
         name=NAME,
         run=run,
         after=(),
+        config=ContainerCheckConfig,
         description="the environment the stages run in: packages, CUDA, GL renderer, writable dirs",
     )
 )

@@ -1,31 +1,31 @@
 """The environment probe, run for real in this environment (torch, MuJoCo's GL context, the disk)."""
 
 import subprocess
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.stages import StageContext
-from pipeline.stages.container_check import run
+from pipeline.stages.config import typed
+from pipeline.stages.container_check import ContainerCheckConfig, run
 
-BASE = OmegaConf.load(
-    Path(__file__).resolve().parents[2] / "pipeline" / "conf" / "stages" / "container_check.yaml"
-)
+
+def context(tmp_path, **overrides) -> StageContext:
+    """What a job hands the stage: its typed config, built from the dataclass defaults + overrides."""
+    config = typed(ContainerCheckConfig, overrides, "stages.container_check")
+    return StageContext(run_dir=tmp_path, stage="container_check", config=config)
 
 
 def probe(tmp_path, **overrides):
-    scfg = OmegaConf.merge(BASE, overrides)
     cfg = OmegaConf.create(
         {
-            "stages": {"container_check": scfg},
             "run_dir": str(tmp_path / "run"),
             "audit_dir": str(tmp_path / "audit"),
             "checkpoint_dir": str(tmp_path / "ckpt"),
         }
     )
-    result = run(cfg, StageContext(run_dir=tmp_path, stage="container_check"))
+    result = run(cfg, context(tmp_path, **overrides))
     return result, {c.feature: c for c in result.checks}
 
 
@@ -61,16 +61,11 @@ def test_bad_version_specifier_names_the_key(tmp_path):
 def test_unwritable_directory_is_a_storage_mismatch(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    scfg = OmegaConf.merge(BASE, {"packages": {}, "require_gl": False, "mujoco_gl": "osmesa"})
+    ctx = context(tmp_path, packages={}, require_gl=False, mujoco_gl="osmesa")
     cfg = OmegaConf.create(
-        {
-            "stages": {"container_check": scfg},
-            "run_dir": str(tmp_path),
-            "audit_dir": str(blocker / "audit"),
-            "checkpoint_dir": str(tmp_path),
-        }
+        {"run_dir": str(tmp_path), "audit_dir": str(blocker / "audit"), "checkpoint_dir": str(tmp_path)}
     )
-    rows = {c.feature: c for c in run(cfg, StageContext(run_dir=tmp_path, stage="container_check")).checks}
+    rows = {c.feature: c for c in run(cfg, ctx).checks}
     assert rows["audit_dir"].verdict == "mismatch" and rows["audit_dir"].category == "storage"
 
 
@@ -86,19 +81,44 @@ def test_full_filesystem_is_reported_from_a_real_small_tmpfs(tmp_path):
         pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
     try:
         (mount / "fill").write_bytes(b"\0" * (3 * 1024 * 1024))
-        scfg = OmegaConf.merge(BASE, {"packages": {}, "require_gl": False, "min_free_gb": 0.002})
+        ctx = context(tmp_path, packages={}, require_gl=False, min_free_gb=0.002)
         cfg = OmegaConf.create(
-            {
-                "stages": {"container_check": scfg},
-                "run_dir": str(tmp_path),
-                "audit_dir": str(tmp_path),
-                "checkpoint_dir": str(mount),
-            }
+            {"run_dir": str(tmp_path), "audit_dir": str(tmp_path), "checkpoint_dir": str(mount)}
         )
-        rows = {
-            c.feature: c for c in run(cfg, StageContext(run_dir=tmp_path, stage="container_check")).checks
-        }
+        rows = {c.feature: c for c in run(cfg, ctx).checks}
         assert rows["checkpoint_dir"].verdict == "mismatch"
         assert rows["checkpoint_dir"].evidence["free_gb"] < 0.002
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_section_in_cfg_is_typed_when_the_stage_is_called_without_a_job_config(tmp_path):
+    """Called by hand (no ctx.config), the stage types `cfg.stages.container_check` itself."""
+    cfg = OmegaConf.create(
+        {
+            "stages": {
+                "container_check": {"packages": {"torch": ">=99"}, "require_gl": False, "mujoco_gl": "osmesa"}
+            },
+            "run_dir": str(tmp_path),
+            "audit_dir": str(tmp_path),
+            "checkpoint_dir": str(tmp_path),
+        }
+    )
+    rows = {c.feature: c for c in run(cfg, StageContext(run_dir=tmp_path, stage="container_check")).checks}
+    assert rows["package:torch"].verdict == "mismatch" and rows["gl_renderer"].severity == "soft"
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        ({"gl_timeout_s": 0}, "stages.container_check.gl_timeout_s"),
+        ({"mujoco_gl": "vulkan"}, "stages.container_check.mujoco_gl"),
+        ({"min_capability": "eight"}, "stages.container_check.min_capability"),
+        ({"require_gpu": "maybe"}, "stages.container_check.require_gpu"),
+        ({"resources": {"cpus_per_task": 0}}, "stages.container_check.resources.cpus_per_task"),
+    ],
+)
+def test_bad_settings_are_config_errors_naming_the_key(overrides, key):
+    with pytest.raises(ConfigError) as info:
+        typed(ContainerCheckConfig, overrides, "stages.container_check")
+    assert info.value.key == key and str(info.value).startswith(f"{key}: ")

@@ -13,6 +13,7 @@ three sources) and one PNG per vector feature comparing the base's and the datas
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,13 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.errors import InputError
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.readers.base import Contract, DatasetContract
-from pipeline.records import Check, StageResult, jsonable
+from pipeline.records import Check, Rows, StageResult, jsonable
 from pipeline.stages import Stage, StageContext, register
-from pipeline.stages.contract import encoding, layout, normalization, reload, units
+from pipeline.stages.config import settings
+from pipeline.stages.contract import drift, encoding, layout, normalization, reload, units
+from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.plots import range_plot
-from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, row, vec
+from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
 PER_PAIR = (
@@ -37,8 +40,8 @@ PER_PAIR = (
     units.scale_rows,
     normalization.stats_rows,
     normalization.degenerate_rows,
-    normalization.stale_rows,
-    normalization.shift_rows,
+    drift.stale_rows,
+    drift.shift_rows,
     encoding.dtype_rows,
 )
 GLOBAL = (
@@ -69,7 +72,7 @@ def _path(cfg: DictConfig, name: str) -> str:
     return str(path)
 
 
-def load_sources(cfg: DictConfig, scfg: DictConfig) -> tuple[Contract, Contract, DatasetContract]:
+def load_sources(cfg: DictConfig, config: ContractConfig) -> tuple[Contract, Contract, DatasetContract]:
     model_opts = {
         k: v for k, v in _section(cfg, "model").items() if k in ("stats_key", "normalization_mapping")
     }
@@ -77,14 +80,16 @@ def load_sources(cfg: DictConfig, scfg: DictConfig) -> tuple[Contract, Contract,
     b = read_training(_path(cfg, "training"))
     c = read_dataset(
         _path(cfg, "dataset"),
-        {"rank_error": float(scfg.rank_error), "dynamics_rows": int(scfg.dynamics_rows)},
+        {"rank_error": config.rank_error, "dynamics_rows": config.dynamics_rows},
     )
     return a, b, c
 
 
-def reconcile(a: Contract, b: Contract, c: DatasetContract, scfg: DictConfig) -> tuple[list[Check], Sources]:
+def reconcile(
+    a: Contract, b: Contract, c: DatasetContract, config: ContractConfig
+) -> tuple[list[Check], Sources]:
     """Every row for one (A, B, C) triple; layout runs before units/shift so they can use its findings."""
-    src = Sources(a, b, c, scfg)
+    src = Sources(a, b, c, config)
     pairs = pair_features(src)
     checks: list[Check] = []
     for pair in pairs:
@@ -95,23 +100,13 @@ def reconcile(a: Contract, b: Contract, c: DatasetContract, scfg: DictConfig) ->
     if a.inferred:
         checks = [_inferred(ch, a) for ch in checks]
     if not pairs:
-        checks.append(
-            row(
-                "layout.features",
-                "layout",
-                "features",
-                "unverifiable",
-                f"A ({a.kind}) declares no state/action features to reconcile",
-                expected=None,
-            )
-        )
+        message = f"A ({a.kind}) declares no state/action features to reconcile"
+        checks.append(Rows(NAME, "layout")("layout.features", "features", "unverifiable", message))
     return checks, src
 
 
 def _inferred(check: Check, a: Contract) -> Check:
     """Rows resting on a contract card are inferred, never verified: say so in message and evidence."""
-    from dataclasses import replace
-
     return replace(
         check,
         message=f"[inferred from {a.hints.get('source')}] {check.message}",
@@ -120,43 +115,35 @@ def _inferred(check: Check, a: Contract) -> Check:
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
-    scfg = cfg.stages[NAME]
-    a, b, c = load_sources(cfg, scfg)
-    checks, src = reconcile(a, b, c, scfg)
-    known_good = _known_good(cfg, scfg, b, c, checks)
-    checks += known_good
+    config = settings(ContractConfig, cfg, ctx.config, NAME)
+    a, b, c = load_sources(cfg, config)
+    checks, src = reconcile(a, b, c, config)
+    checks += _known_good(cfg, config, b, c, checks)
     artifacts = _artifacts(ctx.artifacts_dir, src, checks)
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 
 
 def _known_good(
-    cfg: DictConfig, scfg: DictConfig, b: Contract, c: DatasetContract, checks: list[Check]
+    cfg: DictConfig, config: ContractConfig, b: Contract, c: DatasetContract, checks: list[Check]
 ) -> list[Check]:
     """Reconcile a reference model that works on the same data: is each finding ours or shared?"""
     ref = cfg.get("known_good")
     if not ref or not ref.get("path"):
         return []
+    rows = Rows(NAME, "diagnostics")
     try:
         ref_a = read_model(str(ref.path), {k: ref.get(k) for k in ("stats_key",) if ref.get(k)})
     except InputError as exc:
-        return [
-            row(
-                "known_good",
-                "diagnostics",
-                "known_good",
-                "error",
-                f"known_good: {exc}",
-                evidence={"path": exc.path, "field": exc.field},
-            )
-        ]
-    ref_checks, _ = reconcile(ref_a, b, c, scfg)
+        evidence = {"path": exc.path, "field": exc.field}
+        return [rows("known_good", "known_good", "error", f"known_good: {exc}", evidence=evidence)]
+    ref_checks, _ = reconcile(ref_a, b, c, config)
     ref_blocking = {ch.id for ch in ref_checks if ch.blocking}
-    ours = [ch.id for ch in checks if ch.blocking]
     verdicts = {
-        cid: "shared (upstream in the data/hardware)"
-        if cid in ref_blocking
+        ch.id: "shared (upstream in the data/hardware)"
+        if ch.id in ref_blocking
         else "specific to the audited model"
-        for cid in ours
+        for ch in checks
+        if ch.blocking
     }
     message = (
         f"reference {ref.path}: {len(ref_blocking)} blocking finding(s); of ours, "
@@ -164,9 +151,8 @@ def _known_good(
         f"{sum('specific' in v for v in verdicts.values())} specific"
     )
     return [
-        row(
+        rows(
             "known_good",
-            "diagnostics",
             "known_good",
             "match",
             message,
@@ -298,6 +284,7 @@ register(
         run=run,
         inputs=("model", "training", "dataset"),
         category="normalization",
+        config=ContractConfig,
         description="base checkpoint (A) vs training config (B) vs dataset (C): normalization, "
         "layout, encoding, units, reload",
     )

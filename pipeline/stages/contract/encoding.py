@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check
-from pipeline.stages.contract.rows import Pair, Sources, row
+from pipeline.records import Check, Rows
+from pipeline.stages.contract.rows import NAME, Pair, Sources
+
+ROWS = Rows(NAME, "encoding")
 
 FLOATS = ("float16", "float32", "float64", "bfloat16")
 
@@ -24,9 +26,8 @@ def dtype_rows(src: Sources, pair: Pair) -> list[Check]:
     expected = pair.a.dtype or "float"
     ok = dtype in FLOATS if expected == "float" else dtype == expected
     return [
-        row(
+        ROWS(
             f"encoding.dtype:{key}",
-            "encoding",
             key,
             "match" if ok else "mismatch",
             f"{pair.c.key}: stored as {dtype}" + ("" if ok else f", expected {expected}"),
@@ -68,9 +69,8 @@ def image_rows(src: Sources) -> list[Check]:
             c_after = "0-1" if raw_uint8 and src.c.kind.startswith("lerobot") else actual
             verdict = "match" if c_after == expected_scale else "mismatch"
             out.append(
-                row(
+                ROWS(
                     f"encoding.image_scale:{key}",
-                    "encoding",
                     key,
                     verdict,
                     f"{key}: base expects {expected_scale}, data is {actual} ({summary.get('dtype')})",
@@ -90,9 +90,8 @@ def _channel_rows(src: Sources, key: str, summary: dict[str, Any], a_stats: dict
     if c_means is None or c_means.size != 3 or a_mean is None or a_mean.size != 3:
         if declared and c_means is not None:
             return [
-                row(
+                ROWS(
                     f"encoding.channels:{key}",
-                    "encoding",
                     key,
                     "unverifiable",
                     f"{key}: base declares {declared}; no base image stats to compare channel means with",
@@ -113,9 +112,8 @@ def _channel_rows(src: Sources, key: str, summary: dict[str, Any], a_stats: dict
         "distance_reversed": round(flipped, 4),
     }
     return [
-        row(
+        ROWS(
             f"encoding.channels:{key}",
-            "encoding",
             key,
             "mismatch" if bgr else "match",
             f"{key}: channel means fit the base's "

@@ -8,52 +8,41 @@ dims that fits much better permuted than in place is reported (e.g. `state[3] <-
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from pipeline.records import Check
+from pipeline.records import Check, Rows
 from pipeline.stages.contract.assignment import assign
-from pipeline.stages.contract.rows import Pair, Sources, fmt, row, usable_stats, vec
+from pipeline.stages.contract.rows import NAME, Pair, Sources, fmt, usable_stats, vec
 
 SIGNATURE = ("mean", "std")
+ROWS = Rows(NAME, "layout")
 
 
 def key_rows(src: Sources, pair: Pair) -> list[Check]:
     key = pair.a.key
+    check_id = f"layout.key:{key}"
     if pair.c is None:
         same_role = [k for k, f in src.c.features.items() if f.role == pair.a.role]
+        message = f"{key}: not in the dataset" + (f"; same-role keys there: {same_role}" if same_role else "")
+        configured = key if key in src.b_features() else None
+        evidence = {"dataset_keys": list(src.c.features)}
         return [
-            row(
-                f"layout.key:{key}",
-                "layout",
-                key,
-                "mismatch",
-                f"{key}: not in the dataset" + (f"; same-role keys there: {same_role}" if same_role else ""),
-                expected=key,
-                configured=key if key in src.b_features() else None,
-                actual=None,
-                evidence={"dataset_keys": list(src.c.features)},
-            )
+            ROWS(check_id, key, "mismatch", message, expected=key, configured=configured, evidence=evidence)
         ]
     lerobot_both = src.a.kind.startswith("lerobot") and src.c.kind.startswith("lerobot")
     if pair.how == "role" and lerobot_both:
-        return [
-            row(
-                f"layout.key:{key}",
-                "layout",
-                key,
-                "mismatch",
-                f"{key}: the dataset calls it '{pair.c.key}'; LeRobot matches features by exact key, so "
-                "this feature would be dropped or passed through (set rename_map)",
-                expected=key,
-                actual=pair.c.key,
-                evidence={"matched_by": "role"},
-            )
-        ]
+        message = (
+            f"{key}: the dataset calls it '{pair.c.key}'; LeRobot matches features by exact key, so "
+            "this feature would be dropped or passed through (set rename_map)"
+        )
+        evidence = {"matched_by": "role"}
+        return [ROWS(check_id, key, "mismatch", message, expected=key, actual=pair.c.key, evidence=evidence)]
     note = "" if pair.how == "exact" else f" (matched by {pair.how})"
     return [
-        row(
-            f"layout.key:{key}",
-            "layout",
+        ROWS(
+            check_id,
             key,
             "match",
             f"{key} -> dataset '{pair.c.key}'{note}",
@@ -72,32 +61,13 @@ def shape_rows(src: Sources, pair: Pair) -> list[Check]:
     b = src.b_features().get(key)
     dims = {"A": pair.a.dim, "B": b.dim if b else None, "C": pair.c.dim}
     known = {k: v for k, v in dims.items() if v is not None}
-    verdict = "match" if len(set(known.values())) <= 1 else "mismatch"
     if len(known) < 2:
-        return [
-            row(
-                f"layout.shape:{key}",
-                "layout",
-                key,
-                "unverifiable",
-                f"{key}: only {list(known) or 'no source'} state(s) a width",
-                expected=dims["A"],
-                configured=dims["B"],
-                actual=dims["C"],
-            )
-        ]
-    return [
-        row(
-            f"layout.shape:{key}",
-            "layout",
-            key,
-            verdict,
-            f"{key}: width A {dims['A']}, B {dims['B']}, C {dims['C']}",
-            expected=dims["A"],
-            configured=dims["B"],
-            actual=dims["C"],
-        )
-    ]
+        verdict, message = "unverifiable", f"{key}: only {list(known) or 'no source'} state(s) a width"
+    else:
+        verdict = "match" if len(set(known.values())) <= 1 else "mismatch"
+        message = f"{key}: width A {dims['A']}, B {dims['B']}, C {dims['C']}"
+    widths = {"expected": dims["A"], "configured": dims["B"], "actual": dims["C"]}
+    return [ROWS(f"layout.shape:{key}", key, verdict, message, **widths)]
 
 
 def names_rows(src: Sources, pair: Pair) -> list[Check]:
@@ -128,9 +98,8 @@ def names_rows(src: Sources, pair: Pair) -> list[Check]:
         else f"{key}: names differ from {ref_source}: {problems}"
     )
     return [
-        row(
+        ROWS(
             f"layout.names:{key}",
-            "layout",
             key,
             verdict,
             msg,
@@ -158,29 +127,43 @@ def permutation_rows(src: Sources, pair: Pair) -> list[Check]:
     cost = _cost(a_stats, c_stats, stats)
     perm = assign(cost)
     cfg = src.cfg.permutation
-    cycles = [c for c in _cycles(perm) if _accept(c, perm, cost, float(cfg.match_tol), float(cfg.min_gain))]
-    names = pair.c.names or pair.a.names
+    cycles = [c for c in _cycles(perm) if _accept(c, perm, cost, cfg.match_tol, cfg.min_gain)]
     if not cycles:
+        message = f"{key}: per-dim stats of the data line up with the base's in place ({n} dims)"
+        evidence = {"signature": stats, "identity_cost": fmt(np.diag(cost), 3)}
+        check_id = f"layout.permutation:{key}"
         return [
-            row(
-                f"layout.permutation:{key}",
-                "layout",
-                key,
-                "match",
-                f"{key}: per-dim stats of the data line up with the base's in place ({n} dims)",
-                expected="identity",
-                actual="identity",
-                evidence={"signature": stats, "identity_cost": fmt(np.diag(cost), 3)},
-            )
+            ROWS(check_id, key, "match", message, expected="identity", actual="identity", evidence=evidence)
         ]
     mapping = {int(i): int(perm[i]) for c in cycles for i in c}
     src.permutations[key] = mapping
-    dims = sorted(mapping)
-    src.explain(key, dims, "layout.permutation")
+    src.explain(key, sorted(mapping), "layout.permutation")
+    names = pair.c.names or pair.a.names
     short = key.split(".")[-1]
     swaps = [" <-> ".join(_dim_label(short, d, names) for d in cyc) for cyc in cycles]
-    first = dims[0]
-    evidence = {
+    evidence = _swap_evidence(cycles, mapping, cost, stats, (a_stats, c_stats), names)
+    first = min(mapping)
+    message = (
+        f"{key}: likely swap {'; '.join(swaps)}: the data in dim {mapping[first]} matches the base's "
+        f"dim {first} (cost {evidence['permuted_cost'][first]} vs {evidence['in_place_cost'][first]} "
+        "in place)"
+    )
+    check_id = f"layout.permutation:{key}"
+    return [ROWS(check_id, key, "mismatch", message, expected="identity", actual=swaps, evidence=evidence)]
+
+
+def _swap_evidence(
+    cycles: list[list[int]],
+    mapping: dict[int, int],
+    cost: np.ndarray,
+    stats: list[str],
+    sources: tuple[dict, dict],
+    names: list[str] | None,
+) -> dict[str, Any]:
+    """Per moved dim: the in-place and permuted costs, and A's and C's values behind them."""
+    dims = sorted(mapping)
+    a_stats, c_stats = sources
+    return {
         "cycles": [[int(d) for d in cyc] for cyc in cycles],
         "signature": stats,
         "in_place_cost": {d: round(float(cost[d, d]), 3) for d in dims},
@@ -189,20 +172,6 @@ def permutation_rows(src: Sources, pair: Pair) -> list[Check]:
         "C": {s: {d: round(float(vec(c_stats, s)[d]), 5) for d in dims} for s in stats},
         "names": {d: names[d] for d in dims} if names else None,
     }
-    return [
-        row(
-            f"layout.permutation:{key}",
-            "layout",
-            key,
-            "mismatch",
-            f"{key}: likely swap {'; '.join(swaps)}: the data in dim {mapping[first]} matches the base's "
-            f"dim {first} (cost {evidence['permuted_cost'][first]} vs {evidence['in_place_cost'][first]} "
-            "in place)",
-            expected="identity",
-            actual=swaps,
-            evidence=evidence,
-        )
-    ]
 
 
 def _dim_label(short: str, d: int, names: list[str] | None) -> str:
@@ -244,72 +213,64 @@ def frames_rows(src: Sources) -> list[Check]:
     claimed = src.c.claimed
     evidence = {"claimed": claimed, "rows": src.c.rows, "episodes": src.c.episodes, "files": len(src.c.files)}
     total, lengths = claimed.get("total_frames"), claimed.get("episode_lengths_total")
+    severity = src.cfg.frames_severity
     if not src.c.files and src.c.kind.startswith("lerobot"):
-        if total is not None and lengths is not None and int(total) != int(lengths):
-            return [
-                row(
-                    "layout.frames:dataset",
-                    "layout",
-                    "dataset",
-                    "mismatch",
-                    f"{src.c.path}: info.json total_frames {total} but the episodes metadata sums to "
-                    f"{lengths} (no data files to settle it)",
-                    severity=str(src.cfg.frames_severity),
-                    expected=total,
-                    actual=lengths,
-                    evidence=evidence,
-                )
-            ]
-        return [
-            row(
-                "layout.frames:dataset",
-                "layout",
-                "dataset",
-                "unverifiable",
-                f"{src.c.path}: no data files, only metadata; nothing to recompute from",
-                expected=total,
-                actual=None,
-                evidence={**evidence, "notes": src.c.notes},
-            )
-        ]
-    problems = {}
-    if total is not None and int(total) != src.c.rows:
-        problems["total_frames"] = [int(total), src.c.rows]
-    if lengths is not None and int(lengths) != src.c.rows:
-        problems["episode lengths"] = [int(lengths), src.c.rows]
-    if (
-        claimed.get("total_episodes") is not None
-        and src.c.episodes
-        and int(claimed["total_episodes"]) != src.c.episodes
-    ):
-        problems["total_episodes"] = [int(claimed["total_episodes"]), src.c.episodes]
+        return [_metadata_only_row(src, total, lengths, evidence)]
+    problems = _frame_problems(src, total, lengths)
     if problems:
         text = "; ".join(f"{k}: metadata says {v[0]}, data holds {v[1]}" for k, v in problems.items())
-        return [
-            row(
-                "layout.frames:dataset",
-                "layout",
-                "dataset",
-                "mismatch",
-                f"{src.c.path}: {text}",
-                severity=str(src.cfg.frames_severity),
-                expected=total,
-                actual=src.c.rows,
-                evidence=evidence,
-            )
-        ]
+        verdict, message = "mismatch", f"{src.c.path}: {text}"
+    else:
+        verdict, message = "match", f"{src.c.rows} rows in {src.c.episodes} episode(s), as the metadata says"
+        severity = "hard"
     return [
-        row(
+        ROWS(
             "layout.frames:dataset",
-            "layout",
             "dataset",
-            "match",
-            f"{src.c.rows} rows in {src.c.episodes} episode(s), as the metadata says",
+            verdict,
+            message,
+            severity=severity,
             expected=total,
             actual=src.c.rows,
             evidence=evidence,
         )
     ]
+
+
+def _frame_problems(src: Sources, total: Any, lengths: Any) -> dict[str, list[int]]:
+    problems = {}
+    if total is not None and int(total) != src.c.rows:
+        problems["total_frames"] = [int(total), src.c.rows]
+    if lengths is not None and int(lengths) != src.c.rows:
+        problems["episode lengths"] = [int(lengths), src.c.rows]
+    episodes = src.c.claimed.get("total_episodes")
+    if episodes is not None and src.c.episodes and int(episodes) != src.c.episodes:
+        problems["total_episodes"] = [int(episodes), src.c.episodes]
+    return problems
+
+
+def _metadata_only_row(src: Sources, total: Any, lengths: Any, evidence: dict[str, Any]) -> Check:
+    """A LeRobot dataset shipped without data files: only the metadata can contradict itself."""
+    check_id = "layout.frames:dataset"
+    if total is not None and lengths is not None and int(total) != int(lengths):
+        message = (
+            f"{src.c.path}: info.json total_frames {total} but the episodes metadata sums to "
+            f"{lengths} (no data files to settle it)"
+        )
+        severity = src.cfg.frames_severity
+        return ROWS(
+            check_id,
+            "dataset",
+            "mismatch",
+            message,
+            severity=severity,
+            expected=total,
+            actual=lengths,
+            evidence=evidence,
+        )
+    message = f"{src.c.path}: no data files, only metadata; nothing to recompute from"
+    evidence = {**evidence, "notes": src.c.notes}
+    return ROWS(check_id, "dataset", "unverifiable", message, expected=total, actual=None, evidence=evidence)
 
 
 def image_rows(src: Sources) -> list[Check]:
@@ -323,33 +284,20 @@ def image_rows(src: Sources) -> list[Check]:
     reordered = bool(b_order) and [k for k in b_order if k in a_images] != [
         k for k in a_images if k in b_order
     ]
+    why = ([f"missing from the dataset: {missing}"] if missing else []) + (
+        [f"training orders cameras {b_order}, the base's token order is {a_images}"] if reordered else []
+    )
+    message = "; ".join(why) if why else f"image keys and order agree: {a_images}"
+    configured = (b_order or None) if why else (b_order or "inherited")
     evidence = {"A": a_images, "B": b_order or "inherited", "C": c_images}
-    if missing or reordered:
-        why = ([f"missing from the dataset: {missing}"] if missing else []) + (
-            [f"training orders cameras {b_order}, the base's token order is {a_images}"] if reordered else []
-        )
-        return [
-            row(
-                "layout.images",
-                "layout",
-                "images",
-                "mismatch",
-                "; ".join(why),
-                expected=a_images,
-                configured=b_order or None,
-                actual=c_images,
-                evidence=evidence,
-            )
-        ]
     return [
-        row(
+        ROWS.judge(
             "layout.images",
-            "layout",
             "images",
-            "match",
-            f"image keys and order agree: {a_images}",
+            not why,
+            message,
             expected=a_images,
-            configured=b_order or "inherited",
+            configured=configured,
             actual=c_images,
             evidence=evidence,
         )

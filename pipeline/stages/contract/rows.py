@@ -1,4 +1,4 @@
-"""The shared vocabulary of the contract checks: how a row is built and how features are paired.
+"""The shared vocabulary of the contract checks: the three sources and how their features pair.
 
 Kept apart from the checks so each category module stays a list of small functions that read
 `Sources` and return `Check`s.
@@ -12,50 +12,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers.base import Contract, DatasetContract, Feature
-from pipeline.records import Check
+from pipeline.stages.contract.config import ContractConfig
 
 NAME = "contract"
-NEEDS = {
-    "MEAN_STD": ("mean", "std"),
-    "MIN_MAX": ("min", "max"),
-    "QUANTILES": ("q01", "q99"),
-    "QUANTILE10": ("q10", "q90"),
-    "IDENTITY": (),
-}
-SCALE_PAIR = {
-    "MEAN_STD": ("std", None),
-    "MIN_MAX": ("min", "max"),
-    "QUANTILES": ("q01", "q99"),
-    "QUANTILE10": ("q10", "q90"),
-}
-
-
-def row(
-    check_id: str,
-    category: str,
-    feature: str,
-    verdict: str,
-    message: str,
-    *,
-    severity: str = "hard",
-    expected: Any = None,
-    configured: Any = None,
-    actual: Any = None,
-    evidence: dict[str, Any] | None = None,
-) -> Check:
-    return Check(
-        id=f"{NAME}.{check_id}",
-        stage=NAME,
-        category=category,
-        feature=feature,
-        verdict=verdict,
-        severity=severity,
-        expected=expected,
-        configured=configured,
-        actual=actual,
-        message=message,
-        evidence=evidence or {},
-    )
 
 
 @dataclass
@@ -76,7 +35,7 @@ class Sources:
     a: Contract
     b: Contract
     c: DatasetContract
-    cfg: Any
+    cfg: ContractConfig
     permutations: dict[str, dict[int, int]] = field(default_factory=dict)
     explained: dict[str, dict[int, str]] = field(default_factory=dict)
 

@@ -8,10 +8,15 @@ from consecutive rows: an absolute action tracks the next state, a delta action 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from pipeline.records import Check
-from pipeline.stages.contract.rows import Pair, Sources, dims_text, fmt, row, usable_stats, vec
+from pipeline.records import Check, Rows
+from pipeline.stages.contract.config import UnitsConfig
+from pipeline.stages.contract.rows import NAME, Pair, Sources, dims_text, fmt, usable_stats, vec
+
+ROWS = Rows(NAME, "units")
 
 
 def _spread(stats: dict | None) -> np.ndarray | None:
@@ -22,95 +27,86 @@ def _spread(stats: dict | None) -> np.ndarray | None:
 
 
 def scale_rows(src: Sources, pair: Pair) -> list[Check]:
-    if pair.c is None:
+    measured = _spread_ratios(src, pair)
+    if measured is None:
         return []
-    a_stats, rec = usable_stats(src.a.stats.get(pair.a.key)), src.c.recomputed.get(pair.c.key)
-    std_a = vec(a_stats, "std")
-    if std_a is None or rec is None or std_a.size != vec(rec, "std").size:
-        return []
+    ratio, order, a_stats, rec = measured
     cfg = src.cfg.units
-    perm = src.permutations.get(pair.a.key, {})
-    order = np.array([perm.get(i, i) for i in range(std_a.size)])
-    std_c = vec(rec, "std")[order]
-    floor = 1e-9 + 1e-4 * float(np.max(std_a))
-    usable = (std_a > floor) & (std_c > floor)
-    ratio = np.where(usable, std_c / np.where(usable, std_a, 1.0), np.nan)
-    factors = {str(k): float(v) for k, v in cfg.factors.items()}
-    tol = float(cfg.tolerance)
-    hits: dict[int, tuple[str, float]] = {}
-    odd: list[int] = []
-    for d in np.where(usable)[0]:
-        r = float(ratio[d])
-        if max(r, 1 / r) < float(cfg.min_ratio):
-            continue
-        name = next((n for n, f in factors.items() if abs(np.log(r / f)) <= np.log1p(tol)), None)
-        if name:
-            hits[int(d)] = (name, r)
-        elif max(r, 1 / r) >= float(cfg.unexplained_ratio):
-            odd.append(int(d))
-    key, names = pair.a.key, pair.c.names or pair.a.names
+    hits, odd = _classify(ratio, ~np.isnan(ratio), cfg)
+    key, names = pair.a.key, (pair.c.names if pair.c else None) or pair.a.names
     gripper = [i for i, n in enumerate(names or []) if "gripper" in str(n).lower()]
     evidence = {
         "std_ratio_C_over_A": fmt(ratio, 3),
-        "factors": factors,
-        "tolerance": tol,
-        "gripper_dims": {
-            d: {
-                "A": [
-                    fmt(vec(a_stats, s)[d]) if vec(a_stats, s) is not None else None for s in ("min", "max")
-                ],
-                "C": [fmt(vec(rec, "min")[order[d]]), fmt(vec(rec, "max")[order[d]])],
-            }
-            for d in gripper
-        },
+        "factors": dict(cfg.factors),
+        "tolerance": cfg.tolerance,
+        "gripper_dims": {d: _gripper_ranges(a_stats, rec, d, int(order[d])) for d in gripper},
     }
     out = []
     if hits:
         src.explain(key, list(hits), "units.scale")
         text = "; ".join(f"{key.split('.')[-1]}[{d}] x{r:.2f} ~ {n}" for d, (n, r) in hits.items())
         evidence["matches"] = {d: {"factor": n, "ratio": round(r, 3)} for d, (n, r) in hits.items()}
-        out.append(
-            row(
-                f"units.scale:{key}",
-                "units",
-                key,
-                "mismatch",
-                f"{key}: dim(s) {dims_text(list(hits), names)} scaled by a known unit factor: {text}",
-                expected="same units as the base",
-                actual=text,
-                evidence=evidence,
-            )
-        )
+        message = f"{key}: dim(s) {dims_text(list(hits), names)} scaled by a known unit factor: {text}"
+        fields = {"expected": "same units as the base", "actual": text, "evidence": evidence}
+        out.append(ROWS(f"units.scale:{key}", key, "mismatch", message, **fields))
     if odd:
         src.explain(key, odd, "units.scale(unexplained)")
-        out.append(
-            row(
-                f"units.scale_unexplained:{key}",
-                "units",
-                key,
-                "mismatch",
-                f"{key}: dim(s) {dims_text(odd, names)} spread {[round(float(ratio[d]), 2) for d in odd]}x "
-                "the base's, no known unit factor",
-                severity="soft",
-                expected="ratio ~1",
-                actual=[round(float(ratio[d]), 2) for d in odd],
-                evidence=evidence,
-            )
-        )
+        spread = [round(float(ratio[d]), 2) for d in odd]
+        message = f"{key}: dim(s) {dims_text(odd, names)} spread {spread}x the base's, no known unit factor"
+        fields = {"severity": "soft", "expected": "ratio ~1", "actual": spread, "evidence": evidence}
+        out.append(ROWS(f"units.scale_unexplained:{key}", key, "mismatch", message, **fields))
     if not out:
-        out.append(
-            row(
-                f"units.scale:{key}",
-                "units",
-                key,
-                "match",
-                f"{key}: per-dim spread within {cfg.min_ratio}x of the base's; no unit factor",
-                expected="same units as the base",
-                actual="consistent",
-                evidence=evidence,
-            )
-        )
+        message = f"{key}: per-dim spread within {cfg.min_ratio}x of the base's; no unit factor"
+        fields = {"expected": "same units as the base", "actual": "consistent", "evidence": evidence}
+        out.append(ROWS(f"units.scale:{key}", key, "match", message, **fields))
     return out
+
+
+def _spread_ratios(src: Sources, pair: Pair) -> tuple[np.ndarray, np.ndarray, dict | None, dict] | None:
+    """Per dim, C's std over A's (NaN where either is ~0), with C's dims in A's order (after any
+    permutation the layout check found); None when the two cannot be compared."""
+    if pair.c is None:
+        return None
+    a_stats, rec = usable_stats(src.a.stats.get(pair.a.key)), src.c.recomputed.get(pair.c.key)
+    std_a = vec(a_stats, "std")
+    if std_a is None or rec is None or std_a.size != vec(rec, "std").size:
+        return None
+    perm = src.permutations.get(pair.a.key, {})
+    order = np.array([perm.get(i, i) for i in range(std_a.size)])
+    std_c = vec(rec, "std")[order]
+    floor = 1e-9 + 1e-4 * float(np.max(std_a))
+    usable = (std_a > floor) & (std_c > floor)
+    ratio = np.where(usable, std_c / np.where(usable, std_a, 1.0), np.nan)
+    return ratio, order, a_stats, rec
+
+
+def _classify(
+    ratio: np.ndarray, usable: np.ndarray, cfg: UnitsConfig
+) -> tuple[dict[int, tuple[str, float]], list[int]]:
+    """Dims whose spread ratio is a known unit factor (`{dim: (factor name, ratio)}`), and dims whose
+    ratio is large with no factor to explain it."""
+    hits: dict[int, tuple[str, float]] = {}
+    odd: list[int] = []
+    for d in np.where(usable)[0]:
+        r = float(ratio[d])
+        if max(r, 1 / r) < cfg.min_ratio:
+            continue
+        name = next(
+            (n for n, f in cfg.factors.items() if abs(np.log(r / f)) <= np.log1p(cfg.tolerance)), None
+        )
+        if name:
+            hits[int(d)] = (name, r)
+        elif max(r, 1 / r) >= cfg.unexplained_ratio:
+            odd.append(int(d))
+    return hits, odd
+
+
+def _gripper_ranges(a_stats: dict | None, rec: dict, d: int, c_dim: int) -> dict[str, Any]:
+    """A gripper's [min, max] in the base and in the data: its unit and sign are visible there."""
+    return {
+        "A": [fmt(vec(a_stats, s)[d]) if vec(a_stats, s) is not None else None for s in ("min", "max")],
+        "C": [fmt(vec(rec, "min")[c_dim]), fmt(vec(rec, "max")[c_dim])],
+    }
 
 
 def action_mode_rows(src: Sources) -> list[Check]:
@@ -122,27 +118,28 @@ def action_mode_rows(src: Sources) -> list[Check]:
         return []
     inferred = evidence.get("mode")
     if inferred in (None, "unclear"):
+        message = f"declared {declared}, but the data does not say: {evidence.get('reason', 'no pairing')}"
         return [
-            row(
+            ROWS(
                 "units.action_mode",
-                "units",
                 "action",
                 "unverifiable",
-                f"declared {declared}, but the data does not say: {evidence.get('reason', 'no pairing')}",
+                message,
                 expected=declared,
                 actual=inferred,
                 evidence=evidence,
             )
         ]
-    verdict = "match" if str(declared).lower() == inferred else "mismatch"
+    message = (
+        f"declared {declared}; the data looks {inferred} (corr with next state "
+        f"{evidence['corr_next_state']}, with the step {evidence['corr_step']})"
+    )
     return [
-        row(
+        ROWS.judge(
             "units.action_mode",
-            "units",
             "action",
-            verdict,
-            f"declared {declared}; the data looks {inferred} (corr with next state "
-            f"{evidence['corr_next_state']}, with the step {evidence['corr_step']})",
+            str(declared).lower() == inferred,
+            message,
             expected=src.a.hints.get("action_mode"),
             configured=src.b.hints.get("action_mode"),
             actual=inferred,

@@ -22,14 +22,16 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipeline.errors import InputError
-from pipeline.records import Check, StageResult
+from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, reload, runner
-from pipeline.stages.determinism.runner import NAME, PART_FILE, stage_cfg
+from pipeline.stages.determinism.config import NAME, DeterminismConfig
+from pipeline.stages.determinism.runner import PART_FILE, stage_config
 from pipeline.storage import atomic_write_json
 from pipeline.trainlog import REPORT_FILE, metrics_name
 
 PARTS = ("twin_a", "twin_b", "control", "ddp")
+ROWS = Rows(NAME, "determinism")
 
 
 @dataclass
@@ -98,24 +100,11 @@ def read_outcome(folder: Path, part: str, metrics_file: str) -> Outcome:
     return Outcome(part, folder, record, stream, report, problem)
 
 
-def _row(feature: str, verdict: str, message: str, severity: str = "hard", **fields: Any) -> Check:
-    return Check(
-        id=f"{NAME}.{feature}",
-        stage=NAME,
-        category="determinism",
-        feature=feature,
-        verdict=verdict,
-        severity=severity,
-        message=message,
-        **fields,
-    )
-
-
 def twins_check(a: Outcome, b: Outcome, steps: int) -> tuple[Check, dict[str, Any]]:
     evidence = {"twin_a": a.evidence(), "twin_b": b.evidence()}
     if a.problem or b.problem:
         broken = "; ".join(f"{o.part} {o.problem}" for o in (a, b) if o.problem)
-        return _row("twins", "error", f"twin run crashed: {broken}", evidence=evidence), {}
+        return ROWS("twins", "twins", "error", f"twin run crashed: {broken}", evidence=evidence), {}
     assert a.stream is not None and b.stream is not None
     found = compare.divergences(a.stream, b.stream)
     first = compare.earliest(found)
@@ -126,7 +115,8 @@ def twins_check(a: Outcome, b: Outcome, steps: int) -> tuple[Check, dict[str, An
             f"twins (seed {a.record.get('seed')}) bit-identical over {len(a.stream.rows)} step(s): "
             f"{', '.join(k for k in found if k != compare.DIGEST)}, {digests} parameter digest(s)"
         )
-        return _row(
+        return ROWS(
+            "twins",
             "twins",
             "match",
             message,
@@ -135,7 +125,8 @@ def twins_check(a: Outcome, b: Outcome, steps: int) -> tuple[Check, dict[str, An
             configured={"steps": steps},
             evidence=evidence,
         ), found
-    return _row(
+    return ROWS(
+        "twins",
         "twins",
         "mismatch",
         f"same-seed twins diverge: {compare.describe(first)}",
@@ -150,14 +141,17 @@ def control_check(twin: Outcome, control: Outcome) -> Check:
     evidence = {"twin": twin.part, "control": control.evidence()}
     if twin.problem or control.problem:
         broken = "; ".join(f"{o.part} {o.problem}" for o in (twin, control) if o.problem)
-        return _row("control", "error", f"cannot compare the control run: {broken}", evidence=evidence)
+        return ROWS(
+            "control", "control", "error", f"cannot compare the control run: {broken}", evidence=evidence
+        )
     assert twin.stream is not None and control.stream is not None
     found = compare.divergences(twin.stream, control.stream)
     first = compare.earliest(found)
     evidence["divergences"] = found
     seeds = f"seed {control.record.get('seed')} vs {twin.record.get('seed')}"
     if first is None:
-        return _row(
+        return ROWS(
+            "control",
             "control",
             "unverifiable",
             f"control ({seeds}) is bit-identical to the twin: the "
@@ -166,7 +160,8 @@ def control_check(twin: Outcome, control: Outcome) -> Check:
             actual="identical",
             evidence=evidence,
         )
-    return _row(
+    return ROWS(
+        "control",
         "control",
         "match",
         f"control ({seeds}) differs from the twins as it should (from step {first['step']})",
@@ -186,7 +181,8 @@ def device_check(a: Outcome, b: Outcome) -> Check | None:
         for o in (a, b)
     ]
     same = seen[0] == seen[1]
-    return _row(
+    return ROWS(
+        "device",
         "device",
         "match" if same else "mismatch",
         "twins ran on the same kind of device and software"
@@ -210,7 +206,8 @@ def nondeterministic_ops_check(outcomes: list[Outcome]) -> Check:
             ]
         }
     )
-    return _row(
+    return ROWS(
+        "nondeterministic_ops",
         "nondeterministic_ops",
         "mismatch" if ops else "match",
         f"nondeterministic op(s) hit under warn_only: {', '.join(ops)}"
@@ -228,7 +225,8 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
     evidence: dict[str, Any] = {"ddp": outcome.evidence(), "nproc": nproc}
     done = (outcome.folder / "done.json").exists() and outcome.record.get("returncode") == 0
     if not done:
-        return _row(
+        return ROWS(
+            "ddp",
             "ddp",
             "error",
             f"torchrun --nproc_per_node={nproc} did not complete (exit {outcome.record.get('returncode')})",
@@ -238,14 +236,17 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
     for rank in range(nproc):
         path = outcome.folder / "run" / metrics_name(rank, nproc, metrics_file)
         if not path.exists():
-            return _row("ddp", "error", f"rank {rank} wrote no metrics stream ({path})", evidence=evidence)
+            return ROWS(
+                "ddp", "ddp", "error", f"rank {rank} wrote no metrics stream ({path})", evidence=evidence
+            )
         streams[rank] = compare.read_stream(path)
     per_rank = {rank: compare.divergences(streams[0], s) for rank, s in streams.items() if rank}
     evidence.update(per_rank=per_rank, steps={r: len(s.rows) for r, s in streams.items()})
     bad = {r: compare.earliest(d) for r, d in per_rank.items() if compare.earliest(d)}
     if bad:
         rank, hit = min(bad.items(), key=lambda kv: kv[1]["step"])
-        return _row(
+        return ROWS(
+            "ddp",
             "ddp",
             "mismatch",
             f"rank {rank} disagrees with rank 0: {compare.describe(hit)}",
@@ -253,7 +254,8 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
             actual=f"rank {rank} differs",
             evidence=evidence,
         )
-    return _row(
+    return ROWS(
+        "ddp",
         "ddp",
         "match",
         f"{nproc} ranks completed {len(streams[0].rows)} step(s); loss, grad norm "
@@ -265,47 +267,42 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
     )
 
 
-def reload_checks(cfg: DictConfig, scfg: DictConfig, twin: Outcome) -> list[Check]:
-    if not bool(scfg.reload.enabled):
+def reload_checks(cfg: DictConfig, config: DeterminismConfig, twin: Outcome) -> list[Check]:
+    if not config.reload.enabled:
         return []
     if twin.problem:
-        return [
-            _row("reload.checkpoint", "error", f"no smoke checkpoint to reload: {twin.part} {twin.problem}")
-        ]
-    dataset = scfg.reload.get("dataset") or cfg.dataset.get("path")
+        message = f"no smoke checkpoint to reload: {twin.part} {twin.problem}"
+        return [ROWS("reload.checkpoint", "reload.checkpoint", "error", message)]
+    dataset = config.reload.dataset or cfg.dataset.get("path")
     if not dataset:
         raise InputError(
             f"stages.{NAME}.reload.dataset: no dataset to re-inject stats from (dataset.path is null)",
             field=f"stages.{NAME}.reload.dataset",
         )
-    checkpoint = twin.folder / "run" / str(scfg.checkpoint_subdir)
+    checkpoint = twin.folder / "run" / config.checkpoint_subdir
     try:
-        return reload.round_trip(checkpoint, Path(dataset), scfg.reload)
+        return reload.round_trip(checkpoint, Path(dataset), config.reload)
     except InputError as exc:
         return [dataclasses.replace(error_check(f"{NAME}.reload", exc, "reload"), stage=NAME)]
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     """Merge what the parts left: compare the streams, then reload twin A's checkpoint."""
-    scfg = stage_cfg(cfg)
-    runner.validate(cfg)
-    metrics_file = str(scfg.metrics_file)
+    config = stage_config(cfg, ctx.config)
+    runner.validate(cfg, config)
+    metrics_file = config.metrics_file
     got = {p: read_outcome(ctx.part_dir(p), p, metrics_file) for p in PARTS if p != "ddp"}
-    twins, found = twins_check(got["twin_a"], got["twin_b"], int(scfg.steps))
+    twins, found = twins_check(got["twin_a"], got["twin_b"], config.steps)
     healthy = got["twin_b"] if got["twin_a"].problem and not got["twin_b"].problem else got["twin_a"]
     checks = [twins, control_check(healthy, got["control"])]
     if (device := device_check(got["twin_a"], got["twin_b"])) is not None:
         checks.append(device)
-    if bool(scfg.get("warn_only")):
+    if config.warn_only:
         checks.append(nondeterministic_ops_check(list(got.values())))
-    nproc = int(scfg.ddp_procs)
-    if nproc > 1:
-        checks.append(
-            ddp_check(
-                read_outcome(ctx.part_dir("ddp"), "ddp", metrics_file), nproc, metrics_file, int(scfg.steps)
-            )
-        )
-    checks += reload_checks(cfg, scfg, got["twin_a"])
+    if config.ddp_procs > 1:
+        ddp = read_outcome(ctx.part_dir("ddp"), "ddp", metrics_file)
+        checks.append(ddp_check(ddp, config.ddp_procs, metrics_file, config.steps))
+    checks += reload_checks(cfg, config, got["twin_a"])
     path = atomic_write_json(
         ctx.artifacts_dir / "compare.json",
         {"twins": found, "parts": {p: o.evidence() for p, o in got.items()}},
@@ -329,6 +326,7 @@ register(
         run=run,
         parts=PARTS,
         run_part=runner.run_part,
+        config=DeterminismConfig,
         inputs=("model", "training", "dataset"),
         category="determinism",
         description="same-seed twins bit-identical, control differs, DDP ranks agree, reload round trip",

@@ -25,10 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import InputError
 from pipeline.stages import StageContext
+from pipeline.stages.config import settings
+from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.storage import atomic_write_json
 from pipeline.trainlog import ENV_MODE, NONDET_RE
 
-NAME = "determinism"
 PART_FILE = "part.json"
 LOG_FILE = "train.log"
 PLACEHOLDERS = (
@@ -46,19 +47,14 @@ _FIELD_RE = re.compile(r"\{([^{}]*)\}")
 FAULTS = ("none", "unseeded_shuffle", "clock_seed")
 
 
-def stage_cfg(cfg: DictConfig) -> DictConfig:
-    scfg = cfg.stages.get(NAME)
-    if scfg is None:
-        raise InputError(
-            f"stages.{NAME}: missing config section (pipeline/conf/stages/{NAME}.yaml)",
-            field=f"stages.{NAME}",
-        )
-    return scfg
+def stage_config(cfg: DictConfig, given: Any = None) -> DeterminismConfig:
+    """The job's typed config (`ctx.config`), or `cfg`'s section typed here for a direct call."""
+    return settings(DeterminismConfig, cfg, given, NAME)
 
 
-def fault_for(cfg: DictConfig) -> str:
+def fault_for(cfg: DictConfig, config: DeterminismConfig | None = None) -> str:
     """`fault: auto` plants the demo's nondeterminism only for `demo=faulty`; anything else is explicit."""
-    fault = str(stage_cfg(cfg).get("fault") or "auto")
+    fault = (config or stage_config(cfg)).fault or "auto"
     if fault == "auto":
         variant = (cfg.get("demo") or {}).get("variant")
         return "unseeded_shuffle" if variant == "faulty" else "none"
@@ -95,39 +91,38 @@ def substitute(template: Sequence[Any], values: Mapping[str, str], key: str) -> 
     return argv
 
 
-def placeholder_values(cfg: DictConfig, seed: int, out: Path) -> dict[str, str]:
-    scfg = stage_cfg(cfg)
+def placeholder_values(cfg: DictConfig, config: DeterminismConfig, seed: int, out: Path) -> dict[str, str]:
     paths = {kind: (cfg.get(kind) or {}).get("path") for kind in ("model", "dataset", "training")}
     return {
         "python": sys.executable,
         "seed": str(seed),
-        "steps": str(int(scfg.steps)),
+        "steps": str(config.steps),
         "out": str(out),
         **{k: "" if v is None else str(v) for k, v in paths.items()},
-        "fault": fault_for(cfg),
-        "save_normalization_stats": str(bool(scfg.reload.save_normalization_stats)).lower(),
+        "fault": fault_for(cfg, config),
+        "save_normalization_stats": str(config.reload.save_normalization_stats).lower(),
     }
 
 
-def child_env(scfg: DictConfig) -> tuple[dict[str, str], dict[str, str]]:
+def child_env(config: DeterminismConfig) -> tuple[dict[str, str], dict[str, str]]:
     """The child's environment and the subset this stage set (recorded as evidence)."""
-    chosen = {str(k): str(v) for k, v in (scfg.get("env") or {}).items() if v is not None}
-    if bool(scfg.get("warn_only")):  # deterministic algorithms on, but warn (and record) instead of raising
+    chosen = {k: v for k, v in config.env.items() if v is not None}
+    if config.warn_only:  # deterministic algorithms on, but warn (and record) instead of raising
         chosen[ENV_MODE] = "warn"
     else:
-        chosen[ENV_MODE] = "1" if bool(scfg.get("deterministic_algorithms", True)) else "0"
+        chosen[ENV_MODE] = "1" if config.deterministic_algorithms else "0"
     return {**os.environ, **chosen}, chosen
 
 
-def ddp_argv(scfg: DictConfig, argv: list[str], values: Mapping[str, str]) -> list[str]:
+def ddp_argv(config: DeterminismConfig, argv: list[str], values: Mapping[str, str]) -> list[str]:
     """`torchrun --nproc_per_node=N` around the training command (python -m torch.distributed.run).
 
     A user command that starts with `<python> -m module` or `<python> script.py` is re-launched as
     that module/script under torchrun; anything else needs an explicit `ddp_cmd`.
     """
-    nproc = int(scfg.ddp_procs)
-    if scfg.get("ddp_cmd"):
-        return substitute(plain(scfg.ddp_cmd), {**values, "nproc": str(nproc)}, f"stages.{NAME}.ddp_cmd")
+    nproc = config.ddp_procs
+    if config.ddp_cmd:
+        return substitute(plain(config.ddp_cmd), {**values, "nproc": str(nproc)}, f"stages.{NAME}.ddp_cmd")
     head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     if len(argv) >= 3 and Path(argv[0]).name.startswith("python") and argv[1] == "-m":
         return [*head, "-m", *argv[2:]]
@@ -140,8 +135,8 @@ def ddp_argv(scfg: DictConfig, argv: list[str], values: Mapping[str, str]) -> li
     )
 
 
-def part_seed(scfg: DictConfig, part: str) -> int:
-    return int(scfg.control_seed if part == "control" else scfg.seed)
+def part_seed(config: DeterminismConfig, part: str) -> int:
+    return config.control_seed if part == "control" else config.seed
 
 
 def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
@@ -150,23 +145,23 @@ def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
     A non-zero exit is raised after `part.json` is written, so the part job fails (no `done.json`)
     and the merge reports the twin as crashed with the exit code and the log's tail.
     """
-    scfg = stage_cfg(cfg)
+    config = stage_config(cfg, ctx.config)
     part = str(ctx.part)
     out = ctx.part_dir(part)
-    if part == "ddp" and int(scfg.ddp_procs) <= 1:
-        return _write(out, {"part": part, "skipped": True, "reason": f"ddp_procs={int(scfg.ddp_procs)}"})
+    if part == "ddp" and config.ddp_procs <= 1:
+        return _write(out, {"part": part, "skipped": True, "reason": f"ddp_procs={config.ddp_procs}"})
     shutil.rmtree(out / "run", ignore_errors=True)  # a requeued part starts its run afresh
     (out / "run").mkdir(parents=True, exist_ok=True)
-    seed = part_seed(scfg, part)
-    values = placeholder_values(cfg, seed, out / "run")
+    seed = part_seed(config, part)
+    values = placeholder_values(cfg, config, seed, out / "run")
     try:
-        argv = substitute(plain(scfg.train_cmd), values, f"stages.{NAME}.train_cmd")
+        argv = substitute(plain(config.train_cmd), values, f"stages.{NAME}.train_cmd")
         if part == "ddp":
-            argv = ddp_argv(scfg, argv, values)
+            argv = ddp_argv(config, argv, values)
     except InputError as exc:
         _write(out, {"part": part, "seed": seed, "returncode": None, "log_tail": f"InputError: {exc}"})
         raise
-    env, chosen = child_env(scfg)
+    env, chosen = child_env(config)
     record = {
         "part": part,
         "seed": seed,
@@ -177,9 +172,9 @@ def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "gpu": gpu_info(),
         "versions": _versions(),
-        "ddp_procs": int(scfg.ddp_procs) if part == "ddp" else 1,
+        "ddp_procs": config.ddp_procs if part == "ddp" else 1,
     }
-    record.update(_execute(argv, env, out, float(scfg.timeout_s)))
+    record.update(_execute(argv, env, out, config.timeout_s))
     _write(out, record)
     if record["returncode"] != 0:
         raise RuntimeError(f"{part}: training command exited {record['returncode']}: {record['log_tail']}")
@@ -258,11 +253,10 @@ def plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
-def validate(cfg: DictConfig) -> list[str]:
+def validate(cfg: DictConfig, config: DeterminismConfig) -> list[str]:
     """Check the command template in the main job too, so a bad one is an InputError naming the key."""
-    scfg = stage_cfg(cfg)
-    values = placeholder_values(cfg, int(scfg.seed), Path("<out>"))
-    argv = substitute(plain(scfg.train_cmd), values, f"stages.{NAME}.train_cmd")
-    if int(scfg.ddp_procs) > 1:
-        ddp_argv(scfg, argv, values)
+    values = placeholder_values(cfg, config, config.seed, Path("<out>"))
+    argv = substitute(plain(config.train_cmd), values, f"stages.{NAME}.train_cmd")
+    if config.ddp_procs > 1:
+        ddp_argv(config, argv, values)
     return argv

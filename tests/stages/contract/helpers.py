@@ -12,14 +12,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from omegaconf import OmegaConf
 
 from pipeline.readers import ScanOptions, read_dataset, read_model, read_training
 from pipeline.records import Check
+from pipeline.stages.config import typed
 from pipeline.stages.contract import reconcile
+from pipeline.stages.contract.config import ContractConfig
 
 REPO = Path(__file__).resolve().parents[3]
-STAGE_CFG = OmegaConf.load(REPO / "pipeline" / "conf" / "stages" / "contract.yaml")
+STAGE_CFG = typed(ContractConfig, {}, "stages.contract")
 OPTIONS = ScanOptions.of(STAGE_CFG)  # the dataset scan with the stage's own thresholds
 
 

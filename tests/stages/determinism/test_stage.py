@@ -14,11 +14,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import InputError
 from pipeline.stages import StageContext, determinism
+from pipeline.stages.determinism.config import DeterminismConfig
 from tests.conftest import gate_of, launch, run_dir_of
 from tests.stages.determinism.helpers import tiny_cmd
 
 BASE = ("launcher=local", "stage=determinism", "~demo", "stages.determinism.steps=3", "launcher.poll_s=0.2")
-CONFIG = Path(__file__).resolve().parents[3] / "pipeline" / "conf" / "stages" / "determinism.yaml"
 
 
 def checks(run_dir: Path) -> dict[str, dict]:
@@ -116,7 +116,7 @@ def stage_config(tmp_path: Path, dataset: Path, **changes) -> DictConfig:
             "model": {"path": None},
             "training": {"path": None},
             "dataset": {"path": str(dataset)},
-            "stages": {"determinism": OmegaConf.load(CONFIG)},
+            "stages": {"determinism": OmegaConf.structured(DeterminismConfig)},
         }
     )
     for key, value in changes.items():

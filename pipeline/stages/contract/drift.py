@@ -1,0 +1,181 @@
+"""Drift of the statistics: the shipped stats vs the data they claim to describe (stale), and the base's
+baked-in stats vs the dataset's (shift).
+
+Stale stats are exact moments recomputed from the data, compared with what the dataset ships; shipped
+quantiles are judged by their rank in the data. A shift is measured per dim in units of the base's
+std, after undoing any permutation the layout checks found, and leaves out dims other rows explained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.normalization import QUANTILE_LEVELS
+from pipeline.records import Check, Rows
+from pipeline.stages.contract.config import StaleConfig
+from pipeline.stages.contract.rows import NAME, Pair, Sources, dims_text, fmt, usable_stats, vec
+
+ROWS = Rows(NAME, "normalization")
+QUANTILE_NOTE = (
+    "rank = [fraction of the data below, at or below] the shipped value; LeRobot v3 "
+    "averages per-episode quantiles, which is not the dataset quantile"
+)
+
+
+def stale_rows(src: Sources, pair: Pair) -> list[Check]:
+    """Shipped stats vs stats recomputed from the data (exact moments; quantiles by rank)."""
+    if pair.c is None:
+        return []
+    c_key, key = pair.c.key, pair.a.key
+    shipped, rec = src.c.stats.get(c_key), src.c.recomputed.get(c_key)
+    if shipped is None or rec is None:
+        return []
+    problems, detail = _stale_dims(shipped, rec, src.cfg.stale)
+    count_s = vec(shipped, "count")
+    counts = {"shipped": None if count_s is None else float(count_s[0]), "rows": int(vec(rec, "count")[0])}
+    evidence = {"per_stat_dims": problems, "count": counts, **detail}
+    stale_dims = sorted({d for v in problems.values() for d in v})
+    if problems:
+        message = (
+            f"{c_key}: shipped stats disagree with the data in dim(s) "
+            f"{dims_text(stale_dims, pair.c.names)} ({', '.join(problems)}); the normalizer would "
+            "use stats of other data"
+        )
+        fields: dict[str, Any] = {
+            "severity": src.cfg.stale.severity,
+            "expected": "stats of this data",
+            "actual": f"{len(stale_dims)} dim(s) stale",
+        }
+    else:
+        message = f"{c_key}: shipped mean/std/min/max agree with the data ({counts['rows']} rows)"
+        fields = {"actual": "consistent"}
+    verdict = "mismatch" if problems else "match"
+    row = ROWS(f"normalization.stale:{key}", key, verdict, message, evidence=evidence, **fields)
+    return [row, *_quantile_rank_rows(src, pair)]
+
+
+def _stale_dims(
+    shipped: dict[str, np.ndarray], rec: dict[str, np.ndarray], cfg: StaleConfig
+) -> tuple[dict[str, list[int]], dict[str, Any]]:
+    """Per shipped stat, the dims off the data beyond the thresholds; and the z/ratio evidence."""
+    std_r, lo_r, hi_r = vec(rec, "std"), vec(rec, "min"), vec(rec, "max")
+    span = np.maximum(hi_r - lo_r, 1e-12)
+    # float32 round-off of the tool that wrote the stats: ~1e-4 of the value's magnitude is noise
+    noise = 1e-4 * np.maximum(1.0, np.abs(vec(rec, "mean")))
+    floor = np.maximum(std_r, noise)
+    problems: dict[str, list[int]] = {}
+    detail: dict[str, Any] = {}
+    same_size = {
+        s: vec(shipped, s) is not None and vec(shipped, s).size == std_r.size
+        for s in ("mean", "std", "min", "max")
+    }
+    if same_size.get("mean"):
+        z = np.abs(vec(shipped, "mean") - vec(rec, "mean")) / floor
+        problems["mean"] = np.where(z > cfg.mean_z)[0].tolist()
+        detail["mean_z"] = fmt(z, 3)
+    if same_size.get("std"):
+        ratio = (vec(shipped, "std") + 1e-12) / (std_r + 1e-12)
+        off = (ratio > cfg.std_ratio) | (ratio < 1 / cfg.std_ratio)
+        problems["std"] = np.where(off & (np.abs(vec(shipped, "std") - std_r) > noise))[0].tolist()
+        detail["std_ratio"] = fmt(ratio, 3)
+    for name, ref in (("min", lo_r), ("max", hi_r)):
+        if same_size.get(name):
+            problems[name] = np.where(np.abs(vec(shipped, name) - ref) / span > cfg.range_frac)[0].tolist()
+    return {k: v for k, v in problems.items() if v}, detail
+
+
+def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
+    ranks = src.c.shipped_ranks.get(pair.c.key) if pair.c else None
+    if not ranks:
+        return []
+    tol = src.cfg.stale.quantile_rank
+    rec = src.c.recomputed[pair.c.key]
+    varying = vec(rec, "max") > vec(rec, "min")
+    off = {
+        q: [
+            int(d)
+            for d in np.where(
+                varying & ((QUANTILE_LEVELS[q] < r[:, 0] - tol) | (QUANTILE_LEVELS[q] > r[:, 1] + tol))
+            )[0]
+        ]
+        for q, r in ranks.items()
+    }
+    off = {q: d for q, d in off.items() if d}
+    evidence = {
+        "shipped_quantile_ranks": {q: fmt(r, 3) for q, r in ranks.items()},
+        "tolerance": tol,
+        "note": QUANTILE_NOTE,
+    }
+    key, check_id = pair.a.key, f"normalization.quantiles:{pair.a.key}"
+    if not off:
+        message = f"{pair.c.key}: shipped quantiles sit within {tol:g} of their levels in the data"
+        return [ROWS(check_id, key, "match", message, severity="soft", evidence=evidence)]
+    dims = sorted({d for v in off.values() for d in v})
+    message = (
+        f"{pair.c.key}: shipped quantiles are off their level by > {tol:g} in rank in dim(s) "
+        f"{dims_text(dims, pair.c.names)} ({', '.join(off)})"
+    )
+    return [
+        ROWS(
+            check_id,
+            key,
+            "mismatch",
+            message,
+            severity=src.cfg.stale.quantile_severity,
+            expected="q01/q99 at ranks 0.01/0.99",
+            actual=f"{len(dims)} dim(s) off",
+            evidence=evidence,
+        )
+    ]
+
+
+def shift_rows(src: Sources, pair: Pair) -> list[Check]:
+    """Base's baked-in stats vs the dataset's, per dim in units of the base's std."""
+    if pair.c is None:
+        return []
+    a_stats, rec = usable_stats(src.a.stats.get(pair.a.key)), src.c.recomputed.get(pair.c.key)
+    mean_a, std_a = vec(a_stats, "mean"), vec(a_stats, "std")
+    if mean_a is None or std_a is None or rec is None or mean_a.size != vec(rec, "mean").size:
+        return []
+    perm = src.permutations.get(pair.a.key, {})
+    order = np.array([perm.get(i, i) for i in range(mean_a.size)])
+    mean_c, std_c = vec(rec, "mean")[order], vec(rec, "std")[order]
+    floor = 1e-6 + 1e-3 * float(np.max(std_a)) if std_a.size else 1e-6
+    z = np.abs(mean_c - mean_a) / (std_a + floor)
+    ratio = (std_c + floor) / (std_a + floor)
+    explained = src.explained.get(pair.a.key, {})
+    cfg = src.cfg.shift
+    off = (z > cfg.soft_z) | (ratio > cfg.std_ratio) | (ratio < 1 / cfg.std_ratio)
+    flagged = [int(d) for d in np.where(off)[0] if int(d) not in explained]
+    hard = [d for d in flagged if cfg.hard_z is not None and z[d] > cfg.hard_z]
+    evidence = {
+        "z_mean": fmt(z, 3),
+        "std_ratio": fmt(ratio, 3),
+        "explained_elsewhere": explained,
+        "units": "|mean_C - mean_A| / std_A",
+    }
+    key = pair.a.key
+    fields: dict[str, Any] = {"expected": "base stats", "evidence": evidence}
+    if not flagged:
+        message = f"{pair.c.key}: dataset within {cfg.soft_z} base std of the base's stats in every dim" + (
+            f" (dims {sorted(explained)} explained by other rows)" if explained else ""
+        )
+        return [
+            ROWS(
+                f"normalization.shift:{key}", key, "match", message, severity="soft", actual="close", **fields
+            )
+        ]
+    message = (
+        f"{pair.c.key}: dim(s) {dims_text(flagged, pair.c.names)} differ from the base's stats "
+        f"(max {float(np.max(z[flagged])):.2f} base std, std ratio up to "
+        f"{float(np.max(np.maximum(ratio[flagged], 1 / ratio[flagged]))):.2f}x)"
+    )
+    severity = "hard" if hard else "soft"
+    actual = f"{len(flagged)} dim(s) shifted"
+    return [
+        ROWS(
+            f"normalization.shift:{key}", key, "mismatch", message, severity=severity, actual=actual, **fields
+        )
+    ]

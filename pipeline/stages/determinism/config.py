@@ -1,0 +1,98 @@
+"""The determinism stage's settings: the smoke training it runs, how, and the reload round trip.
+
+Each run is its own part job (determinism.twin_a / twin_b / control / ddp), so on Slurm the twins are
+separate jobs that can run at the same time; every part gets `resources` (1 CPU by default) and, over
+them, its own `part_resources.<part>`. Defaults live here only; Hydra composes them from this dataclass.
+The command templates are checked where they are filled (`runner.substitute`): a shell string or an
+unknown placeholder is an `InputError` naming `stages.determinism.train_cmd`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.stages.config import Resources, StageConfig, require
+
+NAME = "determinism"
+
+
+def _train_cmd() -> list[str]:
+    return [
+        "{python}", "-m", "pipeline.demo.reference_trainer", "--seed", "{seed}", "--steps", "{steps}",
+        "--out", "{out}", "--dataset", "{dataset}", "--model", "{model}", "--training", "{training}",
+        "--fault", "{fault}", "--save-normalization-stats", "{save_normalization_stats}",
+    ]  # fmt: skip
+
+
+def _env() -> dict[str, str | None]:
+    return {
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",  # same thread count on every node: CPU reductions depend on it
+    }
+
+
+@dataclass
+class ReloadConfig:
+    """The train -> eval reload round trip of twin A's checkpoint."""
+
+    enabled: bool = True
+    loader: str = "pipeline.demo.reload:load_demo"  # module:function(checkpoint_dir, dataset_dir)
+    dataset: str | None = None  # the dataset eval re-injects stats from; default dataset.path
+    save_normalization_stats: bool = False  # the smoke save strips the stats; the reload must re-inject them
+    norm_key_pattern: str = r"(^|\.)(un)?normalize_[^.]*\.buffer_"  # normalization keys inside model weights
+    norm_file_pattern: str = r"normalizer_processor\.safetensors$"  # files whose every key is a statistic
+    stats_atol: float = 0.0  # re-injected stats must equal training's exactly
+
+    def validate(self, key: str) -> None:
+        module, _, function = self.loader.partition(":")
+        require(bool(module and function), f"{key}.loader", "module:function", self.loader)
+        for name in ("norm_key_pattern", "norm_file_pattern"):
+            try:
+                re.compile(getattr(self, name))
+            except re.error as exc:
+                require(False, f"{key}.{name}", f"a regular expression ({exc})", getattr(self, name))
+        require(self.stats_atol >= 0, f"{key}.stats_atol", "a tolerance >= 0", self.stats_atol)
+
+
+@dataclass
+class DeterminismConfig(StageConfig):
+    """determinism: same-seed twin runs, a control run, DDP sanity and the train<->eval reload round trip."""
+
+    resources: Resources = field(default_factory=lambda: Resources(time_min=30, cpus_per_task=1, mem_gb=2))
+    # per part, over `resources`, e.g. stages.determinism.part_resources.ddp.gpus_per_node=8 with ddp_procs=8
+    part_resources: dict[str, Resources] = field(default_factory=lambda: {"ddp": Resources()})
+    seed: int = 0  # the twins' seed
+    control_seed: int = 1  # must make the stream differ, or the check is unverifiable
+    steps: int = 6  # optimizer steps per smoke run
+    # The smoke training as an argv list (never a shell string); placeholders are substituted per element:
+    # {python} {seed} {steps} {out} {dataset} {model} {training} {fault} {save_normalization_stats}.
+    # The command must write <out>/<metrics_file> (pipeline.trainlog does it in two lines) and save its
+    # checkpoint to <out>/<checkpoint_subdir>. Typed Any so that a shell string reaches the runner, which
+    # refuses it with a message naming the key.
+    train_cmd: Any = field(default_factory=_train_cmd)
+    metrics_file: str = "metrics.jsonl"
+    checkpoint_subdir: str = "checkpoint"
+    timeout_s: float = 900.0  # per run; a run past it is killed (with its torchrun workers) and is an error
+    # set in each run's environment before torch starts (recorded in part.json)
+    env: dict[str, str | None] = field(default_factory=_env)
+    deterministic_algorithms: bool = True  # torch.use_deterministic_algorithms in each run
+    warn_only: bool = False  # true: deterministic algorithms that warn instead of raising; ops hit are listed
+    fault: str = "auto"  # auto (demo=faulty plants unseeded_shuffle) | none | unseeded_shuffle | clock_seed
+    demo_variant: str | None = "${oc.select:demo.variant,null}"  # part of the fingerprint (fault: auto)
+    ddp_procs: int = 1  # > 1: one more job runs the command under torchrun --nproc_per_node=N
+    ddp_cmd: Any = None  # argv list overriding the derived torchrun command ({nproc} + the placeholders)
+    reload: ReloadConfig = field(default_factory=ReloadConfig)
+
+    def validate(self, key: str) -> None:
+        super().validate(key)
+        require(self.steps >= 1, f"{key}.steps", "a step count >= 1", self.steps)
+        require(self.timeout_s > 0, f"{key}.timeout_s", "seconds > 0", self.timeout_s)
+        require(self.ddp_procs >= 1, f"{key}.ddp_procs", "a process count >= 1", self.ddp_procs)
+        for name in ("metrics_file", "checkpoint_subdir"):
+            value = getattr(self, name)
+            inside = bool(value) and not value.startswith("/") and ".." not in value.split("/")
+            require(inside, f"{key}.{name}", "a relative name inside <out>", value)
+        self.reload.validate(f"{key}.reload")
