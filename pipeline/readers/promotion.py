@@ -88,7 +88,9 @@ def inspect(image: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.readers.sif", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.readers.sif", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="objects as siftool lists them").add_argument("image")
     sub.add_parser("inspect", help="header, objects, labels, digests as JSON").add_argument("image")

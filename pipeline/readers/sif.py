@@ -58,7 +58,13 @@ ARCHES = {
     "00": "unknown", "01": "386", "02": "amd64", "03": "arm", "04": "arm64", "05": "ppc64", "06": "ppc64le",
     "07": "mips", "08": "mipsle", "09": "mips64", "10": "mips64le", "11": "s390x", "12": "riscv64",
 }  # fmt: skip
-HASHTYPES = {1: "SHA256", 2: "SHA384", 3: "SHA512", 4: "BLAKE2s_256", 5: "BLAKE2b_256"}
+HASHTYPES = {
+    1: "SHA-256",
+    2: "SHA-384",
+    3: "SHA-512",
+    4: "BLAKE2s-256",
+    5: "BLAKE2b-256",
+}  # Go crypto.Hash names
 
 
 def _text(raw: bytes) -> str:
@@ -157,7 +163,8 @@ class SifImage:
             data = json.loads(self.read_object(obj))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(
-                f"{self.path}: object {obj.id} ({INSPECT_METADATA}) at offset {obj.offset}: expected JSON: {exc}",
+                f"{self.path}: object {obj.id} ({INSPECT_METADATA}) at offset {obj.offset}: "
+                f"expected JSON: {exc}",
                 path=self.path,
                 field=INSPECT_METADATA,
             ) from exc
@@ -200,8 +207,14 @@ class SifImage:
             "arch": self.arch,
             "uuid": self.uuid,
             "objects": [
-                {"id": o.id, "type": o.listing(), "group": o.group_id, "offset": o.offset, "size": o.size,
-                 "name": o.name}
+                {
+                    "id": o.id,
+                    "type": o.listing(),
+                    "group": o.group_id,
+                    "offset": o.offset,
+                    "size": o.size,
+                    "name": o.name,
+                }
                 for o in self.objects
             ],  # fmt: skip
             "primary_partition": None
@@ -248,6 +261,12 @@ def read_sif(path: str | Path) -> SifImage:
                 path=path,
                 field="offset 0",
             )
+        table_end = doff + dtotal * DESCRIPTOR.size
+        if table_end > size:  # name the first descriptor the file cuts, before any data range
+            index = max(0, (size - doff) // DESCRIPTOR.size)
+            at = doff + index * DESCRIPTOR.size
+            found = max(0, size - at)
+            raise _truncated(path, at, f"descriptor {index} ({DESCRIPTOR.size} bytes)", found)
         objects = tuple(_descriptors(handle, path, size, doff, dtotal))
     return SifImage(
         path=path,
@@ -294,7 +313,10 @@ def _descriptors(handle: BinaryIO, path: Path, size: int, offset: int, total: in
             }
         elif dtype == DATA_SIGNATURE:
             htype, entity = SIGNATURE_EXTRA.unpack_from(extra)
-            fields = {"hash_type": HASHTYPES.get(htype, f"Unknown({htype})"), "entity": entity[:20].hex().upper()}
+            fields = {
+                "hash_type": HASHTYPES.get(htype, f"Unknown({htype})"),
+                "entity": entity[:20].hex().upper(),
+            }
         found.append(
             SifObject(
                 id=oid,
@@ -346,10 +368,16 @@ def normalize_sha256(value: Any, field: str) -> str:
     return text
 
 
-def listing(image: SifImage) -> list[tuple[int, int, str, str, str]]:
-    """Rows as `siftool list` prints them: id, group, link, start-end, type."""
+def listing(image: SifImage) -> list[tuple[int, str, str, str, str]]:
+    """Rows as `siftool list` prints them: id, group, link (`N (G)` for a group), start-end, type."""
     return [
-        (o.id, o.group_id, str(o.link) if o.link else "NONE", f"{o.offset}-{o.offset + o.size}", o.listing())
+        (
+            o.id,
+            str(o.group_id) if o.group_id else "NONE",
+            (f"{o.link} (G)" if o.link_is_group else str(o.link)) if o.link else "NONE",
+            f"{o.offset}-{o.offset + o.size}",
+            o.listing(),
+        )
         for o in image.objects
     ]
 
