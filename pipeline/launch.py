@@ -33,6 +33,8 @@ from pipeline.executors import (
 )
 from pipeline.fingerprint import digest_path
 from pipeline.plan import RESOURCE_KEYS, JobSpec, build_plan, plan_document, resources
+from pipeline.readers.sif import sha256_file
+from pipeline.stages import container_image
 from pipeline.status import build_table, table_rows
 from pipeline.storage import atomic_write_json, atomic_write_text
 from pipeline.waivers import load_waivers
@@ -73,6 +75,7 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
             raise ConfigError("container.image", f"{cfg.container.image} does not exist or is not a file")
     elif cfg.container.kind != "none":
         raise ConfigError("container.kind", f"{cfg.container.kind!r} is not one of none, apptainer")
+    container_image.validate(cfg)  # pins parse; the apptainer binary exists before anything is submitted
     chain = (cfg.get("chain") or {}).get("sbatch")
     if chain and not Path(chain).is_file():
         raise ConfigError("chain.sbatch", f"{chain} does not exist")
@@ -110,6 +113,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         out.audit_dir = str(Path(cfg.audit_dir).resolve())
         out.checkpoint_dir = str(Path(cfg.checkpoint_dir or run_dir / "checkpoints").resolve())
         _fill_demo_paths(out, run_dir)
+        container_image.prepare(out, run_dir)  # absolute image/record paths; demo=faulty's stale record
         out.launcher.name = executor
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good"):
@@ -161,6 +165,7 @@ def launch(cfg: DictConfig) -> int:
         "git_sha": git_sha(),
         "waivers": waivers,
         "image_digest": digest_path(rcfg.container.image) if rcfg.container.get("image") else None,
+        "image_sha256": sha256_file(rcfg.container.image) if rcfg.container.get("image") else None,
     }
     if cfg.dry_run:
         return dry_run(jobs, rcfg, run_dir)

@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import InputError
 from pipeline.records import Check, StageResult
-from pipeline.stages import Stage, StageContext, register
+from pipeline.stages import Stage, StageContext, container_image, register
 
 NAME = "container_check"
 SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software rasterizer")
@@ -48,6 +48,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     checks.append(_gl_check(scfg))
     dirs = {"run_dir": cfg.run_dir, "audit_dir": cfg.audit_dir, "checkpoint_dir": cfg.checkpoint_dir}
     checks += [_dir_check(label, Path(path), float(scfg.min_free_gb)) for label, path in dirs.items()]
+    checks += container_image.image_checks(cfg, ctx.run_dir)  # the image: promoted, readable, running in it
     return StageResult.from_checks(NAME, checks)
 
 
