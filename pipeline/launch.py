@@ -170,6 +170,7 @@ def launch(cfg: DictConfig) -> int:
     if cfg.dry_run:
         return dry_run(jobs, rcfg, run_dir)
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(rcfg))
+    container_image.make_bind_sources(rcfg)  # apptainer refuses a --bind whose source does not exist
     atomic_write_json(run_dir / "plan.json", plan_document(jobs, **extra))
     console.print(f"run {rcfg.run_id}: {run_dir} ({executor})")
     if executor == "slurm":

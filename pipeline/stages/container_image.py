@@ -367,6 +367,13 @@ def prepare(cfg: DictConfig, run_dir: Path) -> None:
             con["promotion_record"] = str(_stale_promotion(Path(con.image), run_dir.parent.parent / "demo"))
 
 
+def make_bind_sources(cfg: DictConfig) -> None:
+    """The run, audit and checkpoint folders exist before the jobs bind them into the image."""
+    if _section(cfg).get("kind") == "apptainer":
+        for key in ("run_dir", "audit_dir", "checkpoint_dir"):
+            Path(str(cfg[key])).mkdir(parents=True, exist_ok=True)
+
+
 def _stale_promotion(image: Path, folder: Path) -> Path:
     """demo=faulty: the record of an image promoted under the same name, before it was rebuilt."""
     try:
