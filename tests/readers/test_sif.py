@@ -53,7 +53,7 @@ def test_truncated_sif_names_the_offset_and_what_was_expected(signed, tmp_path):
         "header": (data[:100], "expected the 128-byte SIF global header at offset 0, found 100 bytes"),
         "descriptor": (data[: 4096 + 2 * DESCRIPTOR.size + 10], "descriptor 2 (585 bytes) at offset 5266"),
         "data": (data[:-5000], "expects data at bytes"),
-    }  # fmt: skip
+    }
     for name, (cut, expected) in cases.items():
         path = tmp_path / f"{name}.sif"
         path.write_bytes(cut)
@@ -95,8 +95,11 @@ def test_promotion_record_round_trip_and_cli(signed, tmp_path, capsys):
     assert shown["partition_sha256"] == signed.squashfs_sha256 and shown["labels"] == LABELS
     out = subprocess.run(
         [sys.executable, "-m", "pipeline.readers.sif", "list", str(signed.path)],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert "FS (Squashfs/*System/amd64)" in out
 
 
@@ -108,3 +111,31 @@ def test_bad_promotion_record_names_the_field(tmp_path):
     path.write_text("image: /x.sif\nsha256: " + "a" * 64 + "\n")
     with pytest.raises(InputError, match="misses date, who"):
         read_promotion(path)
+
+
+@pytest.mark.apptainer
+def test_real_apptainer_reads_the_same_labels_and_runs_in_the_image(signed):
+    """Only where real Apptainer is installed (not on this project's CI machine)."""
+    import shutil
+
+    binary = shutil.which("apptainer") or shutil.which("singularity")
+    if binary is None:
+        pytest.skip(
+            "needs the apptainer (or singularity) binary; tests/test_container_standin.py uses a stand-in"
+        )
+    shown = subprocess.run(
+        [binary, "inspect", "--json", "--labels", str(signed.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert json.loads(shown)["data"]["attributes"]["labels"] == read_sif(signed.path).labels()
+    out = subprocess.run(
+        [binary, "exec", str(signed.path), "cat", "/etc/image-id"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert out.strip() == signed.image_id
