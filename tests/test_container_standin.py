@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,3 +99,30 @@ def test_a_slurm_stage_job_runs_inside_the_sif_root_through_the_standin(tmp_path
     assert login["node_sha256"] == login["login_sha256"] == digest == rows["image.promoted"]["actual"]
     assert rows["gl_renderer"]["verdict"] == "match" and rows["python"]["verdict"] == "match"
     assert os.path.basename(image) in rows["image.readable"]["message"]
+
+
+@pytest.mark.parametrize("rootfs", ["squashfuse", "unsquashfs"])
+def test_the_standin_runs_a_command_in_the_image_root_and_cleans_up(tmp_path, standin, rootfs):
+    """unsquashfs: the fallback where FUSE is unavailable (here: squashfuse left off PATH)."""
+    built = build_image(tmp_path, LABELS, image_id="only-inside-the-image")
+    env = dict(os.environ)
+    if rootfs == "unsquashfs":
+        tools = tmp_path / "tools"
+        tools.mkdir()
+        for tool in ("bwrap", "unsquashfs", "fusermount3", "env"):
+            (tools / tool).symlink_to(shutil.which(tool))
+        (tools / "python3").symlink_to(os.path.realpath(sys.executable))
+        env["PATH"] = str(tools)
+    script = "echo $APPTAINER_STANDIN_ROOTFS; cat /etc/image-id; touch /etc/x 2>/dev/null || echo read-only"
+    proc = subprocess.run(
+        [str(standin), "exec", str(built.path), "/bin/sh", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [rootfs, "only-inside-the-image", "read-only"]
+    assert "apptainer-standin-" not in Path("/proc/mounts").read_text()
