@@ -85,7 +85,7 @@ def test_missing_or_wrong_required_labels_are_hard(image, inside):
     wanted = {"org.hpc-preflight.git-sha": "ffff", "org.opencontainers.image.revision": None}
     rows, result = checks(cfg(image.path, require_labels=wanted), inside)
     row = rows["image.labels"]
-    assert row.verdict == "mismatch" and row.severity == "hard" and result.status == "fail"
+    assert row.verdict == "mismatch" and row.blocking and result.status == "fail"
     assert (
         "missing label org.opencontainers.image.revision" in row.message and "expected 'ffff'" in row.message
     )
@@ -103,7 +103,9 @@ def test_truncated_or_non_sif_image_is_an_error_row(image, inside, tmp_path, kin
     data = image.path.read_bytes()
     bad.write_bytes(data[: len(data) // 2] if kind == "truncated" else image.squashfs.read_bytes())
     rows, result = checks(cfg(bad), inside)
-    assert rows["image.format"].verdict == "error" and result.status == "error"
+    assert (
+        rows["image.format"].verdict == "error" and rows["image.format"].blocking and result.status == "error"
+    )
     assert ("truncated SIF" if kind == "truncated" else "not a SIF file") in rows["image.format"].message
 
 
