@@ -158,3 +158,19 @@ def test_launch_validation_names_the_key(image, tmp_path):
     with pytest.raises(ConfigError, match="container.promotion_record: .*file not found"):
         container_image.validate(cfg(image.path, promotion_record=str(tmp_path / "none.yaml")))
     container_image.validate(cfg(image.path, kind="none", binary=None))
+
+
+def test_a_changed_pin_changes_the_fingerprint_so_a_resume_reruns_the_check(image, tmp_path):
+    from pipeline.fingerprint import input_fingerprints
+
+    def prints(**container):
+        return input_fingerprints({"container": {"image": str(image.path), **container}}, (), {})
+
+    assert "container_pins" not in prints()
+    record = write_promotion(promotion_record(image.path, "Ada", "2026-11-30"), tmp_path / "p.yaml")
+    first = prints(promotion_record=str(record))
+    record.write_text(record.read_text().replace("Ada", "Bob"))
+    assert prints(promotion_record=str(record))["container_pins"] != first["container_pins"]
+    assert (
+        prints(expect_sha256="a" * 64)["container_pins"] != prints(expect_sha256="b" * 64)["container_pins"]
+    )
