@@ -72,6 +72,7 @@ def python_argv(cfg: DictConfig) -> list[str]:
     )
     for bind in binds:
         argv += ["--bind", bind if ":" in bind else f"{bind}:{bind}"]
+    argv += ["--bind", f"{cfg.container.image}:{cfg.container.image}:ro"]  # hashed in the job
     argv += [str(a) for a in cfg.container.extra_args]
     return [*argv, str(cfg.container.image), str(cfg.container.python)]
 

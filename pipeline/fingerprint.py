@@ -21,6 +21,7 @@ from pipeline.errors import InputError
 SMALL_FILE_BYTES = 4 * 1024 * 1024
 EDGE_BYTES = 1024 * 1024
 MAX_FILES = 200_000
+IMAGE_PINS = ("expect_sha256", "promotion_record", "require_promotion", "require_labels", "require_signature")
 
 
 def digest_value(value: Any) -> str:
@@ -90,6 +91,9 @@ def input_fingerprints(cfg: Mapping[str, Any], inputs: tuple[str, ...], stage_cf
         "config": digest_value(stage_cfg),
         "container": digest_path(image) if image else environment_digest(),
     }
+    pins = {k: v for k, v in (cfg.get("container") or {}).items() if k in IMAGE_PINS and v}
+    if pins:  # a changed pin (or promotion record) must rerun container_check on resume
+        prints["container_pins"] = digest_value([pins, digest_path(pins.get("promotion_record"))])
     for kind in inputs:
         prints[kind] = digest_path((cfg.get(kind) or {}).get("path"))
     return prints

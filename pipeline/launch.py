@@ -33,7 +33,9 @@ from pipeline.executors import (
 )
 from pipeline.fingerprint import digest_path
 from pipeline.plan import JobSpec, build_plan, plan_document, resources
+from pipeline.readers.sif import sha256_file
 from pipeline.runfolder import RunFolder, demo_dir
+from pipeline.stages import container_image
 from pipeline.stages.config import RESOURCE_KEYS, GateConfig, typed
 from pipeline.status import build_table, table_rows
 from pipeline.waivers import load_waivers
@@ -79,6 +81,7 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
             raise ConfigError("container.image", f"{cfg.container.image} does not exist or is not a file")
     elif cfg.container.kind != "none":
         raise ConfigError("container.kind", f"{cfg.container.kind!r} is not one of none, apptainer")
+    container_image.validate(cfg)  # pins parse; the apptainer binary exists before anything is submitted
     chain = (cfg.get("chain") or {}).get("sbatch")
     if chain and not Path(chain).is_file():
         raise ConfigError("chain.sbatch", f"{chain} does not exist")
@@ -130,6 +133,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         out.audit_dir = str(Path(cfg.audit_dir).resolve())
         out.checkpoint_dir = str(Path(cfg.checkpoint_dir or run_dir / "checkpoints").resolve())
         _fill_demo_paths(out)
+        container_image.prepare(out, run_dir)  # absolute image/record paths; demo=faulty's stale record
         out.launcher.name = executor
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good"):
@@ -188,12 +192,14 @@ def launch(cfg: DictConfig) -> int:
         "git_sha": git_sha(),
         "waivers": waivers,
         "image_digest": digest_path(rcfg.container.image) if rcfg.container.get("image") else None,
+        "image_sha256": sha256_file(rcfg.container.image) if rcfg.container.get("image") else None,
     }
     if cfg.dry_run:
         return dry_run(jobs, rcfg, folder)
     created = folder.missing_parents()
     try:
         folder.write_config(rcfg)
+        container_image.make_bind_sources(rcfg)  # apptainer refuses a --bind whose source does not exist
         folder.write_plan(plan_document(jobs, **extra))
         console.print(f"run {rcfg.run_id}: {folder.root} ({executor})")
         if executor == "slurm":

@@ -20,6 +20,7 @@ PACKAGES=(
     fuse3          # fusermount3, needed to unmount squashfuse mounts
     bubblewrap
     siftool        # Debian ships it as its own package (bookworm: 2.8.3)
+    busybox-static # the root filesystem of the tests' tiny SIF images (tests/sif_images.py)
     # Headless rendering (MuJoCo EGL / OSMesa backends).
     libegl1
     libgl1-mesa-dri

@@ -13,6 +13,7 @@ import pytest
 from pipeline import audit
 from pipeline.records import SCHEMA_PATH
 from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.sif_images import build_image
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
@@ -155,6 +156,7 @@ args = sys.argv[1:]
 with open(os.environ["FAKE_APPTAINER_LOG"], "a") as log:
     log.write(json.dumps(args) + "\\n")
 image = next(i for i, a in enumerate(args) if a.endswith(".sif"))
+os.environ["APPTAINER_CONTAINER"] = args[image]  # as Apptainer sets it
 os.execvp(sys.executable, [sys.executable, *args[image + 2:]])
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -163,8 +165,7 @@ os.execvp(sys.executable, [sys.executable, *args[image + 2:]])
 
 def test_container_apptainer_wraps_every_job_fake_apptainer(tmp_path, monkeypatch):
     shim = fake_apptainer(tmp_path)
-    image = tmp_path / "my image;rm -rf x.sif"
-    image.write_bytes(b"SIF_MAGIC" + os.urandom(64))
+    image = build_image(tmp_path, name="my image;rm -rf x.sif").path  # a real SIF: container_check reads it
     log = tmp_path / "argv.log"
     monkeypatch.setenv("FAKE_APPTAINER_LOG", str(log))
     proc = launch(

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
-from pipeline.stages import Stage, StageContext, register
+from pipeline.stages import Stage, StageContext, container_image, register
 from pipeline.stages.config import Resources, StageConfig, require, settings
 
 NAME = "container_check"
@@ -95,6 +95,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     checks.append(_gl_check(config))
     dirs = {"run_dir": cfg.run_dir, "audit_dir": cfg.audit_dir, "checkpoint_dir": cfg.checkpoint_dir}
     checks += [_dir_check(label, Path(path), config.min_free_gb) for label, path in dirs.items()]
+    checks += container_image.image_checks(cfg, ctx.run_dir)  # the image: promoted, readable, running in it
     return StageResult.from_checks(NAME, checks)
 
 
