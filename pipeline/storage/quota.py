@@ -108,7 +108,10 @@ def parse_quota_table(text: str) -> list[QuotaRow]:
             kind, owner, pending = header.group(1), header.group(2), None
             continue
         words = line.split()
-        if not kind or not words or words[0] == "Filesystem":
+        if words[:1] == ["Filesystem"]:
+            kind, owner = kind or "user", owner or "?"  # a pasted table may lack its title line
+            continue
+        if not kind or not words:
             continue
         if len(words) == 1 and to_bytes(words[0]) is None:
             pending = words[0]
