@@ -29,12 +29,20 @@ def _table(title: str, rows: list[dict], columns: list[str]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.storage", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.storage",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("command", choices=("status", "promote", "prune"))
     parser.add_argument("primary", type=Path, help="the primary checkpoint folder")
-    parser.add_argument("--fallback", action="append", default=[], type=Path,
-                        help="a fallback folder not yet named in the primary's manifest (repeatable)")
+    parser.add_argument(
+        "--fallback",
+        action="append",
+        default=[],
+        type=Path,
+        help="a fallback folder not yet named in the primary's manifest (repeatable)",
+    )
     parser.add_argument("--keep", type=int, default=None, help="prune: how many newest checkpoints to keep")
     parser.add_argument("--no-verify", action="store_true", help="status: skip the sha256 check")
     args = parser.parse_args(argv)

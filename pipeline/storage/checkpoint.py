@@ -119,8 +119,9 @@ def save_checkpoint(
     _record_init(primary, [str(f) for f in folders[1:]])
     attempts: list[Attempt] = []
     for folder in folders:
-        attempt, saved = _try(folder, primary, name, data, writer, metadata, size, margin, reserve_bytes,
-                              check_quota)
+        attempt, saved = _try(
+            folder, primary, name, data, writer, metadata, size, margin, reserve_bytes, check_quota
+        )
         attempts.append(attempt)
         if saved is None:
             more = "trying the next location" if folder is not folders[-1] else "no location left"
@@ -225,10 +226,24 @@ def _try(folder, primary, name, data, writer, metadata, size, margin, reserve, c
         sha, written = _write(final, data, writer)
         now = time.time()
         card = {"name": name, "file": final.name, "sha256": sha, "size": written, "saved": now}
-        atomic_write_json(sidecar, {**card, "format": "safetensors", "host": socket.gethostname(),
-                                    "primary": str(primary), "metadata": metadata})
-        event = {"event": "saved", "location": str(folder), "primary": str(primary),
-                 "sidecar": sidecar.name, "time": now, **card}
+        atomic_write_json(
+            sidecar,
+            {
+                **card,
+                "format": "safetensors",
+                "host": socket.gethostname(),
+                "primary": str(primary),
+                "metadata": metadata,
+            },
+        )
+        event = {
+            "event": "saved",
+            "location": str(folder),
+            "primary": str(primary),
+            "sidecar": sidecar.name,
+            "time": now,
+            **card,
+        }
         manifest.append(folder, event)
     except OSError as exc:
         if exc.errno not in FALLBACK_ERRNOS:
@@ -261,8 +276,12 @@ def _mirror(primary: Path, event: dict[str, Any]) -> None:
     try:
         manifest.append(primary, event)
     except OSError as exc:
-        log.warning("checkpoint manifest beside %s not updated (%s); the fallback manifest in %s has it",
-                    primary, exc, event["location"])
+        log.warning(
+            "checkpoint manifest beside %s not updated (%s); the fallback manifest in %s has it",
+            primary,
+            exc,
+            event["location"],
+        )
 
 
 def _write(final: Path, data: bytes | None, writer: Writer | None) -> tuple[str, int]:
@@ -338,9 +357,17 @@ def _record_fallback(
     name = saved.name if saved else name
     now = time.time()
     events = [
-        {"event": "fallback", "name": name, "location": a.folder, "primary": str(primary), "time": now,
-         "to": str(saved.location) if saved else None, "reason": a.reason}
-        for a in attempts if not a.ok
+        {
+            "event": "fallback",
+            "name": name,
+            "location": a.folder,
+            "primary": str(primary),
+            "time": now,
+            "to": str(saved.location) if saved else None,
+            "reason": a.reason,
+        }
+        for a in attempts
+        if not a.ok
     ]
     for folder in ([saved.location] if saved else []) + [primary]:
         try:
@@ -352,9 +379,17 @@ def _record_fallback(
 def _announce(notify: Notify, saved: Saved, attempts: list[Attempt]) -> None:
     """Tell someone a checkpoint went to a fallback: a log line, the argv hook, or the callable."""
     refused = "; ".join(f"{a.folder}: {a.reason}" for a in attempts if not a.ok)
-    message = f"checkpoint {saved.name} saved to FALLBACK {saved.location} (primary {saved.primary}: {refused})"
-    payload = {"name": saved.name, "location": str(saved.location), "primary": str(saved.primary),
-               "path": str(saved.path), "reasons": refused, "message": message}
+    message = (
+        f"checkpoint {saved.name} saved to FALLBACK {saved.location} (primary {saved.primary}: {refused})"
+    )
+    payload = {
+        "name": saved.name,
+        "location": str(saved.location),
+        "primary": str(saved.primary),
+        "path": str(saved.path),
+        "reasons": refused,
+        "message": message,
+    }
     log.warning(message)
     if notify is None:
         return

@@ -71,8 +71,16 @@ def latest_checkpoint(primary: str | Path, fallbacks: Iterable[str | Path] = ())
         if problem:
             log.warning("checkpoint %s skipped: %s", entry.name, problem)
             continue
-        return Found(entry.name, entry.path, entry.sidecar_path, Path(entry.location), primary,
-                     entry.sha256, entry.size, entry.saved)
+        return Found(
+            entry.name,
+            entry.path,
+            entry.sidecar_path,
+            Path(entry.location),
+            primary,
+            entry.sha256,
+            entry.size,
+            entry.saved,
+        )
     return None
 
 
@@ -83,7 +91,9 @@ def load_checkpoint(found: Found, framework: str = "pt") -> dict[str, Any]:
     elif framework == "np":
         from safetensors.numpy import load_file
     else:
-        raise InputError(f"load_checkpoint: framework must be 'pt' or 'np', got {framework!r}", field="framework")
+        raise InputError(
+            f"load_checkpoint: framework must be 'pt' or 'np', got {framework!r}", field="framework"
+        )
     return dict(load_file(str(found.path)))
 
 
@@ -117,8 +127,14 @@ def _promote_one(primary: Path, entry: Entry, margin: float) -> dict[str, Any]:
     try:
         _copy_verified(entry.path, target, entry.sha256)
         _copy_verified(entry.sidecar_path, sidecar, None)
-        event = {"event": "promoted", "name": entry.name, "location": str(primary), "from": entry.location,
-                 "primary": str(primary), "time": time.time()}
+        event = {
+            "event": "promoted",
+            "name": entry.name,
+            "location": str(primary),
+            "from": entry.location,
+            "primary": str(primary),
+            "time": time.time(),
+        }
         manifest.append(primary, event)
     except OSError as exc:
         return row | {"reason": f"not moved: {exc}"}
@@ -156,8 +172,17 @@ def apply_retention(primary: str | Path, keep: int, fallbacks: Iterable[str | Pa
     live = sorted((e for e in entries.values() if e.state == "present"), key=lambda e: e.saved)
     now = time.time()
     for entry in live[: max(len(live) - keep, 0)]:
-        _record(primary, entry, {"event": "superseded", "name": entry.name, "primary": str(primary),
-                                 "location": entry.location, "time": now})
+        _record(
+            primary,
+            entry,
+            {
+                "event": "superseded",
+                "name": entry.name,
+                "primary": str(primary),
+                "location": entry.location,
+                "time": now,
+            },
+        )
         entry.state = "superseded"
     deleted = []
     for entry in entries.values():
@@ -165,8 +190,17 @@ def apply_retention(primary: str | Path, keep: int, fallbacks: Iterable[str | Pa
             continue
         for path in (entry.path, entry.sidecar_path):
             path.unlink(missing_ok=True)
-        _record(primary, entry, {"event": "deleted", "name": entry.name, "primary": str(primary),
-                                 "location": entry.location, "time": time.time()})
+        _record(
+            primary,
+            entry,
+            {
+                "event": "deleted",
+                "name": entry.name,
+                "primary": str(primary),
+                "location": entry.location,
+                "time": time.time(),
+            },
+        )
         deleted.append(entry.name)
     return deleted
 
@@ -186,12 +220,14 @@ def status_rows(primary: str | Path, fallbacks: Iterable[str | Path] = (), verif
     entries = manifest.collect(primary, [Path(f) for f in fallbacks])
     for entry in sorted(entries.values(), key=lambda e: e.saved):
         problem = check(entry) if verify and entry.state != "deleted" else ""
-        rows.append({
-            "name": entry.name,
-            "where": "primary" if Path(entry.location) == primary else "fallback",
-            "location": entry.location,
-            "size": entry.size,
-            "state": entry.state if not problem else f"{entry.state}, BAD: {problem}",
-            "saved": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.saved)),
-        })
+        rows.append(
+            {
+                "name": entry.name,
+                "where": "primary" if Path(entry.location) == primary else "fallback",
+                "location": entry.location,
+                "size": entry.size,
+                "state": entry.state if not problem else f"{entry.state}, BAD: {problem}",
+                "saved": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.saved)),
+            }
+        )
     return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -19,10 +20,22 @@ def _mount(target: Path, size: str) -> None:
     target.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         pytest.skip(f"mount -t tmpfs failed here (no CAP_SYS_ADMIN?): {done.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def tmpfs(target: Path, size: str = "4m") -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `target` for the block (skips the test where it cannot mount)."""
+    _mount(target, size)
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
 
 
 @pytest.fixture

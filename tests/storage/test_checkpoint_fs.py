@@ -20,10 +20,10 @@ from pipeline.storage import (
     CheckpointSaveError,
     latest_checkpoint,
     load_checkpoint,
+    manifest,
     promote,
     save_checkpoint,
 )
-from pipeline.storage import manifest
 from tests.storage.conftest import fill, remount
 
 MIB = 2**20
@@ -115,8 +115,9 @@ def test_read_only_primary_is_a_clear_error_or_a_recorded_fallback(small_fs, tmp
 
 def test_missing_fallback_folder_is_named_before_anything_is_written(tmp_path):
     with pytest.raises(InputError, match=r"fallbacks\[1\]: fallback folder .*/nope does not exist") as err:
-        save_checkpoint(weights(1.0, 0.01), {"step": 1}, primary=tmp_path / "p",
-                        fallbacks=[tmp_path, tmp_path / "nope"])
+        save_checkpoint(
+            weights(1.0, 0.01), {"step": 1}, primary=tmp_path / "p", fallbacks=[tmp_path, tmp_path / "nope"]
+        )
     assert err.value.field == "fallbacks[1]"
     assert not (tmp_path / "p").exists()
     with pytest.raises(InputError, match="never a shell string"):
@@ -159,8 +160,9 @@ KILLED_SAVER = textwrap.dedent(
 def test_sigkill_mid_save_leaves_the_previous_checkpoint_intact(tmp_path):
     primary = tmp_path / "ckpt"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVER, str(primary)], env=env,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SAVER, str(primary)], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "1"
         deadline = time.monotonic() + 120

@@ -26,10 +26,27 @@ def recorded(name: str) -> str:
         ("lfs_quota_h_u_expanse.txt", "usr", "xdtr108", "./", 792.3 * M, 0, 9.537 * T, False),
         ("lfs_quota_h_v_u_expanse.txt", "usr", "xdtr108", "./", 12.73 * G, 0, 9.537 * T, False),
         ("lfs_quota_h_u_grex.txt", "usr", "kerrache", "/project", 150.6 * G, 0, 0, False),
-        ("lfs_quota_h_p_grex.txt", "prj", "123456", "/project/123456", 150.6 * G, 4.883 * T, 5.371 * T, False),
+        (
+            "lfs_quota_h_p_grex.txt",
+            "prj",
+            "123456",
+            "/project/123456",
+            150.6 * G,
+            4.883 * T,
+            5.371 * T,
+            False,
+        ),
         ("quota_s_grex_nfs.txt", "user", "someuser", "192.168.x.y:/", 249 * M, 100 * G, 105 * G, False),
-        ("quota_u_s_sheffield_over.txt", "user", "?", "storage:/export/users", 3289 * M, 51200 * M,
-         76800 * M, False),
+        (
+            "quota_u_s_sheffield_over.txt",
+            "user",
+            "?",
+            "storage:/export/users",
+            3289 * M,
+            51200 * M,
+            76800 * M,
+            False,
+        ),
     ],
 )
 def test_recorded_outputs_parse_to_one_total_row(name, kind, owner, filesystem, used, soft, hard, over):
@@ -87,6 +104,7 @@ def test_quota_headroom_limits_the_room(tmp_path):
     tool, row, notes = quota_for(tmp_path, runner=runner, which=lambda name: f"/usr/bin/{name}")
     assert seen[0][:3] == ["quota", "-w", "-u"] and notes == []
     assert row is not None and row.available == 100 * G - 249 * M
-    assert room(tmp_path, check_quota=False).free == os.statvfs(tmp_path).f_bavail * os.statvfs(
-        tmp_path
-    ).f_frsize
+    assert (
+        room(tmp_path, check_quota=False).free
+        == os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    )
