@@ -19,7 +19,6 @@ import os
 import re
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, PreflightError
-from pipeline.storage import manifest
-from pipeline.storage.atomic import _fsync_dir, atomic_write_json
+from pipeline.storage import manifest, tensorfile
+from pipeline.storage.atomic import atomic_write_json
 from pipeline.storage.manifest import fallback_dir
 from pipeline.storage.quota import Room, room
 
@@ -74,20 +73,6 @@ class Saved:
         return self.location != self.primary
 
 
-def serialize(tensors: Mapping[str, Any]) -> bytes:
-    """safetensors bytes for a dict of torch tensors or numpy arrays (one kind per checkpoint)."""
-    if not tensors:
-        raise InputError("save_checkpoint: no tensors to save (expected a non-empty dict)", field="tensors")
-    first = next(iter(tensors.values()))
-    if type(first).__module__.startswith("torch"):
-        from safetensors.torch import save
-
-        return save({k: v.detach().contiguous() for k, v in tensors.items()})
-    from safetensors.numpy import save as np_save
-
-    return np_save(dict(tensors))
-
-
 def save_checkpoint(
     tensors: Mapping[str, Any] | None,
     metadata: Mapping[str, Any] | None = None,
@@ -114,8 +99,8 @@ def save_checkpoint(
     primary = Path(primary).resolve()
     folders = [primary] + [fallback_dir(f, primary) for f in _existing(fallbacks)]
     name = _name(name, metadata)
-    data = serialize(tensors) if writer is None else None
-    size = len(data) if data is not None else _expected(expected_bytes, tensors, primary)
+    data = tensorfile.layout(tensors) if writer is None else None  # no copy: each tensor's own memory
+    size = data[2] if data is not None else _expected(expected_bytes, tensors, primary)
     _record_init(primary, [str(f) for f in folders[1:]])
     attempts: list[Attempt] = []
     for folder in folders:
@@ -284,8 +269,10 @@ def _mirror(primary: Path, event: dict[str, Any]) -> None:
         )
 
 
-def _write(final: Path, data: bytes | None, writer: Writer | None) -> tuple[str, int]:
-    """Temp file in the target folder, fsync, rename, folder fsync; returns (sha256, size)."""
+def _write(
+    final: Path, data: tuple[bytes, list[memoryview], int, list[Any]] | None, writer: Writer | None
+) -> tuple[str, int]:
+    """Temp file in the target folder, fsync, rename; returns (sha256, size)."""
     tmp = final.with_name(f".{final.name}.{os.getpid()}.{time.time_ns()}.tmp")
     try:
         if data is not None:
@@ -299,27 +286,20 @@ def _write(final: Path, data: bytes | None, writer: Writer | None) -> tuple[str,
     except BaseException:
         _remove(tmp)
         raise
-    _fsync_dir(final.parent)
+    # the folder is fsynced by the sidecar's atomic write that follows at once (same folder, after
+    # this rename), so the rename is durable before any manifest names the file
     return sha, size
 
 
-def _write_bytes(tmp: Path, data: bytes) -> str:
-    """Write and fsync while another thread hashes the same bytes (hashlib releases the GIL)."""
-    digest: dict[str, str] = {}
-    hasher = threading.Thread(target=lambda: digest.update(sha=hashlib.sha256(data).hexdigest()))
-    hasher.start()
+def _write_bytes(tmp: Path, data: tuple[bytes, list[memoryview], int, list[Any]]) -> str:
+    """Stream the safetensors layout into a new temp file, hashed on the way, then fsync it."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            view, offset = memoryview(data), 0
-            while offset < len(view):
-                offset += os.write(fd, view[offset : offset + CHUNK])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sha = tensorfile.write_hashed(fd, data[0], data[1])
+        os.fsync(fd)
     finally:
-        hasher.join()
-    return digest["sha"]
+        os.close(fd)
+    return sha
 
 
 def _fsync_and_hash(path: Path) -> str:
