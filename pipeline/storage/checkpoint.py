@@ -97,7 +97,8 @@ def save_checkpoint(
     metadata = dict(metadata or {})
     _check_notify(notify)
     primary = Path(primary).resolve()
-    folders = [primary] + [fallback_dir(f, primary) for f in _existing(fallbacks)]
+    given = _existing(fallbacks)
+    folders = [primary] + [fallback_dir(f, primary) for f in given]
     name = _name(name, metadata)
     data = tensorfile.layout(tensors) if writer is None else None  # no copy: each tensor's own memory
     size = data[2] if data is not None else _expected(expected_bytes, tensors, primary)
@@ -119,7 +120,7 @@ def save_checkpoint(
         if keep is not None:
             from pipeline.storage.maintain import apply_retention
 
-            apply_retention(primary, keep, fallbacks=folders[1:])
+            apply_retention(primary, keep, fallbacks=given)
         return saved
     _record_fallback(None, attempts, primary=primary, name=name)
     lines = "; ".join(f"{a.folder}: {a.reason}" for a in attempts)

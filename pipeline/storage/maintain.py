@@ -164,53 +164,59 @@ def _copy_verified(source: Path, target: Path, sha256: str | None) -> None:
 
 
 def apply_retention(primary: str | Path, keep: int, fallbacks: Iterable[str | Path] = ()) -> list[str]:
-    """Keep the newest `keep` checkpoints: mark the rest superseded, then delete only those marked."""
+    """Keep the newest `keep` checkpoints: mark the rest superseded, then delete only those marked.
+
+    A mark that no manifest could take (every folder full) means no deletion: nothing is removed that
+    the manifest does not say is superseded.
+    """
     if keep < 1:
         raise InputError(f"retention: keep must be >= 1, got {keep}", field="keep")
     primary = Path(primary).resolve()
-    entries = manifest.collect(primary, [Path(f) for f in fallbacks])
+    extra = [Path(f) for f in fallbacks]
+    entries = manifest.collect(primary, extra)
+    spare = [f for f in manifest.fallback_folders(primary, extra) if manifest.manifest_path(f).exists()]
     live = sorted((e for e in entries.values() if e.state == "present"), key=lambda e: e.saved)
-    now = time.time()
     for entry in live[: max(len(live) - keep, 0)]:
-        _record(
-            primary,
-            entry,
-            {
-                "event": "superseded",
-                "name": entry.name,
-                "primary": str(primary),
-                "location": entry.location,
-                "time": now,
-            },
-        )
-        entry.state = "superseded"
+        if _record(primary, entry, _event("superseded", primary, entry), spare):
+            entry.state = "superseded"
     deleted = []
     for entry in entries.values():
         if entry.state != "superseded":
             continue
         for path in (entry.path, entry.sidecar_path):
             path.unlink(missing_ok=True)
-        _record(
-            primary,
-            entry,
-            {
-                "event": "deleted",
-                "name": entry.name,
-                "primary": str(primary),
-                "location": entry.location,
-                "time": time.time(),
-            },
-        )
+        _record(primary, entry, _event("deleted", primary, entry), spare)
         deleted.append(entry.name)
     return deleted
 
 
-def _record(primary: Path, entry: Entry, event: dict[str, Any]) -> None:
-    for folder in {primary, Path(entry.location)}:
+def _event(kind: str, primary: Path, entry: Entry) -> dict[str, Any]:
+    return {
+        "event": kind,
+        "name": entry.name,
+        "primary": str(primary),
+        "location": entry.location,
+        "time": time.time(),
+    }
+
+
+def _record(primary: Path, entry: Entry, event: dict[str, Any], spare: Iterable[Path] = ()) -> bool:
+    """Append to the primary's and the entry's manifests; if neither takes it, to a fallback's.
+    True when at least one manifest that `collect` reads now holds the event."""
+    written = False
+    for folder in dict.fromkeys([primary, Path(entry.location)]):
         try:
             manifest.append(folder, event)
+            written = True
         except OSError as exc:
             log.warning("checkpoint manifest in %s not updated: %s", folder, exc)
+    for folder in spare if not written else []:
+        try:
+            manifest.append(folder, event)
+            return True
+        except OSError:
+            continue
+    return written
 
 
 def status_rows(primary: str | Path, fallbacks: Iterable[str | Path] = (), verify: bool = True) -> list[dict]:

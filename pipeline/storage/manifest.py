@@ -121,7 +121,7 @@ def fold(events: Iterable[dict[str, Any]]) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
     for event in sorted(events, key=lambda e: e.get("time", 0.0)):
         kind, name = event["event"], event.get("name")
-        if kind == "saved" or (kind == "promoted" and name not in out):
+        if kind == "saved":
             out[name] = Entry(
                 name=name,
                 location=event["location"],
@@ -131,7 +131,7 @@ def fold(events: Iterable[dict[str, Any]]) -> dict[str, Entry]:
                 size=int(event["size"]),
                 saved=float(event.get("saved", event["time"])),
             )
-        elif kind == "promoted":
+        elif kind == "promoted" and name in out:
             out[name].location = event["location"]
         elif kind in ("superseded", "deleted") and name in out:
             out[name].state = kind

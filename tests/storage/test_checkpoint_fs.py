@@ -182,3 +182,24 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_intact(tmp_path):
     assert tensors["w"].shape == (16 * 2**20,) and float(tensors["w"][0]) == float(step)
     # what the kill interrupted belongs to the next step (its tensor file, sidecar or manifest line)
     assert all(n.startswith((f".step_{step + 1:09d}.", ".checkpoints.manifest")) for n in partial), partial
+
+
+def test_retention_reaches_into_the_fallback_folder(small_fs, tmp_path):
+    primary, scratch = small_fs("1m") / "ckpt", tmp_path / "scratch"
+    scratch.mkdir()
+    first = save_checkpoint(weights(1.0, 0.25), {"step": 1}, primary=primary, fallbacks=[scratch], keep=2)
+    fill(primary.parent)
+    later = [
+        save_checkpoint(weights(s, 0.25), {"step": s}, primary=primary, fallbacks=[scratch], keep=2)
+        for s in (2, 3, 4)
+    ]
+    assert all(s.fallback for s in later)
+    assert not first.path.exists() and not later[0].path.exists()  # superseded, then deleted
+    assert later[1].path.exists() and later[2].path.exists()
+    states = {name: entry.state for name, entry in manifest.collect(primary).items()}
+    assert states == {
+        "step_000000001": "deleted",  # its mark went to the fallback manifest while the primary was full
+        "step_000000002": "deleted",
+        "step_000000003": "present",
+        "step_000000004": "present",
+    }
