@@ -62,9 +62,14 @@ def plain(state: dict[str, torch.Tensor], path: Path, fsync: bool) -> None:
 def tmpfs_folder(mib: int) -> Iterator[Path]:
     """A fresh tmpfs when root can mount one (its size fits two checkpoints), else /dev/shm."""
     target = Path(tempfile.mkdtemp(prefix="bench-ckpt-tmpfs-"))
-    mounted = os.geteuid() == 0 and shutil.which("mount") is not None and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={4 * mib + 64}m", "tmpfs", str(target)], capture_output=True
-    ).returncode == 0
+    mounted = (
+        os.geteuid() == 0
+        and shutil.which("mount") is not None
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={4 * mib + 64}m", "tmpfs", str(target)], capture_output=True
+        ).returncode
+        == 0
+    )
     if not mounted:
         target.rmdir()
         target = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir="/dev/shm"))

@@ -15,6 +15,7 @@ from pipeline.stages import StageContext
 from pipeline.stages.checkpoint_storage import NAME, CheckpointStorageConfig, run
 from pipeline.stages.config import typed
 from pipeline.storage import save_checkpoint
+from tests.conftest import gate_of, launch, run_dir_of
 from tests.storage.conftest import tmpfs
 
 MIB = 2**20
@@ -125,3 +126,20 @@ def test_yaml_mirrors_the_dataclass_defaults():
     assert OmegaConf.to_container(OmegaConf.structured(CheckpointStorageConfig)) == OmegaConf.to_container(
         shipped
     )
+
+
+def test_launch_blocks_a_run_whose_checkpoints_do_not_fit_on_a_small_filesystem(tmp_path):
+    """The stage as a job (local executor): checkpoint_dir on a 4 MiB tmpfs, 3 x 2 MiB planned."""
+    with tmpfs(tmp_path / "small", "4m") as mount:
+        proc = launch(
+            tmp_path,
+            "launcher=local",
+            "~demo",
+            "stage=checkpoint_storage",
+            f"checkpoint_dir={mount / 'ckpt'}",
+            f"stages.checkpoint_storage.size_bytes={2 * MIB}",
+        )
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        gate = gate_of(run_dir_of(tmp_path, proc))
+        assert gate["gate"] == "blocked"
+        assert any("checkpoint_storage.free_space" in reason for reason in gate["reasons"])
