@@ -9,12 +9,15 @@ Variants, interleaved `repeats` times per location, medians compared:
                quota probe), temp file, write while a thread computes sha256, fsync, rename, folder
                fsync, JSON sidecar, manifest line under the lock
 Locations: a tmpfs (mounted here when root, else /dev/shm) and a disk folder (default: beside the repo).
-Prints one JSON line: ratios library/plain and library/(plain+fsync) per location.
+Prints one JSON line: ratios library/plain and library/(plain+fsync) per location, and the time of
+sha256 alone over the same bytes (the floor of any verified save: hashing runs beside the write, so on
+an idle multi-core node the library costs about max(write, hash); on a busy one, their sum).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -84,7 +87,7 @@ def tmpfs_folder(mib: int) -> Iterator[Path]:
 
 
 def measure(folder: Path, state: dict[str, torch.Tensor], repeats: int) -> dict[str, object]:
-    times: dict[str, list[float]] = {"plain": [], "plain+fsync": [], "library": []}
+    times: dict[str, list[float]] = {"plain": [], "plain+fsync": [], "library": [], "sha256 alone": []}
     primary = folder / "ckpt"
     variants = {
         "plain": lambda: plain(state, folder / "plain.safetensors", fsync=False),
@@ -93,6 +96,8 @@ def measure(folder: Path, state: dict[str, torch.Tensor], repeats: int) -> dict[
     }
     for fn in variants.values():
         fn()  # warm-up: page cache, first-time imports, the manifest's init line
+    data = (folder / "plain.safetensors").read_bytes()
+    variants["sha256 alone"] = lambda: hashlib.sha256(data).hexdigest()
     for _ in range(repeats):
         for key, fn in variants.items():
             times[key].append(timed(fn))
@@ -102,6 +107,7 @@ def measure(folder: Path, state: dict[str, torch.Tensor], repeats: int) -> dict[
         "median_s": {k: round(v, 4) for k, v in median.items()},
         "ratio_vs_plain": round(median["library"] / median["plain"], 3),
         "ratio_vs_plain_fsync": round(median["library"] / median["plain+fsync"], 3),
+        "ratio_sha256_alone_vs_plain": round(median["sha256 alone"] / median["plain"], 3),
     }
 
 
