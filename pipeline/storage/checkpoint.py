@@ -90,6 +90,7 @@ def save_checkpoint(
 ) -> Saved:
     """Save to `primary`, else to the first fallback that takes it; returns where it went.
 
+    A name already saved in that folder is replaced (names default to `step_<metadata["step"]>`).
     `writer(path)` replaces the safetensors serialization (it must write the whole file at `path`);
     give `expected_bytes` with it for the preflight. `keep=K` marks all but the newest K superseded in
     the manifest and deletes those (only those). Raises `CheckpointSaveError` when no location could.
@@ -124,7 +125,9 @@ def save_checkpoint(
         return saved
     _record_fallback(None, attempts, primary=primary, name=name)
     lines = "; ".join(f"{a.folder}: {a.reason}" for a in attempts)
-    raise CheckpointSaveError(f"checkpoint {name!r} could not be saved anywhere: {lines}", attempts)
+    message = f"checkpoint {name!r} could not be saved anywhere: {lines}"
+    tell(notify, message, {"name": name, "location": None, "primary": str(primary), "reasons": lines})
+    raise CheckpointSaveError(message, attempts)
 
 
 def _existing(fallbacks: Sequence[str | Path]) -> list[Path]:
@@ -363,20 +366,19 @@ def _announce(notify: Notify, saved: Saved, attempts: list[Attempt]) -> None:
     message = (
         f"checkpoint {saved.name} saved to FALLBACK {saved.location} (primary {saved.primary}: {refused})"
     )
-    payload = {
-        "name": saved.name,
-        "location": str(saved.location),
-        "primary": str(saved.primary),
-        "path": str(saved.path),
-        "reasons": refused,
-        "message": message,
-    }
+    payload = {"name": saved.name, "location": str(saved.location), "path": str(saved.path)}
+    tell(notify, message, {**payload, "primary": str(saved.primary), "reasons": refused})
+
+
+def tell(notify: Notify, message: str, payload: dict[str, Any]) -> None:
+    """A warning log line always; then the configured hook (argv list gets the message as its last
+    argument; a callable gets the payload). A failing hook is logged, never raised into training."""
     log.warning(message)
     if notify is None:
         return
     try:
         if callable(notify):
-            notify(payload)
+            notify({**payload, "message": message})
         else:
             subprocess.run([*notify, message], timeout=60, check=False, capture_output=True)
     except (OSError, subprocess.SubprocessError) as exc:

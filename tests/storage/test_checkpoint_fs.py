@@ -101,8 +101,10 @@ def test_read_only_primary_is_a_clear_error_or_a_recorded_fallback(small_fs, tmp
     save_checkpoint(weights(1.0, 0.25), {"step": 1}, primary=primary)
     remount(mount, "ro")
     try:
+        told: list[dict] = []
         with pytest.raises(CheckpointSaveError, match=r"ckpt is on a read-only filesystem"):
-            save_checkpoint(weights(2.0, 0.25), {"step": 2}, primary=primary)
+            save_checkpoint(weights(2.0, 0.25), {"step": 2}, primary=primary, notify=told.append)
+        assert told and told[0]["location"] is None and "could not be saved anywhere" in told[0]["message"]
         scratch = tmp_path / "scratch"
         scratch.mkdir()
         saved = save_checkpoint(weights(2.0, 0.25), {"step": 2}, primary=primary, fallbacks=[scratch])
