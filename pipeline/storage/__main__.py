@@ -3,7 +3,8 @@
 status   where every checkpoint of PRIMARY is (primary or which fallback), its size, state and whether
          its sha256 still matches; exit 1 when one is damaged
 promote  move fallback checkpoints back to PRIMARY where it has room again (atomic, verified)
-prune    keep the newest --keep K; delete only what the manifest marks superseded
+prune    keep the newest --keep K; delete only what the manifest marks superseded, and temp files
+         that killed saves left (ours only, untouched for --stale-hours)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.errors import PreflightError
-from pipeline.storage.maintain import apply_retention, promote, status_rows
+from pipeline.storage.maintain import apply_retention, promote, stale_temps, status_rows
 
 
 def _table(title: str, rows: list[dict], columns: list[str]) -> Table:
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a fallback folder not yet named in the primary's manifest (repeatable)",
     )
     parser.add_argument("--keep", type=int, default=None, help="prune: how many newest checkpoints to keep")
+    parser.add_argument("--stale-hours", type=float, default=6.0, help="prune: age of a leftover temp file")
     parser.add_argument("--no-verify", action="store_true", help="status: skip the sha256 check")
     args = parser.parse_args(argv)
     console = Console()
@@ -61,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("prune needs --keep K")
         deleted = apply_retention(args.primary, args.keep, args.fallback)
         console.print(f"deleted {len(deleted)} superseded checkpoint(s): {', '.join(deleted) or '-'}")
+        temps = stale_temps(args.primary, args.stale_hours * 3600)
+        for path in temps:
+            path.unlink(missing_ok=True)
+        console.print(f"removed {len(temps)} temp file(s) left by killed saves")
         return 0
     except PreflightError as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -217,6 +218,21 @@ def _record(primary: Path, entry: Entry, event: dict[str, Any], spare: Iterable[
         except OSError:
             continue
     return written
+
+
+TEMP = re.compile(r"^\.[A-Za-z0-9_][A-Za-z0-9._-]*\.(safetensors|json|jsonl)\.[A-Za-z0-9_.]+\.tmp$")
+
+
+def stale_temps(primary: str | Path, older_than_s: float = 6 * 3600) -> list[Path]:
+    """Temp files a killed save left in the primary and its fallback folders (our naming only, and
+    untouched for `older_than_s`: a save still writing on another node is never one of them)."""
+    primary = Path(primary).resolve()
+    cutoff = time.time() - older_than_s
+    out = []
+    for folder in [primary, *manifest.fallback_folders(primary)]:
+        if folder.is_dir():
+            out += [p for p in folder.iterdir() if TEMP.match(p.name) and p.stat().st_mtime < cutoff]
+    return sorted(out)
 
 
 def status_rows(primary: str | Path, fallbacks: Iterable[str | Path] = (), verify: bool = True) -> list[dict]:

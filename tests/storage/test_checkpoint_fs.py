@@ -24,6 +24,7 @@ from pipeline.storage import (
     promote,
     save_checkpoint,
 )
+from pipeline.storage.maintain import stale_temps
 from tests.storage.conftest import fill, remount
 
 MIB = 2**20
@@ -182,6 +183,9 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_intact(tmp_path):
     step = json.loads(found.sidecar.read_text())["metadata"]["step"]
     tensors = load_checkpoint(found)
     assert tensors["w"].shape == (16 * 2**20,) and float(tensors["w"][0]) == float(step)
+    # prune removes our leftover temp files once they are old enough, nothing else
+    assert stale_temps(primary) == []
+    assert [p.name for p in stale_temps(primary, older_than_s=-1)] == partial
     # what the kill interrupted belongs to the next step (its tensor file, sidecar or manifest line)
     assert all(n.startswith((f".step_{step + 1:09d}.", ".checkpoints.manifest")) for n in partial), partial
 
