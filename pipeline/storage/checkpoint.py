@@ -231,6 +231,7 @@ def _try(folder, primary, name, data, writer, metadata, size, margin, reserve, c
             "primary": str(primary),
             "sidecar": sidecar.name,
             "time": now,
+            "preflight": {"free": space.free, "quota_tool": space.quota_tool, "notes": space.notes},
             **card,
         }
         manifest.append(folder, event)

@@ -58,7 +58,9 @@ def test_full_primary_falls_back_records_it_and_promote_brings_it_back(small_fs,
     events = manifest.read(second.location)  # the fallback folder's manifest records the move
     moved = [e for e in events if e["event"] == "fallback"]
     assert moved and moved[0]["location"] == str(primary.resolve()) and "preflight" in moved[0]["reason"]
-    assert any(e["event"] == "saved" and e["name"] == "step_000000002" for e in events)
+    (saved_event,) = [e for e in events if e["event"] == "saved" and e["name"] == "step_000000002"]
+    checked = saved_event["preflight"]
+    assert checked["free"] > 0 and (checked["quota_tool"] or checked["notes"])  # what quota said, or why not
 
     found = latest_checkpoint(primary)  # the primary's manifest names the fallback folder
     assert found is not None and found.name == "step_000000002" and found.fallback
