@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.numpy import save_file as save_numpy
-from safetensors.torch import save_file as save_torch
 from torch import nn
 
 from pipeline.normalization import AFFINE, flat_stats, unflatten_stats
 from pipeline.readers.base import read_json, read_safetensors
+from pipeline.storage import save_checkpoint
 
 STATE_KEY = "observation.state"
 ENV_KEY = "observation.environment_state"
@@ -161,7 +161,7 @@ def save_pretrained(
     save_numpy(flat_stats(stats, list(every)), str(out / PRE_STATE))
     save_numpy(flat_stats(stats, list(spec.output_features)), str(out / POST_STATE))
     weights = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-    save_torch(weights, str(out / "model.safetensors"))
+    save_checkpoint(weights, {"format": "demo-policy"}, primary=out, name="model")
     return out
 
 

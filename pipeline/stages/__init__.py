@@ -27,6 +27,7 @@ from pipeline.stages.config import StageConfig, store_registered, typed
 
 BUILTIN_MODULES = (
     "pipeline.stages.container_check",
+    "pipeline.stages.checkpoint_storage",
     "pipeline.stages.contract",
     "pipeline.stages.determinism",
 )

@@ -1,0 +1,255 @@
+"""checkpoint_storage: will the planned run's checkpoints fit where it saves them?
+
+A run that fills its quota on day three dies at a checkpoint save, or leaves a truncated file that the
+resume then loads (reference 004). This stage runs as a job, so it sees `checkpoint_dir` as a compute
+node sees it (mounts, free space, the user's quota there), estimates one checkpoint's size (an explicit
+size, else the largest checkpoint already in that folder's manifest, else parameter count x dtype from
+the model's safetensors headers, read through the validated header reader), multiplies by the number
+kept, and compares with free space and quota headroom. Not fitting warns or blocks (`severity`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipeline.errors import ConfigError, InputError
+from pipeline.readers.base import safetensors_header
+from pipeline.records import Check, Rows, StageResult
+from pipeline.stages import Stage, StageContext, error_check, register
+from pipeline.stages.config import Resources, StageConfig, section, typed
+from pipeline.storage import manifest
+from pipeline.storage.quota import Room, room
+
+NAME = "checkpoint_storage"
+ITEMSIZE = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+rows = Rows(NAME, "storage")
+
+
+@dataclass
+class CheckpointStorageConfig(StageConfig):
+    """How the run checkpoints, so the stage can tell whether it fits."""
+
+    resources: Resources = field(default_factory=lambda: Resources(time_min=10))
+    keep: int = 3  # checkpoints on disk at once (the run's keep-last-K)
+    margin: float = 0.1  # headroom over the estimate (sidecars, a save in flight, growth)
+    severity: str = "block"  # warn | block: what not fitting does to the gate
+    size_bytes: int | None = None  # one checkpoint's size, when known (overrides every estimate)
+    dtype: str | None = None  # the dtype the run saves parameters in (F32, BF16, ...); null: as stored
+    state_multiplier: float = 1.0  # bytes per parameter byte saved: 1 weights only, ~3 with Adam moments
+    require_quota: bool = False  # true: no quota tool on the node is unverifiable (else a note)
+    fallbacks: list[str] = field(default_factory=list)  # folders save_checkpoint falls back to
+
+    def validate(self, key: str) -> None:
+        super().validate(key)
+        if self.keep < 1:
+            raise ConfigError(f"{key}.keep", f"expected an integer >= 1, got {self.keep}")
+        if self.margin < 0:
+            raise ConfigError(f"{key}.margin", f"expected a fraction >= 0, got {self.margin}")
+        if self.severity not in ("warn", "block"):
+            raise ConfigError(f"{key}.severity", f"expected warn or block, got {self.severity!r}")
+        if self.size_bytes is not None and self.size_bytes <= 0:
+            raise ConfigError(f"{key}.size_bytes", f"expected a size in bytes > 0, got {self.size_bytes}")
+        if self.dtype is not None and self.dtype.upper() not in ITEMSIZE:
+            raise ConfigError(f"{key}.dtype", f"expected one of {', '.join(ITEMSIZE)}, got {self.dtype!r}")
+        if self.state_multiplier <= 0:
+            raise ConfigError(f"{key}.state_multiplier", f"expected > 0, got {self.state_multiplier}")
+
+
+def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
+    conf = ctx.config or typed(CheckpointStorageConfig, section(cfg, NAME), f"stages.{NAME}")
+    folder = Path(str(cfg.checkpoint_dir))
+    model = (cfg.get("model") or {}).get("path")
+    try:
+        size, size_row = estimate(conf, folder, Path(str(model)) if model else None)
+    except InputError as exc:
+        return StageResult.from_checks(NAME, [error_check(NAME, exc, "storage")])
+    checks = [size_row]
+    if size is not None:
+        checks += fit_checks(conf, folder, size)
+    checks += [_fallback_check(i, Path(f)) for i, f in enumerate(conf.fallbacks)]
+    return StageResult.from_checks(NAME, checks)
+
+
+def estimate(conf: CheckpointStorageConfig, folder: Path, model: Path | None) -> tuple[int | None, Check]:
+    """One checkpoint's size in bytes, and the row saying where the number came from."""
+    if conf.size_bytes is not None:
+        return conf.size_bytes, rows(
+            "size",
+            "checkpoint_size",
+            "match",
+            f"{conf.size_bytes} bytes (configured)",
+            configured=conf.size_bytes,
+            evidence={"source": "size_bytes"},
+        )
+    if manifest.manifest_path(folder).exists():
+        sizes = [e.size for e in manifest.collect(folder).values() if e.state != "deleted"]
+        if sizes:
+            return max(sizes), rows(
+                "size",
+                "checkpoint_size",
+                "match",
+                f"{max(sizes)} bytes: the largest checkpoint already saved in {folder}",
+                actual=max(sizes),
+                evidence={"source": "manifest", "checkpoints": len(sizes)},
+            )
+    files = _safetensors(model) if model else []
+    if not files:
+        return None, rows.judge(
+            "size",
+            "checkpoint_size",
+            None,
+            f"no checkpoint size: no size_bytes, no earlier checkpoint in {folder}, no "
+            f"*.safetensors under model.path ({model}); set stages.{NAME}.size_bytes",
+            evidence={"model": str(model) if model else None},
+        )
+    params, stored = 0, 0
+    for path in files:
+        for name, info in safetensors_header(path).items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for dim in info["shape"]:
+                count *= int(dim)
+            params += count
+            stored += count * ITEMSIZE[info["dtype"]]
+    per_param = ITEMSIZE[conf.dtype.upper()] * params if conf.dtype else stored
+    size = int(per_param * conf.state_multiplier)
+    return size, rows(
+        "size",
+        "checkpoint_size",
+        "match",
+        f"{size} bytes: {params} parameters x {conf.dtype or 'stored dtype'} x "
+        f"{conf.state_multiplier} (from {len(files)} safetensors header(s))",
+        actual=size,
+        evidence={
+            "source": "model",
+            "files": [str(f) for f in files],
+            "parameters": params,
+            "stored_bytes": stored,
+        },
+    )
+
+
+def _safetensors(model: Path) -> list[Path]:
+    if model.is_file():
+        return [model] if model.suffix == ".safetensors" else []
+    if not model.is_dir():
+        raise InputError(
+            f"{model}: model path does not exist (expected a checkpoint folder)",
+            path=model,
+            field="model.path",
+        )
+    return sorted(model.glob("*.safetensors")) or sorted(model.rglob("*.safetensors"))
+
+
+def fit_checks(conf: CheckpointStorageConfig, folder: Path, size: int) -> list[Check]:
+    """Free space and quota headroom of checkpoint_dir (its nearest existing folder) against the need."""
+    need = int(size * conf.keep * (1 + conf.margin))
+    probe = _existing(folder)
+    space = room(probe)
+    severity = "hard" if conf.severity == "block" else "soft"
+    where = {
+        "checkpoint_dir": str(folder),
+        "probed": str(probe),
+        "host": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "room": space.as_dict(),
+    }
+    plan = f"{conf.keep} x {size} bytes + {conf.margin:.0%}"
+    out = [
+        rows.judge(
+            "free_space",
+            "checkpoint_dir",
+            space.free >= need,
+            f"{folder}: {space.free} bytes free for {need} ({plan})",
+            severity=severity,
+            expected=need,
+            actual=space.free,
+            evidence=where,
+        )
+    ]
+    out += _quota_check(conf, space, need, plan, severity, where)
+    return out
+
+
+def _quota_check(
+    conf: CheckpointStorageConfig, space: Room, need: int, plan: str, severity: str, where: dict[str, Any]
+) -> list[Check]:
+    if space.quota is not None:
+        headroom = space.quota.available
+        ok = headroom is None or headroom >= need
+        told = "no block limit set" if headroom is None else f"{headroom} bytes of quota left"
+        return [
+            rows.judge(
+                "quota",
+                "checkpoint_dir",
+                ok,
+                f"{space.quota_tool}: {told} for {need} ({plan})",
+                severity=severity,
+                expected=need,
+                actual=headroom,
+                evidence=where,
+            )
+        ]
+    if conf.require_quota:
+        return [
+            rows.judge(
+                "quota",
+                "checkpoint_dir",
+                None,
+                f"quota not checked: {'; '.join(space.notes) or 'no quota row'}",
+                evidence=where,
+            )
+        ]
+    return []
+
+
+def _existing(folder: Path) -> Path:
+    """checkpoint_dir may not exist before the run: its nearest existing ancestor holds it."""
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return probe
+
+
+def _fallback_check(index: int, folder: Path) -> Check:
+    ok = folder.is_dir() and os.access(folder, os.W_OK)
+    what = "exists and is writable" if ok else "does not exist or is not writable"
+    return rows.judge(
+        f"fallback.{index}",
+        "fallbacks",
+        ok,
+        f"fallback folder {folder} {what}",
+        severity="soft",
+        expected="writable folder",
+        actual=str(folder),
+    )
+
+
+register(
+    Stage(
+        name=NAME,
+        run=run,
+        config=CheckpointStorageConfig,
+        category="storage",
+        inputs=("model",),
+        description="checkpoint size x number kept against free space and quota of checkpoint_dir",
+    )
+)

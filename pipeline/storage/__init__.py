@@ -1,0 +1,41 @@
+"""Writes that survive a crash, a concurrent writer, a full disk or a spent quota.
+
+Every file the pipeline leaves behind goes through `atomic_write_*` (a reader sees the old file or the
+new one, never half of either). Checkpoints go through `save_checkpoint`, which also falls back to
+other locations when the primary is full or over quota, and records where each one went
+(`latest_checkpoint`, `python -m pipeline.storage status|promote|prune`).
+"""
+
+from pipeline.storage.atomic import (
+    _fsync_dir,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    file_lock,
+)
+from pipeline.storage.checkpoint import CheckpointSaveError, Saved, save_checkpoint
+from pipeline.storage.maintain import (
+    Found,
+    apply_retention,
+    latest_checkpoint,
+    load_checkpoint,
+    promote,
+    status_rows,
+)
+
+__all__ = [
+    "CheckpointSaveError",
+    "Found",
+    "Saved",
+    "_fsync_dir",
+    "apply_retention",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "file_lock",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "promote",
+    "save_checkpoint",
+    "status_rows",
+]
