@@ -26,6 +26,7 @@ import yaml
 
 from pipeline.demo.dataset import ALL_STATS, generate_episodes, write_dataset
 from pipeline.demo.policy import save_pretrained
+from pipeline.demo.teacher_forced import build_models
 from pipeline.demo.train import train_policy
 
 DEFAULTS: dict[str, Any] = {
@@ -95,6 +96,7 @@ def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
         spec,
         extra_config={"demo": {"variant": cfg["variant"], "seed": cfg["seed"]}},
     )
+    build_models(out, cfg, episodes)  # the teacher_forced stage's models (pipeline/demo/teacher_forced.py)
     faults = cfg["faults"]
     if faults:
         shutil.rmtree(clean)

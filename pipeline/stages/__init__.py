@@ -29,6 +29,7 @@ BUILTIN_MODULES = (
     "pipeline.stages.container_check",
     "pipeline.stages.contract",
     "pipeline.stages.determinism",
+    "pipeline.stages.teacher_forced",
 )
 INPUT_KINDS = ("model", "training", "dataset")
 

@@ -1,0 +1,400 @@
+"""The stage's sequence: provenance, samples, inference, findings, comparisons, pictures.
+
+Each step decides verdicts and evidence, then makes one row call. A model whose checkpoint does not
+match its pin is not evaluated (a wrong checkpoint's numbers would mislead); a sample manifest that no
+longer matches the data stops the comparison (the pairing is no longer provable).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.records import Check, Rows, StageResult
+from pipeline.stages import StageContext
+from pipeline.stages.teacher_forced import metrics, models, plots, provenance, repeatability, samples
+from pipeline.storage import atomic_write_json
+
+ROWS = Rows("teacher_forced", "diagnostics")
+
+
+@dataclass
+class Run:
+    """What one model produced on the shared samples."""
+
+    loaded: models.Loaded
+    spec: Any
+    scored: metrics.Scored
+    summary: dict[str, Any]
+    repeatable: bool | None = True
+
+
+def evaluate(
+    tf: Any,
+    specs: Sequence[Any],
+    baseline: str,
+    groups: Mapping[str, list[int]],
+    dataset: Path,
+    ctx: StageContext,
+) -> StageResult:
+    checks: list[Check] = []
+    device = models.device_for(tf.device)
+    loaded = []
+    for spec in specs:
+        row, ok = _provenance(spec, tf.require_provenance)
+        checks.append(row)
+        if ok is not False:
+            loaded.append(
+                (
+                    spec,
+                    models.load(
+                        spec.name,
+                        spec.path,
+                        spec.loader,
+                        device,
+                        spec.inputs,
+                        f"stages.teacher_forced.models[{spec.name}]",
+                    ),
+                )
+            )
+    keys = sorted(
+        {k for _, m in loaded for k in m.inputs}
+        | {tf.action_key}
+        | {c for c in (tf.subset_column, tf.reference_column) if c}
+    )
+    frames = samples.read_frames(dataset, keys)
+    rows, labels, sample_rows = _samples(tf, frames, groups, ctx.artifacts_dir)
+    checks += sample_rows
+    artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
+    if any(c.blocking for c in sample_rows) or not loaded:
+        return StageResult.from_checks("teacher_forced", checks, artifacts=artifacts)
+    truth, valid = metrics.targets(frames, rows, tf.action_key, tf.horizon)
+    scale = frames.columns[tf.action_key].astype(np.float64).std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    names = frames.names.get(tf.action_key) or [f"dim{d}" for d in range(truth.shape[-1])]
+    gripper = (
+        tf.gripper_dims
+        if tf.gripper_dims is not None
+        else [d for d, n in enumerate(names) if "gripper" in n.lower()]
+    )
+    batch = {k: frames.columns[k][rows] for k in keys}
+    runs: dict[str, Run] = {}
+    for spec, model in loaded:
+        pred = models.infer(
+            model.predict,
+            {k: batch[k] for k in model.inputs},
+            tf.batch_size,
+            tf.estimator_seeds[0],
+            spec.name,
+        )
+        scored = metrics.score(pred, truth, valid, scale)
+        summary = metrics.summary(scored, gripper, labels, names)
+        checks += _findings(tf, spec.name, scored, truth, summary, labels)
+        again = _repeatable(tf, spec, model, batch, truth, valid, scale)
+        checks.append(again)
+        runs[spec.name] = Run(model, spec, scored, summary, again.verdict == "match")
+        if tf.reference_column:
+            checks.append(
+                _reference(tf, spec.name, scored.per_sample, frames.columns[tf.reference_column][rows])
+            )
+    checks += _compare(tf, runs, baseline, labels)
+    artifacts.update(_write(tf, ctx.artifacts_dir, runs, frames, rows, labels, names, truth))
+    return StageResult.from_checks("teacher_forced", checks, artifacts=artifacts)
+
+
+def _provenance(spec: Any, required: bool) -> tuple[Check, bool | None]:
+    if not spec.path:
+        raise InputError(f"stages.teacher_forced.models[{spec.name}].path: not set", field="path")
+    proof = provenance.verify(
+        Path(spec.path), spec.expected_sha256, Path(spec.manifest) if spec.manifest else None
+    )
+    if proof.ok is None:
+        message = f"{spec.name}: sha256 recorded; nothing pinned (set expected_sha256 or manifest)"
+        row = ROWS.judge(
+            f"provenance.{spec.name}",
+            spec.name,
+            None if required else True,
+            message,
+            severity="hard" if required else "soft",
+            actual=proof.digest,
+            evidence=proof.evidence(),
+        )
+        return row, None
+    message = (
+        f"{spec.name}: every pinned checkpoint file matches"
+        if proof.ok
+        else f"{spec.name}: checkpoint differs from its pin in {sorted(proof.mismatched)}; not evaluated"
+    )
+    return ROWS.judge(
+        f"provenance.{spec.name}",
+        spec.name,
+        proof.ok,
+        message,
+        expected=proof.expected,
+        actual=proof.digest,
+        evidence=proof.evidence(),
+    ), proof.ok
+
+
+def _samples(
+    tf: Any, frames: samples.Frames, groups: Mapping[str, list[int]], out: Path
+) -> tuple[np.ndarray, list[str], list[Check]]:
+    """Reuse and verify a saved manifest, or select and save one."""
+    saved_at = Path(tf.sample_manifest) if tf.sample_manifest else None
+    if saved_at is not None and saved_at.is_file():
+        saved = json.loads(saved_at.read_text(encoding="utf-8"))
+        rows, problems = samples.resolve(frames, saved, saved_at)
+        labels = [s.get("subset", "all") for s in saved["samples"]][: len(rows)]
+        ok = not problems
+        row = ROWS.judge(
+            "samples.manifest",
+            "samples",
+            ok,
+            f"{len(rows)} samples from {saved_at} "
+            + ("still match the data" if ok else f"no longer match the data: {problems[:3]}"),
+            expected=saved.get("fingerprint"),
+            actual=samples.fingerprint(frames, rows),
+            evidence={"manifest": str(saved_at), "problems": problems[:20]},
+        )
+        atomic_write_json(out / "samples.json", saved)
+        return rows, labels, [row]
+    rows = samples.select(frames, tf.samples, tf.seed, tf.episodes or None)
+    labels = samples.subsets(frames, rows, tf.subset_column, groups)
+    manifest = samples.manifest(frames, rows, tf.seed, labels)
+    atomic_write_json(out / "samples.json", manifest)
+    if saved_at is not None:
+        atomic_write_json(saved_at, manifest)
+    ok = len(rows) == tf.samples
+    row = ROWS.judge(
+        "samples.selection",
+        "samples",
+        ok,
+        f"{len(rows)} of {tf.samples} samples across {len(set(frames.episode[rows].tolist()))} "
+        "episodes (start/middle/end)",
+        severity="soft",
+        expected=tf.samples,
+        actual=len(rows),
+        evidence={"fingerprint": manifest["fingerprint"], "subsets": sorted(set(labels))},
+    )
+    return rows, labels, [row]
+
+
+def _findings(
+    tf: Any, name: str, scored: metrics.Scored, truth: np.ndarray, summary: dict, labels: Sequence[str]
+) -> list[Check]:
+    bad = metrics.nonfinite(scored.pred)
+    out = [
+        ROWS.judge(
+            f"finite.{name}",
+            name,
+            bad["samples"] == 0,
+            f"{name}: {bad['samples']} sample(s) with NaN/inf actions",
+            actual=bad["samples"],
+            evidence=bad,
+        )
+    ]
+    col = metrics.collapse(scored.pred, truth, tf.collapse_ratio)
+    message = (
+        f"{name}: outputs barely vary across samples (collapsed or inactive model)"
+        if col["collapsed"]
+        else f"{name}: inactive dims {col['inactive_dims']}"
+        if col["inactive_dims"]
+        else f"{name}: outputs vary with the observations"
+    )
+    out.append(
+        ROWS.judge(
+            f"collapse.{name}",
+            name,
+            not col["inactive_dims"],
+            message,
+            severity="hard" if col["collapsed"] else "soft",
+            evidence=col,
+        )
+    )
+    mean = summary["l1_norm_mean"]
+    if tf.max_l1 is not None:
+        out.append(
+            ROWS.judge(
+                f"error.{name}",
+                name,
+                None if mean is None else mean <= tf.max_l1,
+                f"{name}: mean normalized L1 {mean} (limit {tf.max_l1})",
+                expected=tf.max_l1,
+                actual=mean,
+                evidence={"l1_norm": summary["l1_norm"]},
+            )
+        )
+    gap = metrics.subset_gap(scored.per_sample, labels)
+    if gap is not None:
+        out.append(
+            ROWS.judge(
+                f"subsets.{name}",
+                name,
+                gap["ratio"] <= tf.subset_ratio,
+                f"{name}: subset {gap['worst']} error {gap['ratio']:.2f}x the others'",
+                severity=tf.subset_severity,
+                expected=tf.subset_ratio,
+                actual=gap["ratio"],
+                evidence=gap,
+            )
+        )
+    return out
+
+
+def _repeatable(
+    tf: Any,
+    spec: Any,
+    model: models.Loaded,
+    batch: Mapping[str, np.ndarray],
+    truth: np.ndarray,
+    valid: np.ndarray,
+    scale: np.ndarray,
+) -> Check:
+    """Stochastic models: per-sample error under every estimator seed, split halves must agree."""
+    inputs = {k: batch[k] for k in model.inputs}
+    seeds = tf.estimator_seeds if spec.stochastic else tf.estimator_seeds[:2]
+    matrix = np.stack(
+        [
+            metrics.score(
+                models.infer(model.predict, inputs, tf.batch_size, s, spec.name), truth, valid, scale
+            ).per_sample
+            for s in seeds
+        ]
+    )
+    varies = not np.array_equal(matrix[0], matrix[1], equal_nan=True)
+    if not spec.stochastic:
+        return ROWS.judge(
+            f"repeatability.{spec.name}",
+            spec.name,
+            not varies,
+            f"{spec.name}: "
+            + (
+                "outputs change with the seed; declare stochastic: true"
+                if varies
+                else "deterministic (same outputs under two seeds)"
+            ),
+            severity="hard",
+            evidence={"seeds": list(seeds)},
+        )
+    result = repeatability.split_half(matrix)
+    rho = result["spearman"]
+    ok = None if rho is None or rho < tf.repeatability_min else True
+    message = (
+        f"{spec.name}: split-half Spearman {rho} over {len(seeds)} seeds "
+        + ("below" if ok is None else "at least")
+        + f" {tf.repeatability_min}"
+    )
+    return ROWS.judge(
+        f"repeatability.{spec.name}",
+        spec.name,
+        ok,
+        message,
+        expected=tf.repeatability_min,
+        actual=rho,
+        evidence={**result, "estimator_seeds": list(seeds)},
+    )
+
+
+def _reference(tf: Any, name: str, score: np.ndarray, reference: np.ndarray) -> Check:
+    """Per-sample error vs a reference measure: permutation control and leave-one-out."""
+    ref = reference.reshape(len(reference), -1)[:, 0].astype(np.float64)
+    keep = np.isfinite(score) & np.isfinite(ref)
+    control = repeatability.permutation_control(score[keep], ref[keep], tf.permutations, tf.permutation_seed)
+    loo = repeatability.leave_one_out(score[keep], ref[keep])
+    holds = control["one_sided_p"] <= 1 - tf.confidence and loo["all_positive"]
+    message = (
+        f"{name}: error vs {tf.reference_column}: Spearman {control['spearman']:.3f}, "
+        f"one-sided p {control['one_sided_p']:.4f}, leave-one-out all positive: {loo['all_positive']}"
+    )
+    return ROWS(
+        f"reference.{name}",
+        name,
+        "match",
+        message,
+        severity="soft",
+        actual={"association": bool(holds)},
+        evidence={**control, "leave_one_out": loo},
+    )
+
+
+def _compare(tf: Any, runs: Mapping[str, Run], baseline: str, labels: Sequence[str]) -> list[Check]:
+    if baseline not in runs:
+        return []
+    base = runs[baseline].scored.per_sample
+    unverified = {n for n, r in runs.items() if not r.repeatable}
+    out = []
+    for name, run in runs.items():
+        if name == baseline:
+            continue
+        result = metrics.paired(run.scored.per_sample, base, tf.bootstrap_resamples, tf.confidence, tf.seed)
+        mine, theirs = run.summary["l1_norm_mean"], runs[baseline].summary["l1_norm_mean"]
+        ratio = mine / theirs if mine is not None and theirs else None
+        far = ratio is not None and ratio > tf.baseline_ratio and bool(result["ci"]) and result["ci"][0] > 0
+        ok = None if {name, baseline} & unverified else not far
+        ci = result["ci"]
+        message = (
+            f"{name} vs {baseline} on the same {result['n']} samples: mean diff "
+            f"{result['mean_diff']}, {int(tf.confidence * 100)}% CI {ci}, Wilcoxon p {result['p']}, "
+            f"ratio {ratio if ratio is None else round(ratio, 3)}"
+        )
+        out.append(
+            ROWS.judge(
+                f"compare.{name}_vs_{baseline}",
+                name,
+                ok,
+                message,
+                severity=tf.baseline_severity,
+                expected=tf.baseline_ratio,
+                actual=ratio,
+                evidence=result,
+            )
+        )
+    return out
+
+
+def _write(
+    tf: Any,
+    out: Path,
+    runs: Mapping[str, Run],
+    frames: samples.Frames,
+    rows: np.ndarray,
+    labels: Sequence[str],
+    names: Sequence[str],
+    truth: np.ndarray,
+) -> dict[str, str]:
+    summaries = {n: r.summary for n, r in runs.items()}
+    per_sample = {n: r.scored.per_sample for n, r in runs.items()}
+    atomic_write_json(
+        out / "metrics.json",
+        {
+            "models": summaries,
+            "labels": list(labels),
+            "per_sample_l1_norm": {n: v.tolist() for n, v in per_sample.items()},
+        },
+    )
+    artifacts = {"metrics": str(out / "metrics.json")}
+    if not tf.plots:
+        return artifacts
+    artifacts["plot_per_dim"] = str(plots.per_dim(summaries, names, out / "per_dim_l1.png"))
+    position = samples.position_of(frames)[rows]
+    artifacts["plot_position"] = str(plots.by_position(per_sample, position, out / "error_by_position.png"))
+    for name, run in runs.items():
+        artifacts[f"plot_worst_{name}"] = str(
+            plots.worst_traces(
+                name,
+                run.scored.pred,
+                truth,
+                run.scored.per_sample,
+                labels,
+                names,
+                out / f"worst_{name}.png",
+                tf.worst_samples,
+            )
+        )
+    return artifacts

@@ -1,0 +1,197 @@
+"""Paired samples: which frames every model is scored on, chosen once and provable afterwards.
+
+Every model is compared on the same frames, so the selection is seeded and stratified (episodes in a
+seeded order, each round moving to the next third of the episode: start, middle, end), and saved as a
+manifest of sample identities (episode, frame, a sha256 of the row's values) under a fingerprint of the
+data (feature schema, row counts). A later run given that manifest re-reads the same rows and proves
+they still hold the same values; any drift is a hard finding, not a silently different comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import InputError
+
+POSITIONS = ("start", "middle", "end")
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class Frames:
+    """The dataset's vector columns in row order, with each row's episode and frame."""
+
+    root: Path
+    columns: dict[str, np.ndarray]  # key -> (rows, D) float32
+    episode: np.ndarray  # (rows,) int64
+    frame: np.ndarray  # (rows,) int64
+    names: dict[str, list[str] | None] = field(default_factory=dict)
+    schema: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.episode)
+
+
+def read_frames(root: Path, keys: Sequence[str]) -> Frames:
+    """THE one call site of the dataset readers (so it can follow the readers' API in one place)."""
+    from pipeline.readers import lerobot_dataset as lr
+    from pipeline.readers.base import read_json
+
+    root = Path(root)
+    info_path = root / "meta" / "info.json"
+    features = read_json(info_path, "LeRobot meta/info.json").get("features") or {}
+    dims: dict[str, int] = {}
+    for key in [*keys, "frame_index"]:
+        spec = features.get(key)
+        if spec is None and key != "frame_index":
+            raise InputError(
+                f"{info_path}: features lack {key!r} (has {sorted(features)})", path=info_path, field=key
+            )
+        if spec is not None:
+            dims[key] = int(np.prod(spec.get("shape") or [1]))
+    files = lr._data_files(root)
+    if not files:
+        raise InputError(f"{root / 'data'}: no parquet files to evaluate on", path=root / "data")
+    blocks = list(lr._stream(files, dims, root))
+    cat = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
+    if "episode_index" not in cat:
+        raise InputError(f"{files[0]}: no episode_index column", path=files[0], field="episode_index")
+    episode = cat.pop("episode_index").reshape(-1).astype(np.int64)
+    frame = cat.pop("frame_index").reshape(-1).astype(np.int64) if "frame_index" in cat else _counts(episode)
+    schema = {k: {"dtype": features[k].get("dtype"), "shape": features[k].get("shape")} for k in dims}
+    names = {k: lr.flat_names(features[k].get("names")) for k in keys}
+    columns = {k: np.asarray(cat[k], dtype=np.float32) for k in keys}
+    return Frames(root, columns, episode, frame, names, schema)
+
+
+def _counts(episode: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(episode), dtype=np.int64)
+    for value in np.unique(episode):
+        where = np.flatnonzero(episode == value)
+        out[where] = np.arange(len(where))
+    return out
+
+
+def position_of(frames: Frames) -> np.ndarray:
+    """Each row's place in its episode in [0, 1] (0 = first frame, 1 = last)."""
+    out = np.zeros(len(frames), dtype=np.float64)
+    for value in np.unique(frames.episode):
+        where = np.flatnonzero(frames.episode == value)
+        order = np.argsort(frames.frame[where], kind="stable")
+        out[where[order]] = np.arange(len(where)) / max(1, len(where) - 1)
+    return out
+
+
+def select(frames: Frames, n: int, seed: int, episodes: Sequence[int] | None = None) -> np.ndarray:
+    """Row indices of `n` samples: episodes in a seeded order, positions rotating start/middle/end."""
+    rng = np.random.default_rng(seed)
+    pos = position_of(frames)
+    third = np.minimum((pos * 3).astype(int), 2)
+    pool = np.unique(frames.episode) if episodes is None else np.asarray(sorted(set(episodes)))
+    pool = rng.permutation(pool)
+    if len(pool) == 0:
+        raise InputError(f"{frames.root}: no episodes to sample from", path=frames.root, field="episodes")
+    chosen: list[int] = []
+    taken: set[int] = set()
+    for step in range(n * 4):
+        if len(chosen) == n:
+            break
+        ep = pool[step % len(pool)]
+        stratum = (step % len(pool) + step // len(pool)) % 3
+        rows = [r for r in np.flatnonzero((frames.episode == ep) & (third == stratum)) if r not in taken]
+        rows = rows or [r for r in np.flatnonzero(frames.episode == ep) if r not in taken]
+        if rows:
+            pick = int(rows[rng.integers(len(rows))])
+            chosen.append(pick)
+            taken.add(pick)
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def row_hash(frames: Frames, row: int) -> str:
+    """sha256 of one row's values (float32 bytes of every evaluated column, in key order)."""
+    digest = hashlib.sha256()
+    for key in sorted(frames.columns):
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(frames.columns[key][row], dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+def fingerprint(frames: Frames, rows: np.ndarray) -> dict[str, Any]:
+    """Schema, row counts and the sampled rows' hashes: equal fingerprints = the same evaluation data."""
+    episodes, counts = np.unique(frames.episode, return_counts=True)
+    hashes = [row_hash(frames, int(r)) for r in rows]
+    return {
+        "schema": frames.schema,
+        "rows": len(frames),
+        "episodes": len(episodes),
+        "episode_rows_sha256": hashlib.sha256(
+            json.dumps(
+                {str(e): int(c) for e, c in zip(episodes, counts, strict=True)}, sort_keys=True
+            ).encode()
+        ).hexdigest(),
+        "samples_sha256": hashlib.sha256("".join(hashes).encode()).hexdigest(),
+    }
+
+
+def subsets(
+    frames: Frames, rows: np.ndarray, column: str | None, groups: Mapping[str, Sequence[int]]
+) -> list[str]:
+    """Each sample's subset: a named episode list (rest = 'other'), else a column's value, else 'all'."""
+    if groups:
+        lookup = {int(e): name for name, eps in groups.items() for e in eps}
+        return [lookup.get(int(frames.episode[r]), "other") for r in rows]
+    if column:
+        values = frames.columns[column][rows].reshape(len(rows), -1)[:, 0]
+        return [f"{column}={v:g}" for v in values]
+    return ["all"] * len(rows)
+
+
+def manifest(frames: Frames, rows: np.ndarray, seed: int, labels: list[str]) -> dict[str, Any]:
+    pos = position_of(frames)
+    return {
+        "version": MANIFEST_VERSION,
+        "dataset": str(frames.root),
+        "seed": seed,
+        "fingerprint": fingerprint(frames, rows),
+        "samples": [
+            {
+                "episode": int(frames.episode[r]),
+                "frame": int(frames.frame[r]),
+                "position": round(float(pos[r]), 6),
+                "subset": label,
+                "sha256": row_hash(frames, int(r)),
+            }
+            for r, label in zip(rows, labels, strict=True)
+        ],
+    }
+
+
+def resolve(frames: Frames, saved: Mapping[str, Any], path: Path) -> tuple[np.ndarray, list[str]]:
+    """Rows of a saved manifest in this data, and what no longer matches (empty = provably the same)."""
+    where = {(int(e), int(f)): i for i, (e, f) in enumerate(zip(frames.episode, frames.frame, strict=True))}
+    try:
+        samples = list(saved["samples"])
+        want = saved["fingerprint"]
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a sample manifest ({exc})", path=path, field="samples") from exc
+    rows, problems = [], []
+    for number, sample in enumerate(samples):
+        row = where.get((int(sample["episode"]), int(sample["frame"])))
+        if row is None:
+            problems.append(f"sample {number}: episode {sample['episode']} frame {sample['frame']} absent")
+            continue
+        rows.append(row)
+        if row_hash(frames, row) != sample.get("sha256"):
+            problems.append(f"sample {number}: episode {sample['episode']} frame {sample['frame']} changed")
+    have = fingerprint(frames, np.asarray(rows, dtype=np.int64))
+    for key in ("schema", "rows", "episodes", "episode_rows_sha256"):
+        if have[key] != want.get(key):
+            problems.append(f"fingerprint.{key}: manifest {want.get(key)!r}, data {have[key]!r}")
+    return np.asarray(rows, dtype=np.int64), problems
