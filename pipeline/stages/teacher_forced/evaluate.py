@@ -18,10 +18,11 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import StageContext
-from pipeline.stages.teacher_forced import metrics, models, plots, provenance, repeatability, samples
+from pipeline.stages.teacher_forced import metrics, models, provenance, repeatability, report, samples
 from pipeline.storage import atomic_write_json
 
 ROWS = Rows("teacher_forced", "diagnostics")
+PROBE = 16  # samples re-run under a second seed to show that a model declared deterministic is
 
 
 @dataclass
@@ -35,6 +36,21 @@ class Run:
     repeatable: bool | None = True
 
 
+@dataclass
+class Shared:
+    """What every model is scored against: the same rows, targets, units and labels."""
+
+    frames: samples.Frames
+    rows: np.ndarray
+    labels: list[str]
+    batch: dict[str, np.ndarray]
+    truth: np.ndarray
+    valid: np.ndarray
+    scale: np.ndarray
+    names: list[str]
+    gripper: list[int]
+
+
 def evaluate(
     tf: Any,
     specs: Sequence[Any],
@@ -43,69 +59,70 @@ def evaluate(
     dataset: Path,
     ctx: StageContext,
 ) -> StageResult:
+    """Provenance, then the shared samples, then every model on them, then comparisons and pictures."""
     checks: list[Check] = []
-    device = models.device_for(tf.device)
     loaded = []
     for spec in specs:
         row, ok = _provenance(spec, tf.require_provenance)
         checks.append(row)
         if ok is not False:
-            loaded.append(
-                (
-                    spec,
-                    models.load(
-                        spec.name,
-                        spec.path,
-                        spec.loader,
-                        device,
-                        spec.inputs,
-                        f"stages.teacher_forced.models[{spec.name}]",
-                    ),
-                )
-            )
-    keys = sorted(
-        {k for _, m in loaded for k in m.inputs}
-        | {tf.action_key}
-        | {c for c in (tf.subset_column, tf.reference_column) if c}
-    )
+            key = f"stages.teacher_forced.models[{spec.name}]"
+            device = models.device_for(tf.device)
+            loaded.append((spec, models.load(spec.name, spec.path, spec.loader, device, spec.inputs, key)))
+    extra = {c for c in (tf.subset_column, tf.reference_column) if c}
+    keys = sorted({k for _, m in loaded for k in m.inputs} | {tf.action_key} | extra)
     frames = samples.read_frames(dataset, keys)
     rows, labels, sample_rows = _samples(tf, frames, groups, ctx.artifacts_dir)
     checks += sample_rows
     artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
     if any(c.blocking for c in sample_rows) or not loaded:
         return StageResult.from_checks("teacher_forced", checks, artifacts=artifacts)
-    truth, valid = metrics.targets(frames, rows, tf.action_key, tf.horizon)
-    scale = frames.columns[tf.action_key].astype(np.float64).std(axis=0)
-    scale = np.where(scale > 1e-12, scale, 1.0)
-    names = frames.names.get(tf.action_key) or [f"dim{d}" for d in range(truth.shape[-1])]
-    gripper = (
-        tf.gripper_dims
-        if tf.gripper_dims is not None
-        else [d for d, n in enumerate(names) if "gripper" in n.lower()]
-    )
-    batch = {k: frames.columns[k][rows] for k in keys}
+    shared = prepare(tf, frames, rows, labels, keys)
     runs: dict[str, Run] = {}
     for spec, model in loaded:
-        pred = models.infer(
-            model.predict,
-            {k: batch[k] for k in model.inputs},
-            tf.batch_size,
-            tf.estimator_seeds[0],
-            spec.name,
-        )
-        scored = metrics.score(pred, truth, valid, scale)
-        summary = metrics.summary(scored, gripper, labels, names)
-        checks += _findings(tf, spec.name, scored, truth, summary, labels)
-        again = _repeatable(tf, spec, model, batch, truth, valid, scale)
-        checks.append(again)
-        runs[spec.name] = Run(model, spec, scored, summary, again.verdict == "match")
-        if tf.reference_column:
-            checks.append(
-                _reference(tf, spec.name, scored.per_sample, frames.columns[tf.reference_column][rows])
-            )
-    checks += _compare(tf, runs, baseline, labels)
-    artifacts.update(_write(tf, ctx.artifacts_dir, runs, frames, rows, labels, names, truth))
+        found, runs[spec.name] = score_model(tf, spec, model, shared)
+        checks += found
+    checks += _compare(tf, runs, baseline)
+    artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
     return StageResult.from_checks("teacher_forced", checks, artifacts=artifacts)
+
+
+def prepare(
+    tf: Any, frames: samples.Frames, rows: np.ndarray, labels: list[str], keys: Sequence[str]
+) -> Shared:
+    truth, valid = metrics.targets(frames, rows, tf.action_key, tf.horizon)
+    scale = frames.columns[tf.action_key].astype(np.float64).std(axis=0)
+    names = frames.names.get(tf.action_key) or [f"dim{d}" for d in range(truth.shape[-1])]
+    gripper = tf.gripper_dims
+    if gripper is None:
+        gripper = [d for d, n in enumerate(names) if "gripper" in n.lower()]
+    batch = {k: frames.columns[k][rows] for k in keys}
+    return Shared(
+        frames,
+        rows,
+        labels,
+        batch,
+        truth,
+        valid,
+        np.where(scale > 1e-12, scale, 1.0),
+        list(names),
+        list(gripper),
+    )
+
+
+def score_model(tf: Any, spec: Any, model: models.Loaded, shared: Shared) -> tuple[list[Check], Run]:
+    """One model on the shared samples: inference, findings, repeatability, reference measure."""
+    inputs = {k: shared.batch[k] for k in model.inputs}
+    pred = models.infer(model.predict, inputs, tf.batch_size, tf.estimator_seeds[0], spec.name)
+    scored = metrics.score(pred, shared.truth, shared.valid, shared.scale)
+    summary = metrics.summary(scored, shared.gripper, shared.labels, shared.names)
+    checks = _findings(tf, spec.name, scored, shared.truth, summary, shared.labels)
+    again = _repeatable(tf, spec, model, shared, scored)
+    checks.append(again)
+    if tf.reference_column:
+        reference = shared.frames.columns[tf.reference_column][shared.rows]
+        checks.append(_reference(tf, spec.name, scored.per_sample, reference))
+    return checks, Run(model, spec, scored, summary, again.verdict == "match")
 
 
 def _provenance(spec: Any, required: bool) -> tuple[Check, bool | None]:
@@ -247,41 +264,40 @@ def _findings(
     return out
 
 
-def _repeatable(
-    tf: Any,
-    spec: Any,
-    model: models.Loaded,
-    batch: Mapping[str, np.ndarray],
-    truth: np.ndarray,
-    valid: np.ndarray,
-    scale: np.ndarray,
-) -> Check:
-    """Stochastic models: per-sample error under every estimator seed, split halves must agree."""
-    inputs = {k: batch[k] for k in model.inputs}
-    seeds = tf.estimator_seeds if spec.stochastic else tf.estimator_seeds[:2]
-    matrix = np.stack(
-        [
-            metrics.score(
-                models.infer(model.predict, inputs, tf.batch_size, s, spec.name), truth, valid, scale
-            ).per_sample
-            for s in seeds
-        ]
-    )
-    varies = not np.array_equal(matrix[0], matrix[1], equal_nan=True)
+def _repeatable(tf: Any, spec: Any, model: models.Loaded, shared: Shared, first: metrics.Scored) -> Check:
+    """Stochastic models: per-sample error under every estimator seed, split halves must agree.
+    Others: a second seed on a few samples must give identical outputs (else: undeclared noise)."""
     if not spec.stochastic:
+        probe = slice(0, min(PROBE, len(shared.rows)))
+        inputs = {k: shared.batch[k][probe] for k in model.inputs}
+        again = models.infer(model.predict, inputs, tf.batch_size, tf.estimator_seeds[1], spec.name)
+        varies = not np.array_equal(again, first.pred[probe], equal_nan=True)
+        message = (
+            f"{spec.name}: outputs change with the seed; declare stochastic: true"
+            if varies
+            else f"{spec.name}: deterministic (same outputs under two seeds)"
+        )
         return ROWS.judge(
             f"repeatability.{spec.name}",
             spec.name,
             not varies,
-            f"{spec.name}: "
-            + (
-                "outputs change with the seed; declare stochastic: true"
-                if varies
-                else "deterministic (same outputs under two seeds)"
-            ),
-            severity="hard",
-            evidence={"seeds": list(seeds)},
+            message,
+            evidence={"seeds": list(tf.estimator_seeds[:2]), "probe_samples": probe.stop},
         )
+    inputs = {k: shared.batch[k] for k in model.inputs}
+    seeds = list(tf.estimator_seeds)
+    matrix = np.stack(
+        [first.per_sample]
+        + [
+            metrics.score(
+                models.infer(model.predict, inputs, tf.batch_size, s, spec.name),
+                shared.truth,
+                shared.valid,
+                shared.scale,
+            ).per_sample
+            for s in seeds[1:]
+        ]
+    )
     result = repeatability.split_half(matrix)
     rho = result["spearman"]
     ok = None if rho is None or rho < tf.repeatability_min else True
@@ -323,7 +339,7 @@ def _reference(tf: Any, name: str, score: np.ndarray, reference: np.ndarray) -> 
     )
 
 
-def _compare(tf: Any, runs: Mapping[str, Run], baseline: str, labels: Sequence[str]) -> list[Check]:
+def _compare(tf: Any, runs: Mapping[str, Run], baseline: str) -> list[Check]:
     if baseline not in runs:
         return []
     base = runs[baseline].scored.per_sample
@@ -356,45 +372,3 @@ def _compare(tf: Any, runs: Mapping[str, Run], baseline: str, labels: Sequence[s
             )
         )
     return out
-
-
-def _write(
-    tf: Any,
-    out: Path,
-    runs: Mapping[str, Run],
-    frames: samples.Frames,
-    rows: np.ndarray,
-    labels: Sequence[str],
-    names: Sequence[str],
-    truth: np.ndarray,
-) -> dict[str, str]:
-    summaries = {n: r.summary for n, r in runs.items()}
-    per_sample = {n: r.scored.per_sample for n, r in runs.items()}
-    atomic_write_json(
-        out / "metrics.json",
-        {
-            "models": summaries,
-            "labels": list(labels),
-            "per_sample_l1_norm": {n: v.tolist() for n, v in per_sample.items()},
-        },
-    )
-    artifacts = {"metrics": str(out / "metrics.json")}
-    if not tf.plots:
-        return artifacts
-    artifacts["plot_per_dim"] = str(plots.per_dim(summaries, names, out / "per_dim_l1.png"))
-    position = samples.position_of(frames)[rows]
-    artifacts["plot_position"] = str(plots.by_position(per_sample, position, out / "error_by_position.png"))
-    for name, run in runs.items():
-        artifacts[f"plot_worst_{name}"] = str(
-            plots.worst_traces(
-                name,
-                run.scored.pred,
-                truth,
-                run.scored.per_sample,
-                labels,
-                names,
-                out / f"worst_{name}.png",
-                tf.worst_samples,
-            )
-        )
-    return artifacts

@@ -23,8 +23,7 @@ from pipeline.storage import atomic_write_bytes  # noqa: E402
 
 def _save(fig: plt.Figure, path: Path) -> Path:
     buffer = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=100)
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
     return atomic_write_bytes(path, buffer.getvalue())
 
@@ -62,23 +61,27 @@ def worst_traces(
     per_sample: np.ndarray,
     labels: Sequence[str],
     names: Sequence[str],
+    scale: np.ndarray,
     path: Path,
     count: int = 3,
 ) -> Path:
-    """One row per worst sample, one column per action dim: prediction vs ground truth over the chunk."""
+    """One panel per worst sample: its action (every dim, every chunk step) predicted vs ground truth,
+    in dataset std units so dims of different ranges share an axis."""
     order = [i for i in np.argsort(np.nan_to_num(per_sample, nan=-1.0))[::-1] if np.isfinite(per_sample[i])]
     worst = order[:count] or [0]
-    dims = len(names)
-    fig, axes = plt.subplots(len(worst), dims, figsize=(2.4 * dims, 2.2 * len(worst)), squeeze=False)
-    steps = np.arange(pred.shape[1])
-    for row, sample in enumerate(worst):
-        for d in range(dims):
-            ax = axes[row, d]
-            ax.plot(steps, truth[sample, : len(steps), d], "o-", label="ground truth")
-            ax.plot(steps, pred[sample, :, d], "x--", label=model)
-            ax.set_title(f"{labels[sample]} #{sample}: {names[d]}", fontsize=8)
-            ax.set_xlabel("chunk step")
-            ax.set_ylabel("action")
-    axes[0, 0].legend(fontsize=7)
+    steps = pred.shape[1]
+    ticks = [f"{n}" if steps == 1 else f"{n}@{h}" for n in names for h in range(steps)]
+    x = np.arange(len(ticks))
+    fig, axes = plt.subplots(len(worst), 1, figsize=(max(6, 0.5 * len(ticks) + 2), 2.6 * len(worst)))
+    for ax, sample in zip(np.atleast_1d(axes), worst, strict=False):
+        want = (truth[sample, :steps] / scale).T.reshape(-1)
+        got = (pred[sample] / scale).T.reshape(-1)
+        ax.plot(x, want, "o-", label="ground truth")
+        ax.plot(x, got, "x--", label=model)
+        ax.set_title(f"sample {sample} ({labels[sample]}): mean L1 {per_sample[sample]:.3g}", fontsize=9)
+        ax.set_xticks(x, ticks, rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel("action / dataset std")
+        ax.legend(fontsize=7)
+    np.atleast_1d(axes)[-1].set_xlabel("action dim" + ("" if steps == 1 else " @ chunk step"))
     fig.suptitle(f"{model}: predicted vs ground truth on its worst samples")
     return _save(fig, path)
