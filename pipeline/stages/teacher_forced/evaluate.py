@@ -235,18 +235,20 @@ def _findings(
         )
     )
     mean = summary["l1_norm_mean"]
-    if tf.max_l1 is not None:
-        out.append(
-            ROWS.judge(
-                f"error.{name}",
-                name,
-                None if mean is None else mean <= tf.max_l1,
-                f"{name}: mean normalized L1 {mean} (limit {tf.max_l1})",
-                expected=tf.max_l1,
-                actual=mean,
-                evidence={"l1_norm": summary["l1_norm"]},
-            )
+    limit = "no limit set" if tf.max_l1 is None else f"limit {tf.max_l1}"
+    out.append(
+        ROWS.judge(
+            f"error.{name}",
+            name,
+            None if mean is None else tf.max_l1 is None or mean <= tf.max_l1,
+            f"{name}: mean L1 {mean if mean is None else round(mean, 4)} dataset std units ({limit}); "
+            f"arm {summary['arm_l1_norm']}, gripper {summary['gripper_l1_norm']}",
+            severity="hard" if tf.max_l1 is not None else "soft",
+            expected=tf.max_l1,
+            actual=mean,
+            evidence={k: summary[k] for k in ("dims", "l1", "l1_norm", "mse", "l1_norm_by_step", "subsets")},
         )
+    )
     gap = metrics.subset_gap(scored.per_sample, labels)
     if gap is not None:
         out.append(

@@ -72,16 +72,18 @@ def worst_traces(
     steps = pred.shape[1]
     ticks = [f"{n}" if steps == 1 else f"{n}@{h}" for n in names for h in range(steps)]
     x = np.arange(len(ticks))
-    fig, axes = plt.subplots(len(worst), 1, figsize=(max(6, 0.5 * len(ticks) + 2), 2.6 * len(worst)))
+    fig, axes = plt.subplots(
+        len(worst), 1, sharex=True, figsize=(max(6, 0.5 * len(ticks) + 2), 2.4 * len(worst) + 0.8)
+    )
     for ax, sample in zip(np.atleast_1d(axes), worst, strict=False):
         want = (truth[sample, :steps] / scale).T.reshape(-1)
         got = (pred[sample] / scale).T.reshape(-1)
         ax.plot(x, want, "o-", label="ground truth")
         ax.plot(x, got, "x--", label=model)
         ax.set_title(f"sample {sample} ({labels[sample]}): mean L1 {per_sample[sample]:.3g}", fontsize=9)
-        ax.set_xticks(x, ticks, rotation=30, ha="right", fontsize=7)
         ax.set_ylabel("action / dataset std")
         ax.legend(fontsize=7)
+    np.atleast_1d(axes)[-1].set_xticks(x, ticks, rotation=30, ha="right", fontsize=7)
     np.atleast_1d(axes)[-1].set_xlabel("action dim" + ("" if steps == 1 else " @ chunk step"))
     fig.suptitle(f"{model}: predicted vs ground truth on its worst samples")
     return _save(fig, path)
