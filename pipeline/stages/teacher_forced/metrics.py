@@ -52,7 +52,8 @@ def score(pred: np.ndarray, truth: np.ndarray, valid: np.ndarray, scale: np.ndar
     l1 = np.abs(pred.astype(np.float64) - truth)
     l1[~valid] = np.nan
     l1_norm = l1 / scale
-    with np.errstate(invalid="ignore"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a sample with only NaN outputs stays NaN
         per_sample = np.nanmean(l1_norm.reshape(len(l1), -1), axis=1)
     return Scored(pred, l1, l1_norm, per_sample)
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.records import jsonable
 from pipeline.stages.teacher_forced import plots, samples
 from pipeline.storage import atomic_write_json
 
@@ -14,14 +15,12 @@ def write(tf: Any, out: Path, runs: Mapping[str, Any], shared: Any) -> dict[str,
     """metrics.json (summaries, labels, per-sample errors) and, unless plots=false, the three plots."""
     summaries = {n: r.summary for n, r in runs.items()}
     per_sample = {n: r.scored.per_sample for n, r in runs.items()}
-    atomic_write_json(
-        out / "metrics.json",
-        {
-            "models": summaries,
-            "labels": list(shared.labels),
-            "per_sample_l1_norm": {n: v.tolist() for n, v in per_sample.items()},
-        },
-    )
+    payload = {
+        "models": summaries,
+        "labels": list(shared.labels),
+        "per_sample_l1_norm": {n: v.tolist() for n, v in per_sample.items()},
+    }
+    atomic_write_json(out / "metrics.json", jsonable(payload))  # NaN (a model's NaN outputs) -> "NaN"
     artifacts = {"metrics": str(out / "metrics.json")}
     if not tf.plots:
         return artifacts

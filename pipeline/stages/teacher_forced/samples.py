@@ -64,7 +64,7 @@ def read_frames(root: Path, keys: Sequence[str]) -> Frames:
     if "episode_index" not in cat:
         raise InputError(f"{files[0]}: no episode_index column", path=files[0], field="episode_index")
     episode = cat.pop("episode_index").reshape(-1).astype(np.int64)
-    frame = cat.pop("frame_index").reshape(-1).astype(np.int64) if "frame_index" in cat else _counts(episode)
+    frame = cat["frame_index"].reshape(-1).astype(np.int64) if "frame_index" in cat else _counts(episode)
     schema = {k: {"dtype": features[k].get("dtype"), "shape": features[k].get("shape")} for k in dims}
     names = {k: lr.flat_names(features[k].get("names")) for k in keys}
     columns = {k: np.asarray(cat[k], dtype=np.float32) for k in keys}
