@@ -34,7 +34,8 @@ NOISE = 0.05  # perturbation std as a fraction of each observation dim's std
 
 class DemoModel:
     """A demo checkpoint scored in batches on `device`. The saved normalizers are affine per dim, so they
-    are folded once into (gain, offset) tensors on the device instead of being rebuilt every batch."""
+    are folded once into the first and last Linear layers (`self.net`): a batch costs the network alone.
+    `self.policy` stays the checkpoint's own module (normalized in, normalized out)."""
 
     def __init__(self, path: str, device: str) -> None:
         self.loaded = load_pretrained(path)
@@ -43,6 +44,7 @@ class DemoModel:
         self.input_features = list(self.loaded.spec.input_features)
         self.inputs = {k: self._affine(k, normalize) for k in self.input_features}
         self.output = self._affine(ACTION_KEY, unnormalize)
+        self.net = self._folded()
 
     def _affine(self, key: str, fn: Any) -> tuple[torch.Tensor, torch.Tensor]:
         width = int(
@@ -53,14 +55,24 @@ class DemoModel:
         gain = np.asarray(fn(np.ones(width, np.float32), stats, mode), np.float32) - zero
         return torch.as_tensor(gain, device=self.device), torch.as_tensor(zero, device=self.device)
 
+    @torch.no_grad()
+    def _folded(self) -> torch.nn.Sequential:
+        """W(g*x + o) + b = (W*g) x + (W o + b) in, g_out*(W x + b) + o_out out: the same function."""
+        net = copy.deepcopy(self.policy.net)
+        first, last = net[0], net[-1]
+        gain = torch.cat([self.inputs[k][0] for k in self.input_features])
+        offset = torch.cat([self.inputs[k][1] for k in self.input_features])
+        first.bias += first.weight @ offset
+        first.weight *= gain
+        out_gain, out_offset = self.output
+        last.weight *= out_gain[:, None]
+        last.bias.mul_(out_gain).add_(out_offset)
+        return net.eval()
+
     @torch.inference_mode()
     def predict(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
-        parts = []
-        for key in self.input_features:
-            gain, offset = self.inputs[key]
-            parts.append(torch.as_tensor(batch[key], dtype=torch.float32, device=self.device) * gain + offset)
-        gain, offset = self.output
-        return self.policy(torch.cat(parts, dim=-1)) * gain + offset
+        x = np.concatenate([batch[k] for k in self.input_features], axis=-1, dtype=np.float32)
+        return self.net(torch.from_numpy(x).to(self.device))
 
 
 def load_policy(path: str, device: str) -> DemoModel:

@@ -10,6 +10,7 @@ are expected to read safetensors/JSON, as the shipped ones do.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from rich.progress import Progress
 from pipeline.errors import InputError
 
 Predict = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+LONG = 50  # batches: from here on a progress bar shows the run is alive
 
 
 def device_for(want: str) -> str:
@@ -103,11 +105,13 @@ def infer(
     total = len(next(iter(batch.values())))
     starts = list(range(0, total, size))
     parts = []
-    with torch.inference_mode(), Progress(transient=True, disable=len(starts) < 20) as bar:
-        task = bar.add_task(label, total=len(starts))
+    with torch.inference_mode(), contextlib.ExitStack() as stack:
+        bar = stack.enter_context(Progress(transient=True)) if len(starts) >= LONG else None
+        task = bar.add_task(label, total=len(starts)) if bar else None
         for start in starts:
             parts.append(predict({k: v[start : start + size] for k, v in batch.items()}))
-            bar.advance(task)
+            if bar is not None and task is not None:
+                bar.advance(task)
     return np.concatenate(parts) if parts else np.zeros((0, 1, 0), np.float32)
 
 
