@@ -249,6 +249,13 @@ def _findings(
             evidence={k: summary[k] for k in ("dims", "l1", "l1_norm", "mse", "l1_norm_by_step", "subsets")},
         )
     )
+    out += _subsets(tf, name, scored, labels)
+    return out
+
+
+def _subsets(tf: Any, name: str, scored: metrics.Scored, labels: Sequence[str]) -> list[Check]:
+    """One subset's error far above the others': the covariate-shift signature (reference 004)."""
+    out: list[Check] = []
     gap = metrics.subset_gap(scored.per_sample, labels)
     if gap is not None:
         out.append(

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.stages.config import typed
-from pipeline.stages.teacher_forced import TeacherForcedConfig, provenance, repeatability
+from pipeline.stages.teacher_forced import TeacherForcedConfig, metrics, provenance, repeatability
 from pipeline.stages.teacher_forced.samples import read_frames, select
 
 KEY = "stages.teacher_forced"
@@ -110,3 +110,34 @@ def test_selection_is_stratified_and_seeded(demo):
     assert np.bincount(frames.episode[rows]).tolist() == [6, 6, 6, 6]
     only = select(frames, 10, seed=4, episodes=[1])
     assert set(frames.episode[only].tolist()) == {1}
+
+
+def test_subset_gap_collapse_and_paired_difference():
+    rng = np.random.default_rng(2)
+    errors = np.concatenate([rng.gamma(2.0, 0.1, 40), rng.gamma(2.0, 0.4, 20)])
+    labels = ["nominal"] * 40 + ["recovery"] * 20
+    gap = metrics.subset_gap(errors, labels)
+    assert gap["worst"] == "recovery" and gap["ratio"] > 2.0
+    assert metrics.subset_gap(errors, ["all"] * 60) is None
+    truth = rng.normal(size=(60, 1, 3))
+    flat = np.repeat(truth[:1] * 0 + 0.5, 60, axis=0)
+    flat[:, 0, 2] = truth[:, 0, 2]  # one dim still follows the data
+    found = metrics.collapse(flat, truth, 0.05)
+    assert found["inactive_dims"] == [0, 1] and not found["collapsed"]
+    assert metrics.collapse(np.zeros_like(truth), truth, 0.05)["collapsed"]
+    result = metrics.paired(errors + 0.05, errors, 500, 0.95, 0)
+    assert result["ci"] is None and result["mean_diff"] == pytest.approx(0.05)  # a constant shift
+    result = metrics.paired(errors + rng.normal(0.05, 0.02, 60), errors, 500, 0.95, 0)
+    assert result["ci"][0] > 0 and result["p"] < 0.001
+
+
+@pytest.mark.gpu
+def test_stage_scores_on_the_gpu(demo, tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    from tests.stages.teacher_forced.helpers import by_id, run_stage
+
+    result = run_stage(demo["dataset"], tmp_path, device="cuda", resources={"gpus_per_node": 1}, samples=24)
+    assert by_id(result)["error.base"].verdict == "match" and result.status == "pass"
