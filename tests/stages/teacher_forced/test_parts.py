@@ -141,3 +141,23 @@ def test_stage_scores_on_the_gpu(demo, tmp_path):
 
     result = run_stage(demo["dataset"], tmp_path, device="cuda", resources={"gpus_per_node": 1}, samples=24)
     assert by_id(result)["error.base"].verdict == "match" and result.status == "pass"
+
+
+def test_shipped_yaml_mirrors_the_dataclass_defaults():
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    import pipeline.stages
+
+    shipped = Path(pipeline.stages.__file__).parents[1] / "conf" / "stages" / "teacher_forced.yaml"
+    assert OmegaConf.to_container(OmegaConf.load(shipped)) == OmegaConf.to_container(
+        OmegaConf.structured(TeacherForcedConfig)
+    )
+
+
+def test_no_models_and_no_demo_is_skipped(tmp_path):
+    from tests.stages.teacher_forced.helpers import run_stage
+
+    result = run_stage(str(tmp_path / "dataset"), tmp_path / "run")
+    assert result.status == "skipped" and not result.checks
