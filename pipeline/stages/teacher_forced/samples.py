@@ -71,44 +71,62 @@ def read_frames(root: Path, keys: Sequence[str]) -> Frames:
     return Frames(root, columns, episode, frame, names, schema)
 
 
+def _ranks(episode: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's rank within its episode (by frame) and its episode's length; one sort, no per-episode
+    scans, so a dataset of thousands of episodes costs O(rows log rows)."""
+    order = np.lexsort((frame, episode))
+    sorted_ep = episode[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ep[1:] != sorted_ep[:-1]])
+    lengths = np.diff(np.r_[starts, len(order)])
+    group = np.repeat(np.arange(len(starts)), lengths)
+    rank, length = np.empty(len(order), np.int64), np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order)) - starts[group]
+    length[order] = lengths[group]
+    return rank, length
+
+
 def _counts(episode: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(episode), dtype=np.int64)
-    for value in np.unique(episode):
-        where = np.flatnonzero(episode == value)
-        out[where] = np.arange(len(where))
-    return out
+    """Frame numbers from row order when the data has no frame_index column."""
+    return _ranks(episode, np.arange(len(episode)))[0]
 
 
 def position_of(frames: Frames) -> np.ndarray:
     """Each row's place in its episode in [0, 1] (0 = first frame, 1 = last)."""
-    out = np.zeros(len(frames), dtype=np.float64)
-    for value in np.unique(frames.episode):
-        where = np.flatnonzero(frames.episode == value)
-        order = np.argsort(frames.frame[where], kind="stable")
-        out[where[order]] = np.arange(len(where)) / max(1, len(where) - 1)
-    return out
+    rank, length = _ranks(frames.episode, frames.frame)
+    return rank / np.maximum(1, length - 1)
+
+
+def _strata(frames: Frames) -> dict[tuple[int, int], np.ndarray]:
+    """Rows (ascending) of every (episode, third of the episode) stratum."""
+    third = np.minimum((position_of(frames) * 3).astype(int), 2)
+    order = np.lexsort((np.arange(len(frames)), third, frames.episode))
+    keys = np.stack([frames.episode[order], third[order]], axis=1)
+    cuts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]).any(axis=1), True])
+    return {(int(keys[a, 0]), int(keys[a, 1])): order[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)}
 
 
 def select(frames: Frames, n: int, seed: int, episodes: Sequence[int] | None = None) -> np.ndarray:
     """Row indices of `n` samples: episodes in a seeded order, positions rotating start/middle/end."""
     rng = np.random.default_rng(seed)
-    pos = position_of(frames)
-    third = np.minimum((pos * 3).astype(int), 2)
+    strata = _strata(frames)
     pool = np.unique(frames.episode) if episodes is None else np.asarray(sorted(set(episodes)))
     pool = rng.permutation(pool)
     if len(pool) == 0:
         raise InputError(f"{frames.root}: no episodes to sample from", path=frames.root, field="episodes")
+    empty = np.zeros(0, np.int64)
     chosen: list[int] = []
     taken: set[int] = set()
     for step in range(n * 4):
         if len(chosen) == n:
             break
-        ep = pool[step % len(pool)]
+        ep = int(pool[step % len(pool)])
         stratum = (step % len(pool) + step // len(pool)) % 3
-        rows = [r for r in np.flatnonzero((frames.episode == ep) & (third == stratum)) if r not in taken]
-        rows = rows or [r for r in np.flatnonzero(frames.episode == ep) if r not in taken]
+        rows = [int(r) for r in strata.get((ep, stratum), empty) if r not in taken]
+        if not rows:
+            whole = np.sort(np.concatenate([strata.get((ep, t), empty) for t in range(3)]))
+            rows = [int(r) for r in whole if r not in taken]
         if rows:
-            pick = int(rows[rng.integers(len(rows))])
+            pick = rows[rng.integers(len(rows))]
             chosen.append(pick)
             taken.add(pick)
     return np.asarray(chosen, dtype=np.int64)
@@ -173,17 +191,29 @@ def manifest(frames: Frames, rows: np.ndarray, seed: int, labels: list[str]) -> 
     }
 
 
+def _find(frames: Frames, wanted: Sequence[tuple[int, int]]) -> list[int | None]:
+    """Row of each (episode, frame) pair, None where the data lacks it (one sort, then binary search)."""
+    order = np.lexsort((frames.frame, frames.episode))
+    eps, frs = frames.episode[order], frames.frame[order]
+    out: list[int | None] = []
+    for episode, frame in wanted:
+        lo = np.searchsorted(eps, episode, "left")
+        hi = np.searchsorted(eps, episode, "right")
+        at = lo + np.searchsorted(frs[lo:hi], frame)
+        out.append(int(order[at]) if at < hi and frs[at] == frame else None)
+    return out
+
+
 def resolve(frames: Frames, saved: Mapping[str, Any], path: Path) -> tuple[np.ndarray, list[str]]:
     """Rows of a saved manifest in this data, and what no longer matches (empty = provably the same)."""
-    where = {(int(e), int(f)): i for i, (e, f) in enumerate(zip(frames.episode, frames.frame, strict=True))}
     try:
         samples = list(saved["samples"])
         want = saved["fingerprint"]
     except (KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a sample manifest ({exc})", path=path, field="samples") from exc
+    found = _find(frames, [(int(s["episode"]), int(s["frame"])) for s in samples])
     rows, problems = [], []
-    for number, sample in enumerate(samples):
-        row = where.get((int(sample["episode"]), int(sample["frame"])))
+    for number, (sample, row) in enumerate(zip(samples, found, strict=True)):
         if row is None:
             problems.append(f"sample {number}: episode {sample['episode']} frame {sample['frame']} absent")
             continue
