@@ -76,7 +76,7 @@ def evaluate(
     checks += sample_rows
     artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
     if any(c.blocking for c in sample_rows) or not loaded:
-        return StageResult.from_checks("teacher_forced", checks, artifacts=artifacts)
+        return _result(checks, artifacts)
     shared = prepare(tf, frames, rows, labels, keys)
     runs: dict[str, Run] = {}
     for spec, model in loaded:
@@ -84,7 +84,20 @@ def evaluate(
         checks += found
     checks += _compare(tf, runs, baseline)
     artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
-    return StageResult.from_checks("teacher_forced", checks, artifacts=artifacts)
+    return _result(checks, artifacts)
+
+
+def _result(checks: list[Check], artifacts: dict[str, str]) -> StageResult:
+    """The record also carries, at the stage level, what proves the pairing: every checkpoint's digest
+    and the evaluation data's fingerprint."""
+    pins = {c.feature: c.actual for c in checks if c.id.startswith("teacher_forced.provenance.")}
+    data = next((c.evidence.get("fingerprint") or c.actual for c in checks if c.feature == "samples"), None)
+    return StageResult.from_checks(
+        "teacher_forced",
+        checks,
+        artifacts=artifacts,
+        provenance={"checkpoint_sha256": pins, "data_fingerprint": data},
+    )
 
 
 def prepare(

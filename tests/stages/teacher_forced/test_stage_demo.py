@@ -24,6 +24,8 @@ def test_demo_reports_both_models_on_the_same_96_samples(demo, tmp_path):
     assert rows["provenance.base"].verdict == rows["provenance.noise_injected"].verdict == "match"
     manifest = json.loads(Path(result.artifacts["samples"]).read_text())
     assert len(manifest["samples"]) == 96 and manifest["fingerprint"]["rows"] == 240
+    assert result.provenance["data_fingerprint"] == manifest["fingerprint"]
+    assert set(result.provenance["checkpoint_sha256"]) == {"base", "noise_injected"}
     assert {s["episode"] for s in manifest["samples"]} == {0, 1, 2, 3}
     thirds = np.minimum((np.array([s["position"] for s in manifest["samples"]]) * 3).astype(int), 2)
     assert sorted(np.bincount(thirds).tolist()) == [32, 32, 32]
