@@ -54,7 +54,7 @@ def read_frames(root: Path, keys: Sequence[str]) -> Frames:
             raise InputError(
                 f"{info_path}: features lack {key!r} (has {sorted(features)})", path=info_path, field=key
             )
-        if spec is not None:
+        if spec is not None and key != "episode_index":  # the reader adds episode_index itself
             dims[key] = int(np.prod(spec.get("shape") or [1]))
     files = lr._data_files(root)
     if not files:
@@ -63,11 +63,11 @@ def read_frames(root: Path, keys: Sequence[str]) -> Frames:
     cat = {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
     if "episode_index" not in cat:
         raise InputError(f"{files[0]}: no episode_index column", path=files[0], field="episode_index")
-    episode = cat.pop("episode_index").reshape(-1).astype(np.int64)
+    episode = cat["episode_index"].reshape(-1).astype(np.int64)
     frame = cat["frame_index"].reshape(-1).astype(np.int64) if "frame_index" in cat else _counts(episode)
     schema = {k: {"dtype": features[k].get("dtype"), "shape": features[k].get("shape")} for k in dims}
     names = {k: lr.flat_names(features[k].get("names")) for k in keys}
-    columns = {k: np.asarray(cat[k], dtype=np.float32) for k in keys}
+    columns = {k: np.asarray(cat[k], dtype=np.float32).reshape(len(episode), -1) for k in keys}
     return Frames(root, columns, episode, frame, names, schema)
 
 

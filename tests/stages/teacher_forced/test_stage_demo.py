@@ -153,3 +153,9 @@ def test_subsets_by_episode_list_and_reference_measure(demo, tmp_path):
     assert (
         0 < reference.evidence["one_sided_p"] <= 1 and "all_positive" in reference.evidence["leave_one_out"]
     )
+
+
+def test_subsets_by_a_column(demo, tmp_path):
+    result = run_stage(demo["dataset"], tmp_path, samples=24, subset_column="episode_index", plots=False)
+    means = by_id(result)["subsets.base"].evidence["means"]
+    assert set(means) == {f"episode_index={e}" for e in range(4)}
