@@ -26,6 +26,7 @@ import yaml
 
 from pipeline.demo.dataset import ALL_STATS, generate_episodes, write_dataset
 from pipeline.demo.policy import save_pretrained
+from pipeline.demo.teacher_forced import build_models
 from pipeline.demo.train import train_policy
 
 DEFAULTS: dict[str, Any] = {
@@ -38,6 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "faults": {},
 }
 MARKER = "demo.json"
+# Bump when the demo gains or changes what it builds, so a demo built by an older version is rebuilt.
+BUILD_VERSION = 2
 
 
 def settings(demo_cfg: Any) -> dict[str, Any]:
@@ -57,7 +60,8 @@ def _to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def digest(cfg: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    keyed = {"build_version": BUILD_VERSION, **cfg}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def plant_faults(
@@ -95,6 +99,7 @@ def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
         spec,
         extra_config={"demo": {"variant": cfg["variant"], "seed": cfg["seed"]}},
     )
+    build_models(out, cfg, episodes)  # the teacher_forced stage's models (pipeline/demo/teacher_forced.py)
     faults = cfg["faults"]
     if faults:
         shutil.rmtree(clean)

@@ -30,6 +30,7 @@ BUILTIN_MODULES = (
     "pipeline.stages.checkpoint_storage",
     "pipeline.stages.contract",
     "pipeline.stages.determinism",
+    "pipeline.stages.teacher_forced",
 )
 INPUT_KINDS = ("model", "training", "dataset")
 

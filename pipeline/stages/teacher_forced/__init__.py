@@ -1,0 +1,171 @@
+"""teacher_forced: ground-truth observations into each model, its actions against the dataset's.
+
+When a policy scores zero in closed loop, the first day goes into proving the checkpoint is the right
+one, the data pairing is intact and the model is not collapsed (reference 004). This stage makes that
+evidence standing: provenance (sha256 of every checkpoint file vs a pinned digest or merge log), the
+same seeded, stratified samples for every model (a manifest with the data's fingerprint), per-dim /
+per-step error in dataset and normalized units, paired comparisons with a bootstrap interval and a
+Wilcoxon p-value, and, for stochastic models, repeatability before any conclusion (reference 002).
+
+`stages.teacher_forced.models` lists the models; empty means the demo's (`teacher_forced/models.json`
+beside the demo's dataset). No models and no demo: the stage is skipped (nothing to compare).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipeline.errors import ConfigError, InputError
+from pipeline.records import StageResult
+from pipeline.stages import Stage, StageContext, register, stage_config
+from pipeline.stages.config import Resources, StageConfig
+from pipeline.stages.teacher_forced.repeatability import check_seeds
+
+NAME = "teacher_forced"
+SEVERITIES = ("hard", "soft")
+DEMO_MODELS = Path("teacher_forced") / "models.json"
+
+
+@dataclass
+class ModelSpec:
+    """One model under test. `loader` is `module:function(path, device)`; `seeds` are the artifact's
+    own seeds (training, sampling), which estimator seeds must not share."""
+
+    name: str = ""
+    path: str | None = None
+    loader: str | None = None
+    expected_sha256: str | None = None  # a file's sha256, or a directory's listing digest
+    manifest: str | None = None  # merge log / manifest of `path sha256` lines (paths inside the checkpoint)
+    inputs: list[str] = field(default_factory=list)  # observation keys; empty: the model's own list
+    seeds: list[int] = field(default_factory=list)
+    stochastic: bool = False  # true: score under every estimator seed (repeatability gate)
+
+
+@dataclass
+class TeacherForcedConfig(StageConfig):
+    """Thresholds and choices; the defaults follow the Coffee Nominal investigation (96 paired samples)."""
+
+    resources: Resources = field(default_factory=lambda: Resources(time_min=30, gpus_per_node=0))
+    models: list[ModelSpec] = field(default_factory=list)  # empty: the demo's models
+    baseline: str | None = None  # the reference model's name; None: the demo's or the first listed
+    action_key: str = "action"
+    samples: int = 96
+    seed: int = 0  # sample selection
+    episodes: list[int] = field(default_factory=list)  # sample only these episodes (empty: all)
+    subset_column: str | None = None  # e.g. task_index: one subset per value
+    subset_episodes: dict[str, list[int]] = field(default_factory=dict)  # e.g. {recovery: [10, 11]}
+    sample_manifest: str | None = None  # reuse (and verify) this manifest; written there if absent
+    horizon: int = 1  # chunk steps compared with the dataset's next actions
+    gripper_dims: list[int] | None = None  # None: action dims whose name contains "gripper"
+    batch_size: int = 256
+    device: str = "auto"  # auto | cpu | cuda (cuda needs resources.gpus_per_node >= 1)
+    require_provenance: bool = False  # true: a model without expected_sha256/manifest is unverifiable
+    collapse_ratio: float = 0.05  # output std across samples below 5 % of the data's: inactive
+    max_l1: float | None = None  # mean normalized L1 above this: hard finding (None: off)
+    baseline_ratio: float = 3.0  # mean error above 3x the baseline's (and the CI excludes 0): finding
+    baseline_severity: str = "soft"
+    subset_ratio: float = 2.0  # one subset's error above 2x the others': the covariate-shift signature
+    subset_severity: str = "soft"
+    bootstrap_resamples: int = 2000
+    confidence: float = 0.95
+    estimator_seeds: list[int] = field(default_factory=lambda: [9300, 9301, 9302, 9303])
+    repeatability_min: float = 0.9  # split-half Spearman below this: unverifiable
+    reference_column: str | None = None  # per-sample reference measure (a dataset column) to correlate
+    permutations: int = 2000
+    permutation_seed: int = 9100
+    plots: bool = True
+    worst_samples: int = 3
+
+    def validate(self, key: str) -> None:
+        super().validate(key)
+        for name, low in (("samples", 4), ("horizon", 1), ("batch_size", 1), ("bootstrap_resamples", 100)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"{key}.{name}", f"expected >= {low}, got {getattr(self, name)}")
+        for name in ("baseline_severity", "subset_severity"):
+            if getattr(self, name) not in SEVERITIES:
+                raise ConfigError(f"{key}.{name}", f"expected hard | soft, got {getattr(self, name)!r}")
+        if not 0 < self.confidence < 1 or not 0 < self.repeatability_min <= 1:
+            raise ConfigError(f"{key}.confidence", "confidence and repeatability_min must lie in (0, 1]")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"{key}.device", f"expected auto | cpu | cuda[:N], got {self.device!r}")
+        if self.device.startswith("cuda") and not (self.resources.gpus_per_node or 0) >= 1:
+            raise ConfigError(f"{key}.resources.gpus_per_node", "device=cuda needs a GPU: set it to >= 1")
+        names = [m.name for m in self.models]
+        if any(not n for n in names) or len(set(names)) != len(names):
+            raise ConfigError(f"{key}.models", f"every model needs a unique non-empty name, got {names}")
+        if self.baseline and names and self.baseline not in names:
+            raise ConfigError(f"{key}.baseline", f"{self.baseline!r} is not one of the models {names}")
+        for i, m in enumerate(self.models):
+            if m.path and not m.loader:
+                raise ConfigError(f"{key}.models[{i}].loader", "expected 'module:function' for the path")
+        check_seeds(self.estimator_seeds, {m.name: m.seeds for m in self.models}, key)
+
+
+def demo_models(dataset: str | None) -> tuple[list[ModelSpec], dict[str, Any]]:
+    """The demo's models (beside its dataset), paths resolved and kept inside the demo folder."""
+    if not dataset:
+        return [], {}
+    root = Path(dataset).resolve().parent
+    listing = root / DEMO_MODELS
+    if not listing.is_file():
+        return [], {}
+    try:
+        data = json.loads(listing.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{listing}: unreadable demo model list: {exc}", path=listing) from exc
+    specs = []
+    for i, raw in enumerate(data.get("models") or []):
+        spec = ModelSpec(**raw)
+        for attr in ("path", "manifest"):
+            value = getattr(spec, attr)
+            if value:
+                full = (listing.parent / value).resolve()
+                if not full.is_relative_to(root):
+                    raise InputError(
+                        f"{listing}: models[{i}].{attr} {value!r} leaves {root}", path=listing, field=attr
+                    )
+                setattr(spec, attr, str(full))
+        specs.append(spec)
+    return specs, data
+
+
+def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
+    from pipeline.stages.teacher_forced.evaluate import evaluate
+
+    tf = ctx.config if isinstance(ctx.config, TeacherForcedConfig) else stage_config(cfg, NAME)
+    assert isinstance(tf, TeacherForcedConfig)
+    dataset = (cfg.get("dataset") or {}).get("path")
+    specs, extra = (tf.models, {}) if tf.models else demo_models(dataset)
+    if not specs:
+        return StageResult(
+            NAME, "skipped", provenance={"reason": "no models configured (stages.teacher_forced.models)"}
+        )
+    if not dataset:
+        raise InputError("dataset.path: the teacher-forced stage needs a dataset", field="dataset.path")
+    try:
+        check_seeds(tf.estimator_seeds, {m.name: m.seeds for m in specs}, f"stages.{NAME}")
+    except ConfigError as exc:
+        raise InputError(str(exc), field=exc.key) from exc
+    baseline = tf.baseline or extra.get("baseline") or specs[0].name
+    groups = tf.subset_episodes or dict(extra.get("subset_episodes") or {})
+    return evaluate(tf, specs, baseline, groups, Path(dataset), ctx)
+
+
+register(
+    Stage(
+        name=NAME,
+        run=run,
+        inputs=("dataset",),
+        category="diagnostics",
+        config=TeacherForcedConfig,
+        description="checkpoint provenance, paired teacher-forced action error across models, "
+        "repeatability of stochastic models",
+    )
+)
+
+__all__ = ["ModelSpec", "TeacherForcedConfig", "run", "demo_models"]

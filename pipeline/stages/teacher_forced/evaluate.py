@@ -1,0 +1,396 @@
+"""The stage's sequence: provenance, samples, inference, findings, comparisons, pictures.
+
+Each step decides verdicts and evidence, then makes one row call. A model whose checkpoint does not
+match its pin is not evaluated (a wrong checkpoint's numbers would mislead); a sample manifest that no
+longer matches the data stops the comparison (the pairing is no longer provable).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.records import Check, Rows, StageResult
+from pipeline.stages import StageContext
+from pipeline.stages.teacher_forced import metrics, models, provenance, repeatability, report, samples
+from pipeline.storage import atomic_write_json
+
+ROWS = Rows("teacher_forced", "diagnostics")
+PROBE = 16  # samples re-run under a second seed to show that a model declared deterministic is
+
+
+@dataclass
+class Run:
+    """What one model produced on the shared samples."""
+
+    loaded: models.Loaded
+    spec: Any
+    scored: metrics.Scored
+    summary: dict[str, Any]
+    repeatable: bool | None = True
+
+
+@dataclass
+class Shared:
+    """What every model is scored against: the same rows, targets, units and labels."""
+
+    frames: samples.Frames
+    rows: np.ndarray
+    labels: list[str]
+    batch: dict[str, np.ndarray]
+    truth: np.ndarray
+    valid: np.ndarray
+    scale: np.ndarray
+    names: list[str]
+    gripper: list[int]
+
+
+def evaluate(
+    tf: Any,
+    specs: Sequence[Any],
+    baseline: str,
+    groups: Mapping[str, list[int]],
+    dataset: Path,
+    ctx: StageContext,
+) -> StageResult:
+    """Provenance, then the shared samples, then every model on them, then comparisons and pictures."""
+    checks: list[Check] = []
+    loaded = []
+    for spec in specs:
+        row, ok = _provenance(spec, tf.require_provenance)
+        checks.append(row)
+        if ok is not False:
+            key = f"stages.teacher_forced.models[{spec.name}]"
+            device = models.device_for(tf.device)
+            loaded.append((spec, models.load(spec.name, spec.path, spec.loader, device, spec.inputs, key)))
+    extra = {c for c in (tf.subset_column, tf.reference_column) if c}
+    keys = sorted({k for _, m in loaded for k in m.inputs} | {tf.action_key} | extra)
+    frames = samples.read_frames(dataset, keys)
+    rows, labels, sample_rows = _samples(tf, frames, groups, ctx.artifacts_dir)
+    checks += sample_rows
+    artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
+    if any(c.blocking for c in sample_rows) or not loaded:
+        return _result(checks, artifacts)
+    shared = prepare(tf, frames, rows, labels, keys)
+    runs: dict[str, Run] = {}
+    for spec, model in loaded:
+        found, runs[spec.name] = score_model(tf, spec, model, shared)
+        checks += found
+    checks += _compare(tf, runs, baseline)
+    artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
+    return _result(checks, artifacts)
+
+
+def _result(checks: list[Check], artifacts: dict[str, str]) -> StageResult:
+    """The record also carries, at the stage level, what proves the pairing: every checkpoint's digest
+    and the evaluation data's fingerprint."""
+    pins = {c.feature: c.actual for c in checks if c.id.startswith("teacher_forced.provenance.")}
+    data = next((c.evidence.get("fingerprint") or c.actual for c in checks if c.feature == "samples"), None)
+    return StageResult.from_checks(
+        "teacher_forced",
+        checks,
+        artifacts=artifacts,
+        provenance={"checkpoint_sha256": pins, "data_fingerprint": data},
+    )
+
+
+def prepare(
+    tf: Any, frames: samples.Frames, rows: np.ndarray, labels: list[str], keys: Sequence[str]
+) -> Shared:
+    truth, valid = metrics.targets(frames, rows, tf.action_key, tf.horizon)
+    scale = frames.columns[tf.action_key].astype(np.float64).std(axis=0)
+    names = frames.names.get(tf.action_key) or [f"dim{d}" for d in range(truth.shape[-1])]
+    gripper = tf.gripper_dims
+    if gripper is None:
+        gripper = [d for d, n in enumerate(names) if "gripper" in n.lower()]
+    batch = {k: frames.columns[k][rows] for k in keys}
+    return Shared(
+        frames,
+        rows,
+        labels,
+        batch,
+        truth,
+        valid,
+        np.where(scale > 1e-12, scale, 1.0),
+        list(names),
+        list(gripper),
+    )
+
+
+def score_model(tf: Any, spec: Any, model: models.Loaded, shared: Shared) -> tuple[list[Check], Run]:
+    """One model on the shared samples: inference, findings, repeatability, reference measure."""
+    inputs = {k: shared.batch[k] for k in model.inputs}
+    pred = models.infer(model.predict, inputs, tf.batch_size, tf.estimator_seeds[0], spec.name)
+    scored = metrics.score(pred, shared.truth, shared.valid, shared.scale)
+    summary = metrics.summary(scored, shared.gripper, shared.labels, shared.names)
+    checks = _findings(tf, spec.name, scored, shared.truth, summary, shared.labels)
+    again = _repeatable(tf, spec, model, shared, scored)
+    checks.append(again)
+    if tf.reference_column:
+        reference = shared.frames.columns[tf.reference_column][shared.rows]
+        checks.append(_reference(tf, spec.name, scored.per_sample, reference))
+    return checks, Run(model, spec, scored, summary, again.verdict == "match")
+
+
+def _provenance(spec: Any, required: bool) -> tuple[Check, bool | None]:
+    if not spec.path:
+        raise InputError(f"stages.teacher_forced.models[{spec.name}].path: not set", field="path")
+    proof = provenance.verify(
+        Path(spec.path), spec.expected_sha256, Path(spec.manifest) if spec.manifest else None
+    )
+    if proof.ok is None:
+        message = f"{spec.name}: sha256 recorded; nothing pinned (set expected_sha256 or manifest)"
+        row = ROWS.judge(
+            f"provenance.{spec.name}",
+            spec.name,
+            None if required else True,
+            message,
+            severity="hard" if required else "soft",
+            actual=proof.digest,
+            evidence=proof.evidence(),
+        )
+        return row, None
+    message = (
+        f"{spec.name}: every pinned checkpoint file matches"
+        if proof.ok
+        else f"{spec.name}: checkpoint differs from its pin in {sorted(proof.mismatched)}; not evaluated"
+    )
+    return ROWS.judge(
+        f"provenance.{spec.name}",
+        spec.name,
+        proof.ok,
+        message,
+        expected=proof.expected,
+        actual=proof.digest,
+        evidence=proof.evidence(),
+    ), proof.ok
+
+
+def _samples(
+    tf: Any, frames: samples.Frames, groups: Mapping[str, list[int]], out: Path
+) -> tuple[np.ndarray, list[str], list[Check]]:
+    """Reuse and verify a saved manifest, or select and save one."""
+    saved_at = Path(tf.sample_manifest) if tf.sample_manifest else None
+    if saved_at is not None and saved_at.is_file():
+        saved = json.loads(saved_at.read_text(encoding="utf-8"))
+        rows, problems = samples.resolve(frames, saved, saved_at)
+        labels = [s.get("subset", "all") for s in saved["samples"]][: len(rows)]
+        ok = not problems
+        row = ROWS.judge(
+            "samples.manifest",
+            "samples",
+            ok,
+            f"{len(rows)} samples from {saved_at} "
+            + ("still match the data" if ok else f"no longer match the data: {problems[:3]}"),
+            expected=saved.get("fingerprint"),
+            actual=samples.fingerprint(frames, rows),
+            evidence={"manifest": str(saved_at), "problems": problems[:20]},
+        )
+        atomic_write_json(out / "samples.json", saved)
+        return rows, labels, [row]
+    rows = samples.select(frames, tf.samples, tf.seed, tf.episodes or None)
+    labels = samples.subsets(frames, rows, tf.subset_column, groups)
+    manifest = samples.manifest(frames, rows, tf.seed, labels)
+    atomic_write_json(out / "samples.json", manifest)
+    if saved_at is not None:
+        atomic_write_json(saved_at, manifest)
+    ok = len(rows) == tf.samples
+    row = ROWS.judge(
+        "samples.selection",
+        "samples",
+        ok,
+        f"{len(rows)} of {tf.samples} samples across {len(set(frames.episode[rows].tolist()))} "
+        "episodes (start/middle/end)",
+        severity="soft",
+        expected=tf.samples,
+        actual=len(rows),
+        evidence={"fingerprint": manifest["fingerprint"], "subsets": sorted(set(labels))},
+    )
+    return rows, labels, [row]
+
+
+def _findings(
+    tf: Any, name: str, scored: metrics.Scored, truth: np.ndarray, summary: dict, labels: Sequence[str]
+) -> list[Check]:
+    bad = metrics.nonfinite(scored.pred)
+    out = [
+        ROWS.judge(
+            f"finite.{name}",
+            name,
+            bad["samples"] == 0,
+            f"{name}: {bad['samples']} sample(s) with NaN/inf actions",
+            actual=bad["samples"],
+            evidence=bad,
+        )
+    ]
+    col = metrics.collapse(scored.pred, truth, tf.collapse_ratio)
+    message = (
+        f"{name}: outputs barely vary across samples (collapsed or inactive model)"
+        if col["collapsed"]
+        else f"{name}: inactive dims {col['inactive_dims']}"
+        if col["inactive_dims"]
+        else f"{name}: outputs vary with the observations"
+    )
+    out.append(
+        ROWS.judge(
+            f"collapse.{name}",
+            name,
+            not col["inactive_dims"],
+            message,
+            severity="hard" if col["collapsed"] else "soft",
+            evidence=col,
+        )
+    )
+    mean = summary["l1_norm_mean"]
+    limit = "no limit set" if tf.max_l1 is None else f"limit {tf.max_l1}"
+    out.append(
+        ROWS.judge(
+            f"error.{name}",
+            name,
+            None if mean is None else tf.max_l1 is None or mean <= tf.max_l1,
+            f"{name}: mean L1 {mean if mean is None else round(mean, 4)} dataset std units ({limit}); "
+            f"arm {summary['arm_l1_norm']}, gripper {summary['gripper_l1_norm']}",
+            severity="hard" if tf.max_l1 is not None else "soft",
+            expected=tf.max_l1,
+            actual=mean,
+            evidence={k: summary[k] for k in ("dims", "l1", "l1_norm", "mse", "l1_norm_by_step", "subsets")},
+        )
+    )
+    out += _subsets(tf, name, scored, labels)
+    return out
+
+
+def _subsets(tf: Any, name: str, scored: metrics.Scored, labels: Sequence[str]) -> list[Check]:
+    """One subset's error far above the others': the covariate-shift signature (reference 004)."""
+    out: list[Check] = []
+    gap = metrics.subset_gap(scored.per_sample, labels)
+    if gap is not None:
+        out.append(
+            ROWS.judge(
+                f"subsets.{name}",
+                name,
+                gap["ratio"] <= tf.subset_ratio,
+                f"{name}: subset {gap['worst']} error {gap['ratio']:.2f}x the others'",
+                severity=tf.subset_severity,
+                expected=tf.subset_ratio,
+                actual=gap["ratio"],
+                evidence=gap,
+            )
+        )
+    return out
+
+
+def _repeatable(tf: Any, spec: Any, model: models.Loaded, shared: Shared, first: metrics.Scored) -> Check:
+    """Stochastic models: per-sample error under every estimator seed, split halves must agree.
+    Others: a second seed on a few samples must give identical outputs (else: undeclared noise)."""
+    if not spec.stochastic:
+        probe = slice(0, min(PROBE, len(shared.rows)))
+        inputs = {k: shared.batch[k][probe] for k in model.inputs}
+        again = models.infer(model.predict, inputs, tf.batch_size, tf.estimator_seeds[1], spec.name)
+        varies = not np.array_equal(again, first.pred[probe], equal_nan=True)
+        message = (
+            f"{spec.name}: outputs change with the seed; declare stochastic: true"
+            if varies
+            else f"{spec.name}: deterministic (same outputs under two seeds)"
+        )
+        return ROWS.judge(
+            f"repeatability.{spec.name}",
+            spec.name,
+            not varies,
+            message,
+            evidence={"seeds": list(tf.estimator_seeds[:2]), "probe_samples": probe.stop},
+        )
+    inputs = {k: shared.batch[k] for k in model.inputs}
+    seeds = list(tf.estimator_seeds)
+    matrix = np.stack(
+        [first.per_sample]
+        + [
+            metrics.score(
+                models.infer(model.predict, inputs, tf.batch_size, s, spec.name),
+                shared.truth,
+                shared.valid,
+                shared.scale,
+            ).per_sample
+            for s in seeds[1:]
+        ]
+    )
+    result = repeatability.split_half(matrix)
+    rho = result["spearman"]
+    ok = None if rho is None or rho < tf.repeatability_min else True
+    message = (
+        f"{spec.name}: split-half Spearman {rho} over {len(seeds)} seeds "
+        + ("below" if ok is None else "at least")
+        + f" {tf.repeatability_min}"
+    )
+    return ROWS.judge(
+        f"repeatability.{spec.name}",
+        spec.name,
+        ok,
+        message,
+        expected=tf.repeatability_min,
+        actual=rho,
+        evidence={**result, "estimator_seeds": list(seeds)},
+    )
+
+
+def _reference(tf: Any, name: str, score: np.ndarray, reference: np.ndarray) -> Check:
+    """Per-sample error vs a reference measure: permutation control and leave-one-out."""
+    ref = reference.reshape(len(reference), -1)[:, 0].astype(np.float64)
+    keep = np.isfinite(score) & np.isfinite(ref)
+    control = repeatability.permutation_control(score[keep], ref[keep], tf.permutations, tf.permutation_seed)
+    loo = repeatability.leave_one_out(score[keep], ref[keep])
+    holds = control["one_sided_p"] <= 1 - tf.confidence and loo["all_positive"]
+    message = (
+        f"{name}: error vs {tf.reference_column}: Spearman {control['spearman']:.3f}, "
+        f"one-sided p {control['one_sided_p']:.4f}, leave-one-out all positive: {loo['all_positive']}"
+    )
+    return ROWS(
+        f"reference.{name}",
+        name,
+        "match",
+        message,
+        severity="soft",
+        actual={"association": bool(holds)},
+        evidence={**control, "leave_one_out": loo},
+    )
+
+
+def _compare(tf: Any, runs: Mapping[str, Run], baseline: str) -> list[Check]:
+    if baseline not in runs:
+        return []
+    base = runs[baseline].scored.per_sample
+    unverified = {n for n, r in runs.items() if not r.repeatable}
+    out = []
+    for name, run in runs.items():
+        if name == baseline:
+            continue
+        result = metrics.paired(run.scored.per_sample, base, tf.bootstrap_resamples, tf.confidence, tf.seed)
+        mine, theirs = run.summary["l1_norm_mean"], runs[baseline].summary["l1_norm_mean"]
+        ratio = mine / theirs if mine is not None and theirs else None
+        far = ratio is not None and ratio > tf.baseline_ratio and bool(result["ci"]) and result["ci"][0] > 0
+        ok = None if {name, baseline} & unverified else not far
+        ci = result["ci"]
+        message = (
+            f"{name} vs {baseline} on the same {result['n']} samples: mean diff "
+            f"{result['mean_diff']}, {int(tf.confidence * 100)}% CI {ci}, Wilcoxon p {result['p']}, "
+            f"ratio {ratio if ratio is None else round(ratio, 3)}"
+        )
+        out.append(
+            ROWS.judge(
+                f"compare.{name}_vs_{baseline}",
+                name,
+                ok,
+                message,
+                severity=tf.baseline_severity,
+                expected=tf.baseline_ratio,
+                actual=ratio,
+                evidence=result,
+            )
+        )
+    return out

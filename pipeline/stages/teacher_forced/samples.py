@@ -1,0 +1,223 @@
+"""Paired samples: which frames every model is scored on, chosen once and provable afterwards.
+
+Every model is compared on the same frames, so the selection is seeded and stratified (episodes in a
+seeded order, each round moving to the next third of the episode: start, middle, end), and saved as a
+manifest of sample identities (episode, frame, a sha256 of the row's values) under a fingerprint of the
+data (feature schema, row counts). A later run given that manifest re-reads the same rows and proves
+they still hold the same values; any drift is a hard finding, not a silently different comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import InputError
+
+POSITIONS = ("start", "middle", "end")
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class Frames:
+    """The dataset's vector columns in row order, with each row's episode and frame."""
+
+    root: Path
+    columns: dict[str, np.ndarray]  # key -> (rows, D) float32
+    episode: np.ndarray  # (rows,) int64
+    frame: np.ndarray  # (rows,) int64
+    names: dict[str, list[str] | None] = field(default_factory=dict)
+    schema: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.episode)
+
+
+def read_frames(root: Path, keys: Sequence[str]) -> Frames:
+    """THE one call site of the dataset readers: the LeRobot data API (v2.0-v3.0, path containment)."""
+    from pipeline.readers.lerobot_data import LeRobotData
+    from pipeline.readers.lerobot_dataset import flat_names
+
+    data = LeRobotData(root)
+    info_path = data.root / "meta" / "info.json"
+    features = data.features
+    missing = [k for k in keys if k not in features]
+    if missing:
+        raise InputError(
+            f"{info_path}: features lack {missing[0]!r} (has {sorted(features)})",
+            path=info_path,
+            field=missing[0],
+        )
+    wanted = [*keys, "episode_index"] + (["frame_index"] if "frame_index" in features else [])
+    cat = data.frames(wanted)
+    if "episode_index" not in cat:
+        raise InputError(f"{root}: no episode_index column", path=root, field="episode_index")
+    episode = cat["episode_index"].reshape(-1).astype(np.int64)
+    frame = cat["frame_index"].reshape(-1).astype(np.int64) if "frame_index" in cat else _counts(episode)
+    described = [k for k in wanted if k != "episode_index"]
+    schema = {k: {"dtype": features[k].get("dtype"), "shape": features[k].get("shape")} for k in described}
+    names = {k: flat_names(features[k].get("names")) for k in keys}
+    columns = {k: np.asarray(cat[k], dtype=np.float32).reshape(len(episode), -1) for k in keys}
+    return Frames(data.root, columns, episode, frame, names, schema)
+
+
+def _ranks(episode: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's rank within its episode (by frame) and its episode's length; one sort, no per-episode
+    scans, so a dataset of thousands of episodes costs O(rows log rows)."""
+    order = np.lexsort((frame, episode))
+    sorted_ep = episode[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ep[1:] != sorted_ep[:-1]])
+    lengths = np.diff(np.r_[starts, len(order)])
+    group = np.repeat(np.arange(len(starts)), lengths)
+    rank, length = np.empty(len(order), np.int64), np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order)) - starts[group]
+    length[order] = lengths[group]
+    return rank, length
+
+
+def _counts(episode: np.ndarray) -> np.ndarray:
+    """Frame numbers from row order when the data has no frame_index column."""
+    return _ranks(episode, np.arange(len(episode)))[0]
+
+
+def position_of(frames: Frames) -> np.ndarray:
+    """Each row's place in its episode in [0, 1] (0 = first frame, 1 = last)."""
+    rank, length = _ranks(frames.episode, frames.frame)
+    return rank / np.maximum(1, length - 1)
+
+
+def _strata(frames: Frames) -> dict[tuple[int, int], np.ndarray]:
+    """Rows (ascending) of every (episode, third of the episode) stratum."""
+    third = np.minimum((position_of(frames) * 3).astype(int), 2)
+    order = np.lexsort((np.arange(len(frames)), third, frames.episode))
+    keys = np.stack([frames.episode[order], third[order]], axis=1)
+    cuts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]).any(axis=1), True])
+    return {(int(keys[a, 0]), int(keys[a, 1])): order[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)}
+
+
+def select(frames: Frames, n: int, seed: int, episodes: Sequence[int] | None = None) -> np.ndarray:
+    """Row indices of `n` samples: episodes in a seeded order, positions rotating start/middle/end."""
+    rng = np.random.default_rng(seed)
+    strata = _strata(frames)
+    pool = np.unique(frames.episode) if episodes is None else np.asarray(sorted(set(episodes)))
+    pool = rng.permutation(pool)
+    if len(pool) == 0:
+        raise InputError(f"{frames.root}: no episodes to sample from", path=frames.root, field="episodes")
+    empty = np.zeros(0, np.int64)
+    chosen: list[int] = []
+    taken: set[int] = set()
+    for step in range(n * 4):
+        if len(chosen) == n:
+            break
+        ep = int(pool[step % len(pool)])
+        stratum = (step % len(pool) + step // len(pool)) % 3
+        rows = [int(r) for r in strata.get((ep, stratum), empty) if r not in taken]
+        if not rows:
+            whole = np.sort(np.concatenate([strata.get((ep, t), empty) for t in range(3)]))
+            rows = [int(r) for r in whole if r not in taken]
+        if rows:
+            pick = rows[rng.integers(len(rows))]
+            chosen.append(pick)
+            taken.add(pick)
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def row_hash(frames: Frames, row: int) -> str:
+    """sha256 of one row's values (float32 bytes of every evaluated column, in key order)."""
+    digest = hashlib.sha256()
+    for key in sorted(frames.columns):
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(frames.columns[key][row], dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+def fingerprint(frames: Frames, rows: np.ndarray) -> dict[str, Any]:
+    """Schema, row counts and the sampled rows' hashes: equal fingerprints = the same evaluation data."""
+    episodes, counts = np.unique(frames.episode, return_counts=True)
+    hashes = [row_hash(frames, int(r)) for r in rows]
+    return {
+        "schema": frames.schema,
+        "rows": len(frames),
+        "episodes": len(episodes),
+        "episode_rows_sha256": hashlib.sha256(
+            json.dumps(
+                {str(e): int(c) for e, c in zip(episodes, counts, strict=True)}, sort_keys=True
+            ).encode()
+        ).hexdigest(),
+        "samples_sha256": hashlib.sha256("".join(hashes).encode()).hexdigest(),
+    }
+
+
+def subsets(
+    frames: Frames, rows: np.ndarray, column: str | None, groups: Mapping[str, Sequence[int]]
+) -> list[str]:
+    """Each sample's subset: a named episode list (rest = 'other'), else a column's value, else 'all'."""
+    if groups:
+        lookup = {int(e): name for name, eps in groups.items() for e in eps}
+        return [lookup.get(int(frames.episode[r]), "other") for r in rows]
+    if column:
+        values = frames.columns[column][rows].reshape(len(rows), -1)[:, 0]
+        return [f"{column}={v:g}" for v in values]
+    return ["all"] * len(rows)
+
+
+def manifest(frames: Frames, rows: np.ndarray, seed: int, labels: list[str]) -> dict[str, Any]:
+    pos = position_of(frames)
+    return {
+        "version": MANIFEST_VERSION,
+        "dataset": str(frames.root),
+        "seed": seed,
+        "fingerprint": fingerprint(frames, rows),
+        "samples": [
+            {
+                "episode": int(frames.episode[r]),
+                "frame": int(frames.frame[r]),
+                "position": round(float(pos[r]), 6),
+                "subset": label,
+                "sha256": row_hash(frames, int(r)),
+            }
+            for r, label in zip(rows, labels, strict=True)
+        ],
+    }
+
+
+def _find(frames: Frames, wanted: Sequence[tuple[int, int]]) -> list[int | None]:
+    """Row of each (episode, frame) pair, None where the data lacks it (one sort, then binary search)."""
+    order = np.lexsort((frames.frame, frames.episode))
+    eps, frs = frames.episode[order], frames.frame[order]
+    out: list[int | None] = []
+    for episode, frame in wanted:
+        lo = np.searchsorted(eps, episode, "left")
+        hi = np.searchsorted(eps, episode, "right")
+        at = lo + np.searchsorted(frs[lo:hi], frame)
+        out.append(int(order[at]) if at < hi and frs[at] == frame else None)
+    return out
+
+
+def resolve(frames: Frames, saved: Mapping[str, Any], path: Path) -> tuple[np.ndarray, list[str]]:
+    """Rows of a saved manifest in this data, and what no longer matches (empty = provably the same)."""
+    try:
+        samples = list(saved["samples"])
+        want = saved["fingerprint"]
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a sample manifest ({exc})", path=path, field="samples") from exc
+    found = _find(frames, [(int(s["episode"]), int(s["frame"])) for s in samples])
+    rows, problems = [], []
+    for number, (sample, row) in enumerate(zip(samples, found, strict=True)):
+        if row is None:
+            problems.append(f"sample {number}: episode {sample['episode']} frame {sample['frame']} absent")
+            continue
+        rows.append(row)
+        if row_hash(frames, row) != sample.get("sha256"):
+            problems.append(f"sample {number}: episode {sample['episode']} frame {sample['frame']} changed")
+    have = fingerprint(frames, np.asarray(rows, dtype=np.int64))
+    for key in ("schema", "rows", "episodes", "episode_rows_sha256"):
+        if have[key] != want.get(key):
+            problems.append(f"fingerprint.{key}: manifest {want.get(key)!r}, data {have[key]!r}")
+    return np.asarray(rows, dtype=np.int64), problems

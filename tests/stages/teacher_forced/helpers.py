@@ -1,0 +1,24 @@
+"""Run the teacher_forced stage in-process exactly as a job does, and index its rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from pipeline.records import StageResult
+from pipeline.stages import StageContext
+from pipeline.stages.config import typed
+from pipeline.stages.teacher_forced import TeacherForcedConfig, run
+
+
+def run_stage(dataset: str, run_dir: Path, **overrides: Any) -> StageResult:
+    """The stage exactly as a job runs it: typed config in the context, the dataset path in cfg."""
+    config = typed(TeacherForcedConfig, overrides, "stages.teacher_forced")
+    cfg = OmegaConf.create({"dataset": {"path": dataset}, "stages": {}})
+    return run(cfg, StageContext(run_dir=run_dir, stage="teacher_forced", config=config))
+
+
+def by_id(result: StageResult) -> dict[str, Any]:
+    return {c.id.removeprefix("teacher_forced."): c for c in result.checks}
