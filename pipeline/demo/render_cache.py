@@ -132,16 +132,20 @@ def _manifest(root: Path, b: int) -> list[int]:
     return [int(json.loads(line)["archive_file"].split("-")[1].split(".")[0]) for line in lines]
 
 
-def render_states(r: Any, episodes: list[dict[str, np.ndarray]], order: list[int], steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """frames[t] = the eval env's own pixel observation of state t; goals = its terminal state's."""
-    frames, goals = [], []
-    for i in order:
-        ep = episodes[i]
-        for t in range(steps):
-            r.set_state(ep["qpos"][t], ep["qvel"][t])
-            frames.append(np.array(r.get_pixel_observation()))
-        r.set_state(ep["qpos"][steps], ep["qvel"][steps])
-        goals += [np.array(r.get_pixel_observation())] * steps
+def render_states(
+    r: Any, episodes: list[dict[str, np.ndarray]], order: list[int], steps: int, memo: dict
+) -> tuple[np.ndarray, np.ndarray]:
+    """frames[t] = the eval env's own pixel observation of state t; goals = its terminal state's.
+    `memo` keeps renders across budgets (a smaller budget's episodes are the larger's)."""
+
+    def frame(i: int, t: int) -> np.ndarray:
+        if (i, t) not in memo:
+            r.set_state(episodes[i]["qpos"][t], episodes[i]["qvel"][t])
+            memo[(i, t)] = np.array(r.get_pixel_observation())
+        return memo[(i, t)]
+
+    frames = [frame(i, t) for i in order for t in range(steps)]
+    goals = [frame(i, steps) for i in order for _ in range(steps)]
     return np.stack(frames), np.stack(goals)
 
 
@@ -149,10 +153,10 @@ def write_cache(root: Path, rel: Path, episodes: list[dict[str, np.ndarray]], cf
     """Per budget: frames, goals, meta, proprio (+ the largest budget's higher-resolution cache)."""
     steps, faults, largest = int(cfg["steps"]), cfg["faults"], max(cfg["budgets"])
     with EvalRenderer(ENV_ID, TASK_ID, int(cfg["size"]), CAMERA, "egl") as er:
-        u = er.env.unwrapped
+        u, memo = er.env.unwrapped, {}
         for b in cfg["budgets"]:
             order = _manifest(rel, b)
-            frames, goals = render_states(u, episodes, order, steps)
+            frames, goals = render_states(u, episodes, order, steps, memo)
             if b == largest:
                 frames = _plant_frame_faults(er, frames, episodes, order, steps, faults)
             tag = f"b{b:04d}"

@@ -83,8 +83,12 @@ class EvalRenderer:
             self.renderer.render()
             self.renderer._gl_context.make_current()  # glGetString needs the renderer's context current
             from OpenGL import GL
+            from OpenGL.error import GLError
 
-            value = GL.glGetString(GL.GL_RENDERER)
+            try:
+                value = GL.glGetString(GL.GL_RENDERER)
+            except GLError as exc:  # a GL error left pending by an earlier call; the string is in it
+                value = exc.result
             return value.decode() if isinstance(value, bytes) else str(value)
         except Exception as exc:  # noqa: BLE001 - the string is evidence; rendering is what matters
             return f"unknown ({type(exc).__name__}: {exc})"
