@@ -18,10 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.fingerprint import input_fingerprints
 from pipeline.records import StageResult
-from pipeline.stages import Stage
+from pipeline.stages import Stage, stage_config
 
 RESOURCE_KEYS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb")
 GATE = "gate"
+ARRAY_PART = "task"  # a stage's job array is part "task"; task i runs as part "task-<i:04d>"
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class JobSpec:
     resources: dict[str, Any] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
     reused: bool = False
+    array: int = 0  # > 0: one Slurm job array of this many tasks (sbatch --array=0-<array-1>)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -89,6 +91,13 @@ def reusable(run_dir: Path, name: str, fingerprints: dict[str, str]) -> bool:
     return old.status != "error" and old.fingerprints == fingerprints
 
 
+def array_size(cfg: DictConfig, stage: Stage) -> int:
+    """Tasks of the stage's job array, decided now from its typed config (0: no array)."""
+    if stage.array is None:
+        return 0
+    return int(stage.array(stage_config(cfg, stage.name)))
+
+
 def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) -> list[JobSpec]:
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
@@ -116,6 +125,20 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) ->
             )
             for part in stage.parts
         ]
+        tasks = array_size(cfg, stage)
+        if tasks > 1:
+            parts.append(
+                JobSpec(
+                    f"{stage.name}.{ARRAY_PART}",
+                    "part",
+                    stage.name,
+                    ARRAY_PART,
+                    before,
+                    resources(cfg, stage.name, ARRAY_PART),
+                    prints,
+                    array=tasks,
+                )
+            )
         deps = before + tuple((p.name, "afterany") for p in parts)
         jobs += [*parts, JobSpec(stage.name, "stage", stage.name, None, deps, res, prints)]
         live.add(stage.name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.errors import ConfigError
-from pipeline.stages.config import StageConfig
+from pipeline.stages.config import Resources, StageConfig
 
 PAIRINGS = ("state", "live_step")
 GL_BACKENDS = ("egl", "osmesa", "glfw")
@@ -43,6 +43,7 @@ class HiresCache:
 class RenderCacheConfig(StageConfig):
     """What the release and cache hold, and the tolerances every check uses (reference 003)."""
 
+    resources: Resources = field(default_factory=lambda: Resources(time_min=60))
     budgets: list[int] = field(default_factory=lambda: [10, 50, 100, 1000])
     manifest: str = "subsets/subset-{budget:04d}.jsonl"
     episode_dir: str = "data"  # manifests' archive_file resolve under <release>/<episode_dir>
