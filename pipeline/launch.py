@@ -138,7 +138,11 @@ def _fill_render_demo(cfg: DictConfig, run_dir: Path) -> None:
     selected = cfg.stage.name == "render_cache" or (
         cfg.stage.name == "full" and "render_cache" not in (cfg.get("skip") or ())
     )
-    if not cfg.get("demo") or not selected or all((cfg.get(k) or {}).get("path") for k in ("release", "cache")):
+    if (
+        not cfg.get("demo")
+        or not selected
+        or all((cfg.get(k) or {}).get("path") for k in ("release", "cache"))
+    ):
         return
     from pipeline.demo import render_cache as render_demo
 

@@ -36,7 +36,13 @@ DEFAULTS: dict[str, Any] = {
     "raw_frames": 224,  # 0: no raw frames in the release (then the domain gap has nothing to measure)
     "faults": {},
 }
-ENV_ID, STATE_ENV_ID, CAMERA, OTHER_CAMERA, TASK_ID = "visual-cube-single-v0", "cube-single-v0", "front_pixels", "front", 1
+ENV_ID, STATE_ENV_ID, CAMERA, OTHER_CAMERA, TASK_ID = (
+    "visual-cube-single-v0",
+    "cube-single-v0",
+    "front_pixels",
+    "front",
+    1,
+)
 MARKER = "render_cache_demo.json"
 
 
@@ -68,7 +74,9 @@ def rollouts(n: int, steps: int, seed: int) -> list[dict[str, np.ndarray]]:
             u = env.unwrapped
             oracle = CubeMarkovOracle(env=env, min_norm=0.4)
             oracle.reset(ob, info)
-            rows: dict[str, list[np.ndarray]] = {k: [] for k in ("qpos", "qvel", "action", "observation", "control", "goal")}
+            rows: dict[str, list[np.ndarray]] = {
+                k: [] for k in ("qpos", "qvel", "action", "observation", "control", "goal")
+            }
             for t in range(steps + 1):
                 action = np.clip(oracle.select_action(ob, info), -1, 1) if t < steps else np.zeros(5)
                 rows["qpos"].append(u.data.qpos.copy())
@@ -107,12 +115,14 @@ def _npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def write_release(root: Path, episodes: list[dict[str, np.ndarray]], cfg: Mapping[str, Any], raw: np.ndarray | None) -> list[str]:
+def write_release(
+    root: Path, episodes: list[dict[str, np.ndarray]], cfg: Mapping[str, Any], raw: np.ndarray | None
+) -> list[str]:
     """data/episode-XXXX.npz + subsets/subset-XXXX.jsonl per budget (faults: a non-nested manifest)."""
     from pipeline.storage import atomic_write_text
 
     names = [f"episode-{i:04d}.npz" for i in range(len(episodes))]
-    for i, (name, ep) in enumerate(zip(names, episodes)):
+    for i, (name, ep) in enumerate(zip(names, episodes, strict=True)):
         arrays = {k: v for k, v in ep.items() if k != "goal"}
         arrays["variation.cube.goal_position"] = ep["goal"]
         if raw is not None and i == 0:
@@ -163,12 +173,21 @@ def write_cache(root: Path, rel: Path, episodes: list[dict[str, np.ndarray]], cf
             _npy(root / f"pix_{tag}_frames.npy", frames)
             _npy(root / f"pix_{tag}_goals.npy", goals)
             _npz(root / f"pix_{tag}_meta.npz", _meta(episodes, order, steps))
-            _npy(root / f"prop_{tag}.npy", np.concatenate([episodes[i]["observation"][:steps, :19] for i in order]).astype(np.float32))
+            _npy(
+                root / f"prop_{tag}.npy",
+                np.concatenate([episodes[i]["observation"][:steps, :19] for i in order]).astype(np.float32),
+            )
     if cfg["hires"]:
         size = int(cfg["hires"])
         with EvalRenderer(ENV_ID, TASK_ID, size, CAMERA, "egl") as er:
             order = _manifest(rel, largest)
-            frames = np.stack([er.state(episodes[i]["qpos"][t], episodes[i]["qvel"][t]) for i in order for t in range(steps)])
+            frames = np.stack(
+                [
+                    er.state(episodes[i]["qpos"][t], episodes[i]["qvel"][t])
+                    for i in order
+                    for t in range(steps)
+                ]
+            )
             _npy(root / f"vla_b{largest:04d}_frames{size}.npy", frames)
             _npz(root / f"vla_b{largest:04d}_meta.npz", _meta(episodes, order, steps))
 
@@ -183,7 +202,9 @@ def _meta(episodes: list[dict[str, np.ndarray]], order: list[int], steps: int) -
     }
 
 
-def _plant_frame_faults(er: Any, frames: np.ndarray, episodes: list, order: list[int], steps: int, faults: Mapping[str, Any]) -> np.ndarray:
+def _plant_frame_faults(
+    er: Any, frames: np.ndarray, episodes: list, order: list[int], steps: int, faults: Mapping[str, Any]
+) -> np.ndarray:
     """shift_row: that row shows the next state (one row shifted against the actions);
     camera_row: that row rendered from another camera."""
     frames = frames.copy()
@@ -205,7 +226,9 @@ def raw_frames(episode: dict[str, np.ndarray], size: int) -> np.ndarray:
     with EvalRenderer(ENV_ID, TASK_ID, size, CAMERA, "egl") as er:
         out = [er.state(episode["qpos"][0], episode["qvel"][0])]
         for t in range(1, len(episode["qpos"])):
-            out.append(er.live_step(episode["qpos"][t - 1], episode["qvel"][t - 1], episode["control"][t - 1]))
+            out.append(
+                er.live_step(episode["qpos"][t - 1], episode["qvel"][t - 1], episode["control"][t - 1])
+            )
     return np.stack(out)
 
 
@@ -225,15 +248,26 @@ def build(raw_cfg: Any, out: Path) -> dict[str, Any]:
     paths = {"release": str(out / "release"), "cache": str(out / "cache"), "budgets": list(cfg["budgets"])}
     from pipeline.storage import atomic_write_json
 
-    atomic_write_json(out / MARKER, {"settings": cfg, "digest": digest(cfg), "build_s": round(time.time() - started, 2)})
+    atomic_write_json(
+        out / MARKER, {"settings": cfg, "digest": digest(cfg), "build_s": round(time.time() - started, 2)}
+    )
     return paths
 
 
 def stage_overrides(raw_cfg: Any) -> dict[str, Any]:
     """What `stages.render_cache` must say about the demo's cache (its budgets and sizes)."""
     cfg = settings(raw_cfg)
-    hires = [{"size": int(cfg["hires"]), "frames": "vla_b{budget:04d}_frames%d.npy" % int(cfg["hires"])}] if cfg["hires"] else []
-    return {"budgets": list(cfg["budgets"]), "size": int(cfg["size"]), "hires": hires, "gap_size": int(cfg["raw_frames"] or 224)}
+    hires = (
+        [{"size": int(cfg["hires"]), "frames": "vla_b{budget:04d}_frames" + str(int(cfg["hires"])) + ".npy"}]
+        if cfg["hires"]
+        else []
+    )
+    return {
+        "budgets": list(cfg["budgets"]),
+        "size": int(cfg["size"]),
+        "hires": hires,
+        "gap_size": int(cfg["raw_frames"] or 224),
+    }
 
 
 def ensure(raw_cfg: Any, root: Path) -> dict[str, Any]:
@@ -243,7 +277,11 @@ def ensure(raw_cfg: Any, root: Path) -> dict[str, Any]:
     root = Path(root)
     target = root / f"render_cache-{cfg['variant']}"
     if _current(target, cfg):
-        return {"release": str(target / "release"), "cache": str(target / "cache"), "budgets": list(cfg["budgets"])}
+        return {
+            "release": str(target / "release"),
+            "cache": str(target / "cache"),
+            "budgets": list(cfg["budgets"]),
+        }
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".render_cache-{cfg['variant']}-", dir=root))
     try:
@@ -263,7 +301,11 @@ def ensure(raw_cfg: Any, root: Path) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
     if not _current(target, cfg):
         raise RuntimeError(f"render_cache demo {cfg['variant']!r} under {root} did not complete")
-    return {"release": str(target / "release"), "cache": str(target / "cache"), "budgets": list(cfg["budgets"])}
+    return {
+        "release": str(target / "release"),
+        "cache": str(target / "cache"),
+        "budgets": list(cfg["budgets"]),
+    }
 
 
 def _current(target: Path, cfg: Mapping[str, Any]) -> bool:

@@ -47,7 +47,9 @@ def input_paths(cfg: Any) -> tuple[Path, Path]:
     for key in ("release", "cache"):
         path = (cfg.get(key) or {}).get("path")
         if not path:
-            raise InputError(f"{key}.path is not set (expected the {key} folder to audit)", field=f"{key}.path")
+            raise InputError(
+                f"{key}.path is not set (expected the {key} folder to audit)", field=f"{key}.path"
+            )
         if not Path(path).is_dir():
             raise InputError(f"{path}: {key} folder does not exist", path=str(path), field=f"{key}.path")
         out.append(Path(path))
@@ -86,14 +88,26 @@ def _task_results(scfg: RenderCacheConfig, ctx: StageContext) -> tuple[list[dict
             missing.append(str(path))
     errors = []
     if missing:
-        errors.append(ROWS("tasks", "array", "error", f"{len(missing)} array task(s) left no result (crashed or "
-                           f"cancelled; see the run's submitit logs); first {missing[0]}",
-                           evidence={"path": missing[0], "field": "partial.json", "missing": missing}))
+        errors.append(
+            ROWS(
+                "tasks",
+                "array",
+                "error",
+                f"{len(missing)} array task(s) left no result (crashed or "
+                f"cancelled; see the run's submitit logs); first {missing[0]}",
+                evidence={"path": missing[0], "field": "partial.json", "missing": missing},
+            )
+        )
     return found, errors
 
 
-def check(scfg: RenderCacheConfig, release_root: Path, cache_root: Path, parts: list[dict[str, Any]] | None,
-          out: Path) -> tuple[list[Check], dict[str, str]]:
+def check(
+    scfg: RenderCacheConfig,
+    release_root: Path,
+    cache_root: Path,
+    parts: list[dict[str, Any]] | None,
+    out: Path,
+) -> tuple[list[Check], dict[str, str]]:
     """All rows from the per-task results (None: compute them here, unsharded)."""
     rs = Renderers(scfg)
     try:

@@ -56,14 +56,16 @@ def nested(cfg: RenderCacheConfig, release_root: Path) -> list[dict[str, Any]]:
     lists: dict[int, list[str]] = {}
     for b in sorted(cfg.budgets):
         try:
-            lists[b] = [e.archive_file for e in release.read_manifest(release_root, cfg.manifest, b, cfg.episode_dir)]
+            lists[b] = [
+                e.archive_file for e in release.read_manifest(release_root, cfg.manifest, b, cfg.episode_dir)
+            ]
         except InputError:
             continue  # the budget's own rows report it
     ordered = sorted(lists)
     out = []
-    for small, large in zip(ordered[:-1], ordered[1:]):
+    for small, large in zip(ordered[:-1], ordered[1:], strict=True):
         a, b = lists[small], lists[large]
-        diverge = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        diverge = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
         prefix = len(a) <= len(b) and diverge is None
         out.append({"small": small, "large": large, "is_prefix": prefix, "first_difference": diverge})
     return out

@@ -42,7 +42,9 @@ def load_npy(path: Path, what: str) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"{path}: {what} unreadable or truncated ({exc})", path=str(path), field=what) from None
+        raise InputError(
+            f"{path}: {what} unreadable or truncated ({exc})", path=str(path), field=what
+        ) from None
 
 
 def load_meta(path: Path, keys: tuple[str, ...] = META_KEYS) -> dict[str, np.ndarray]:
@@ -53,7 +55,9 @@ def load_meta(path: Path, keys: tuple[str, ...] = META_KEYS) -> dict[str, np.nda
         with np.load(path, allow_pickle=False) as handle:
             out = {k: np.asarray(handle[k]) for k in handle.files}
     except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"{path}: meta unreadable or truncated ({exc})", path=str(path), field="meta") from None
+        raise InputError(
+            f"{path}: meta unreadable or truncated ({exc})", path=str(path), field="meta"
+        ) from None
     for key in keys:
         if key not in out:
             raise InputError(f"{path}: meta has no {key!r} (has {sorted(out)})", path=str(path), field=key)

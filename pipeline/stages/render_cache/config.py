@@ -69,7 +69,9 @@ class RenderCacheConfig(StageConfig):
     max_mismatch_rate: float | None = None  # ... or enough that 0 mismatches bound the rate below this
     confidence: float = 0.95  # one-sided Clopper-Pearson level of every reported bound
     seed: int = 0  # the sample's seed (per budget: seed + budget)
-    obs_atol: float = 0.05  # continuous obs dims after a replay: live kinematics lag one substep (demo: 0.007)
+    obs_atol: float = (
+        0.05  # continuous obs dims after a replay: live kinematics lag one substep (demo: 0.007)
+    )
     contact_dims: list[int] = field(default_factory=lambda: [18])  # binary flags: reported as a fraction
     contact_max_fraction: float = 0.25  # soft finding above this
     gap_size: int = 224  # domain gap: raw release frames vs the eval renderer at this size
@@ -78,7 +80,11 @@ class RenderCacheConfig(StageConfig):
 
     def validate(self, key: str) -> None:
         super().validate(key)
-        if not self.budgets or any(b < 1 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
+        if (
+            not self.budgets
+            or any(b < 1 for b in self.budgets)
+            or len(set(self.budgets)) != len(self.budgets)
+        ):
             raise ConfigError(f"{key}.budgets", f"expected distinct positive integers, got {self.budgets}")
         if self.pairing not in PAIRINGS:
             raise ConfigError(f"{key}.pairing", f"expected one of {PAIRINGS}, got {self.pairing!r}")
@@ -92,7 +98,9 @@ class RenderCacheConfig(StageConfig):
         if self.sample < 0 or self.drop_last < 0:
             raise ConfigError(f"{key}.sample", "expected sample >= 0 and drop_last >= 0")
         if self.max_mismatch_rate is not None and not 0 < self.max_mismatch_rate < 1:
-            raise ConfigError(f"{key}.max_mismatch_rate", f"expected 0 < rate < 1, got {self.max_mismatch_rate}")
+            raise ConfigError(
+                f"{key}.max_mismatch_rate", f"expected 0 < rate < 1, got {self.max_mismatch_rate}"
+            )
         if not 0.5 <= self.confidence < 1:
             raise ConfigError(f"{key}.confidence", f"expected 0.5 <= confidence < 1, got {self.confidence}")
         for i, h in enumerate(self.hires):

@@ -32,10 +32,16 @@ def gl_row(cfg: RenderCacheConfig, gl: list[dict[str, Any]]) -> Check:
     if wrong:
         problems.append(f"MUJOCO_GL was {wrong}, not the configured {cfg.mujoco_gl!r}")
     renderers = [r for r, _, _ in seen]
-    return ROWS.judge("render.gl", "renderer", None if not seen else not problems,
-                      "; ".join(problems) or f"GL_RENDERER {renderers} with MUJOCO_GL={cfg.mujoco_gl}",
-                      severity="soft", configured=cfg.mujoco_gl, actual=renderers,
-                      evidence={"renderers": [list(s) for s in seen], "gpu_on_node": gpu})
+    return ROWS.judge(
+        "render.gl",
+        "renderer",
+        None if not seen else not problems,
+        "; ".join(problems) or f"GL_RENDERER {renderers} with MUJOCO_GL={cfg.mujoco_gl}",
+        severity="soft",
+        configured=cfg.mujoco_gl,
+        actual=renderers,
+        evidence={"renderers": [list(s) for s in seen], "gpu_on_node": gpu},
+    )
 
 
 def first_episode(cfg: RenderCacheConfig, release_root: Path) -> release.Entry | None:
@@ -56,20 +62,33 @@ def determinism_row(cfg: RenderCacheConfig, release_root: Path, rs: Renderers) -
         r.state(ep[k.qpos][-1], ep[k.qvel][-1])
         again = r.state(ep[k.qpos][0], ep[k.qvel][0])
     d = int(np.abs(first.astype(np.int16) - again.astype(np.int16)).max())
-    return ROWS.judge("render.determinism", "renderer", d == 0,
-                      f"one state rendered twice (another in between): max |diff| {d}", actual=d,
-                      evidence={"episode": entry.archive_file, "size": cfg.size})
+    return ROWS.judge(
+        "render.determinism",
+        "renderer",
+        d == 0,
+        f"one state rendered twice (another in between): max |diff| {d}",
+        actual=d,
+        evidence={"episode": entry.archive_file, "size": cfg.size},
+    )
 
 
-def gap_row(cfg: RenderCacheConfig, release_root: Path, rs: Renderers, out: Path) -> tuple[Check, dict[str, str]]:
+def gap_row(
+    cfg: RenderCacheConfig, release_root: Path, rs: Renderers, out: Path
+) -> tuple[Check, dict[str, str]]:
     """Raw release frames (collection renderer) vs the eval renderer on the same states, PNGs attached."""
     entry, k = first_episode(cfg, release_root), cfg.keys
     if entry is None:
         return ROWS.judge("domain_gap", "renderer", None, "no readable manifest", severity="soft"), {}
     with release.open_episode(entry, (k.qpos, k.qvel)) as ep:
         if k.raw_frames not in ep:
-            return ROWS("domain_gap", "renderer", "match", f"the release has no raw frames ({k.raw_frames!r}) "
-                        "to compare: nothing to measure", severity="soft", evidence={"episode": entry.archive_file}), {}
+            return ROWS(
+                "domain_gap",
+                "renderer",
+                "match",
+                f"the release has no raw frames ({k.raw_frames!r}) to compare: nothing to measure",
+                severity="soft",
+                evidence={"episode": entry.archive_file},
+            ), {}
         raw = ep[k.raw_frames]
         ts = sorted({0, len(raw) // 2, len(raw) - 1})
         pairs = [(t, raw[t], rs.at(raw.shape[1]).state(ep[k.qpos][t], ep[k.qvel][t])) for t in ts]
@@ -77,15 +96,23 @@ def gap_row(cfg: RenderCacheConfig, release_root: Path, rs: Renderers, out: Path
     png = out / "domain_gap.png"
     side_by_side(png, pairs, entry.archive_file, cfg.env_id)
     worst = max(gaps)
-    check = ROWS.judge("domain_gap", "renderer", worst <= cfg.gap_max_mean_diff,
-                       f"raw release vs eval renderer at {raw.shape[1]}px: mean |pixel diff| {[round(g, 2) for g in gaps]} "
-                       f"(threshold {cfg.gap_max_mean_diff}); policies train on eval-renderer frames",
-                       severity="soft", expected=cfg.gap_max_mean_diff, actual=worst,
-                       evidence={"episode": entry.archive_file, "rows": ts, "mean_abs_pixel_diff": gaps, "png": str(png)})
+    check = ROWS.judge(
+        "domain_gap",
+        "renderer",
+        worst <= cfg.gap_max_mean_diff,
+        f"raw release vs eval renderer at {raw.shape[1]}px: mean |pixel diff| {[round(g, 2) for g in gaps]} "
+        f"(threshold {cfg.gap_max_mean_diff}); policies train on eval-renderer frames",
+        severity="soft",
+        expected=cfg.gap_max_mean_diff,
+        actual=worst,
+        evidence={"episode": entry.archive_file, "rows": ts, "mean_abs_pixel_diff": gaps, "png": str(png)},
+    )
     return check, {"domain_gap_png": str(png)}
 
 
-def side_by_side(path: Path, pairs: list[tuple[int, np.ndarray, np.ndarray]], episode: str, env_id: str) -> Path:
+def side_by_side(
+    path: Path, pairs: list[tuple[int, np.ndarray, np.ndarray]], episode: str, env_id: str
+) -> Path:
     """One row per state: raw release frame | eval render | |difference|, titled and labelled."""
     import matplotlib
 
@@ -95,7 +122,13 @@ def side_by_side(path: Path, pairs: list[tuple[int, np.ndarray, np.ndarray]], ep
     fig, axes = plt.subplots(len(pairs), 3, figsize=(9, 3 * len(pairs)), squeeze=False)
     for row, (t, raw, ev) in enumerate(pairs):
         diff = np.abs(raw.astype(np.int16) - ev.astype(np.int16)).max(axis=-1)
-        for col, (img, title) in enumerate(((raw, "raw release frame"), (ev, f"eval renderer ({env_id})"), (diff, "|difference| (max over RGB)"))):
+        for col, (img, title) in enumerate(
+            (
+                (raw, "raw release frame"),
+                (ev, f"eval renderer ({env_id})"),
+                (diff, "|difference| (max over RGB)"),
+            )
+        ):
             ax = axes[row][col]
             shown = ax.imshow(img, cmap="magma" if col == 2 else None, vmin=0, vmax=255 if col == 2 else None)
             ax.set_title(f"{title}, t={t}", fontsize=9)

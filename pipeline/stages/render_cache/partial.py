@@ -70,7 +70,13 @@ def _diff(a: np.ndarray, b: np.ndarray) -> tuple[int, float]:
 
 
 def classify(
-    cached: np.ndarray, ep: Any, entry: release.Entry, t: int, last: int, cfg: RenderCacheConfig, rs: Renderers
+    cached: np.ndarray,
+    ep: Any,
+    entry: release.Entry,
+    t: int,
+    last: int,
+    cfg: RenderCacheConfig,
+    rs: Renderers,
 ) -> dict[str, Any]:
     """Exact under the claimed pairing, or which explanation fits: the other pairing, a row shifted by
     one, or none (a frame rendered differently: camera, size, renderer)."""
@@ -86,15 +92,22 @@ def classify(
         out["class"] = other
         return out
     for offset in (1, -1):
-        if 0 <= t + offset <= last and _diff(cached, rs.frame(ep, entry, t + offset, cfg.pairing, size))[0] == 0:
+        if (
+            0 <= t + offset <= last
+            and _diff(cached, rs.frame(ep, entry, t + offset, cfg.pairing, size))[0] == 0
+        ):
             out.update({"class": "shift", "offset": offset})
             return out
     out["class"] = "different"
     return out
 
 
-def sampled(cfg: RenderCacheConfig, budget: int, population: int, salt: int = 0, count: int | None = None) -> list[int]:
-    n = stats.sample_size(population, cfg.sample if count is None else count, cfg.max_mismatch_rate, cfg.confidence)
+def sampled(
+    cfg: RenderCacheConfig, budget: int, population: int, salt: int = 0, count: int | None = None
+) -> list[int]:
+    n = stats.sample_size(
+        population, cfg.sample if count is None else count, cfg.max_mismatch_rate, cfg.confidence
+    )
     return [int(j) for j in stats.sample_rows(population, n, cfg.seed + budget + salt)]
 
 
@@ -138,7 +151,9 @@ def _replay(ep: Any, T: int, cfg: RenderCacheConfig, rs: Renderers) -> list[list
     return errs
 
 
-def _goal(data: dict[str, Any], ep: Any, entry: release.Entry, s: int, T: int, rs: Renderers) -> dict[str, Any]:
+def _goal(
+    data: dict[str, Any], ep: Any, entry: release.Entry, s: int, T: int, rs: Renderers
+) -> dict[str, Any]:
     """The goal frame of every row of the episode == a render of its terminal state."""
     goals = data["goals"][s : s + T]
     if T == 0:
@@ -172,7 +187,12 @@ def open_budget(cfg: RenderCacheConfig, release_root: Path, cache_root: Path, bu
 
 
 def episode_range(
-    cfg: RenderCacheConfig, release_root: Path, cache_root: Path, budget: int, part: tuple[int, int], rs: Renderers
+    cfg: RenderCacheConfig,
+    release_root: Path,
+    cache_root: Path,
+    budget: int,
+    part: tuple[int, int],
+    rs: Renderers,
 ) -> dict[str, Any]:
     """Check episodes [lo, hi) of `budget` (part = (index, count) of the split); JSON-able result."""
     try:
@@ -196,11 +216,18 @@ def episode_range(
                 row.update(release_transitions=T_rel, checked=T, **_rows(data, ep, s, T, e, cfg))
                 row.update(obs_err=_replay(ep, T, cfg, rs), goal=_goal(data, ep, entry, s, T, rs))
                 for j in (j for j in sample if s <= j < s + T):
-                    frames.append({"row": j, **classify(np.asarray(data["frames"][j]), ep, entry, j - s, T_rel, cfg, rs)})
+                    frames.append(
+                        {
+                            "row": j,
+                            **classify(np.asarray(data["frames"][j]), ep, entry, j - s, T_rel, cfg, rs),
+                        }
+                    )
                 for size, rows in hires.items():
                     for j in (j for j in rows if s <= j < s + T):
                         got = np.asarray(data["hires"][size][j])
-                        hi_frames[str(size)].append({"row": j, **classify(got, ep, entry, j - s, T_rel, cfg, rs)})
+                        hi_frames[str(size)].append(
+                            {"row": j, **classify(got, ep, entry, j - s, T_rel, cfg, rs)}
+                        )
         except InputError as exc:
             row = {"episode": e, "file": entry.archive_file, "error": _error(exc)}
         episodes.append(row)

@@ -38,7 +38,9 @@ def read_manifest(root: Path, template: str, budget: int, episode_dir: str) -> l
     """The budget's manifest, every line validated (fields, types, containment)."""
     path = manifest_path(root, template, budget)
     if not path.is_file():
-        raise InputError(f"{path}: manifest for budget {budget} does not exist", path=str(path), field="manifest")
+        raise InputError(
+            f"{path}: manifest for budget {budget} does not exist", path=str(path), field="manifest"
+        )
     base = (Path(root) / episode_dir).resolve()
     entries: list[Entry] = []
     for lineno, line in enumerate(path.read_text().splitlines(), 1):
@@ -60,7 +62,9 @@ def _entry(row: object, where: str, path: Path, base: Path) -> Entry:
         raise InputError(f"{where}: expected an object per line", path=str(path), field="line")
     name, count = row.get("archive_file"), row.get("transition_count")
     if not isinstance(name, str) or not name:
-        raise InputError(f"{where}: archive_file missing or not a string", path=str(path), field="archive_file")
+        raise InputError(
+            f"{where}: archive_file missing or not a string", path=str(path), field="archive_file"
+        )
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise InputError(
             f"{where}: transition_count must be an integer >= 0, got {count!r}",
@@ -89,7 +93,9 @@ def open_episode(entry: Entry, required: tuple[str, ...]) -> Iterator[Mapping[st
         try:
             handle = h5py.File(path, "r")
         except OSError as exc:
-            raise InputError(f"{path}: not a readable HDF5 file ({exc})", path=str(path), field="file") from None
+            raise InputError(
+                f"{path}: not a readable HDF5 file ({exc})", path=str(path), field="file"
+            ) from None
         with handle:
             data = _Arrays(path, {k: handle[k] for k in handle.keys() if isinstance(handle[k], h5py.Dataset)})
             _require(data, required)

@@ -32,7 +32,11 @@ def set_gl(backend: str) -> dict[str, Any]:
         os.environ["MUJOCO_GL"] = backend
         if backend in ("egl", "osmesa"):
             os.environ["PYOPENGL_PLATFORM"] = backend
-    return {"requested": backend, "MUJOCO_GL": os.environ.get("MUJOCO_GL"), "mujoco_imported_before": imported}
+    return {
+        "requested": backend,
+        "MUJOCO_GL": os.environ.get("MUJOCO_GL"),
+        "mujoco_imported_before": imported,
+    }
 
 
 def gpu_present() -> bool:
@@ -107,7 +111,7 @@ class EvalRenderer:
         return self._frame()
 
     def live_step(self, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
-        """Frame `env.step` returned after stepping from (qpos, qvel) with `ctrl` (the "live_step" pairing)."""
+        """The frame `env.step` returned stepping from (qpos, qvel) with `ctrl` (the "live_step" pairing)."""
         self.data.qpos[:], self.data.qvel[:] = qpos, qvel
         self._mj.mj_forward(self.model, self.data)
         self.data.ctrl[:] = ctrl
