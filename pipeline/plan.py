@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.fingerprint import input_fingerprints
 from pipeline.records import StageResult
-from pipeline.stages import Stage, stage_config
+from pipeline.stages import Stage
+from pipeline.stages.config import typed
 
 RESOURCE_KEYS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb")
 GATE = "gate"
@@ -95,7 +96,9 @@ def array_size(cfg: DictConfig, stage: Stage) -> int:
     """Tasks of the stage's job array, decided now from its typed config (0: no array)."""
     if stage.array is None:
         return 0
-    return int(stage.array(stage_config(cfg, stage.name)))
+    section = (cfg.get("stages") or {}).get(stage.name)
+    scfg = typed(stage.config, section, f"stages.{stage.name}") if stage.config else section
+    return int(stage.array(scfg))
 
 
 def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], run_dir: Path) -> list[JobSpec]:

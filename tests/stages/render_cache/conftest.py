@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.stages.config import typed
-from pipeline.stages.render_cache.config import RenderCacheConfig
-
 PROBE = (
     "import mujoco; m = mujoco.MjModel.from_xml_string("
     "'<mujoco><worldbody><geom size=\"1\"/></worldbody></mujoco>');"
@@ -36,10 +33,6 @@ def gl() -> None:
     proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         pytest.skip(f"no EGL context for MuJoCo (MUJOCO_GL=egl): {proc.stderr.strip()[-300:]}")
-
-
-def config(**overrides: object) -> RenderCacheConfig:
-    return typed(RenderCacheConfig, {"hires": [], **overrides}, "stages.render_cache")
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,7 @@ import pytest
 from pipeline.stages.render_cache import budget, check, rows
 from pipeline.stages.render_cache.gap import gap_row, side_by_side
 from pipeline.stages.render_cache.partial import Renderers, episode_range
-
-from .conftest import config
+from tests.stages.render_cache.helpers import config
 
 pytestmark = pytest.mark.render
 
