@@ -43,7 +43,7 @@ class HiresCache:
 class RenderCacheConfig(StageConfig):
     """What the release and cache hold, and the tolerances every check uses (reference 003)."""
 
-    resources: Resources = field(default_factory=lambda: Resources(time_min=60))
+    resources: Resources = field(default_factory=lambda: Resources(time_min=60, mem_gb=4))
     budgets: list[int] = field(default_factory=lambda: [10, 50, 100, 1000])
     manifest: str = "subsets/subset-{budget:04d}.jsonl"
     episode_dir: str = "data"  # manifests' archive_file resolve under <release>/<episode_dir>

@@ -126,3 +126,11 @@ def test_merge_of_any_split_gives_the_same_rows() -> None:
     assert rows.frame_rows(cfg, "f", "b", whole["frames"], 64) == rows.frame_rows(
         cfg, "f", "b", split["frames"], 64
     )
+
+
+def test_shipped_yaml_mirrors_the_dataclass_defaults() -> None:
+    from omegaconf import OmegaConf
+
+    yaml_path = Path(__file__).resolve().parents[3] / "pipeline" / "conf" / "stages" / "render_cache.yaml"
+    shipped = OmegaConf.to_container(OmegaConf.load(yaml_path))
+    assert shipped == OmegaConf.to_container(OmegaConf.structured(RenderCacheConfig))
