@@ -266,7 +266,6 @@ def stage_overrides(raw_cfg: Any) -> dict[str, Any]:
         "budgets": list(cfg["budgets"]),
         "size": int(cfg["size"]),
         "hires": hires,
-        "gap_size": int(cfg["raw_frames"] or 224),
     }
 
 

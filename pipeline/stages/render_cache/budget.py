@@ -33,14 +33,17 @@ def facts(cfg: RenderCacheConfig, release_root: Path, cache_root: Path, budget: 
         if paths.proprio is not None:
             prop = cache_mod.load_npy(paths.proprio, "proprio")
             out["shapes"]["proprio"] = [list(prop.shape), str(prop.dtype)]
-        out["hires"] = {str(s): _hires(frames, meta, f, m) for s, (f, m) in paths.hires.items()}
+        out["hires"] = {
+            str(s): _hires(frames, meta, f, m, cfg.goal_meta) for s, (f, m) in paths.hires.items()
+        }
     except InputError as exc:
         out["error"] = {"message": str(exc), "path": exc.path, "field": exc.field}
     return out
 
 
-def _hires(frames: np.ndarray, meta: dict[str, np.ndarray], f: Path, m: Path) -> dict[str, Any]:
-    """A higher-resolution cache holds the same rows in the same order as the base cache."""
+def _hires(frames: np.ndarray, meta: dict[str, np.ndarray], f: Path, m: Path, goal: str) -> dict[str, Any]:
+    """A higher-resolution cache holds the same rows in the same order as the base cache (and the same
+    goal positions, which the base cache's own row checks against the release)."""
     hf = cache_mod.load_npy(f, f"frames {f.name}")
     hm = cache_mod.load_meta(m, ("action", "traj_id"))
     return {
@@ -48,6 +51,9 @@ def _hires(frames: np.ndarray, meta: dict[str, np.ndarray], f: Path, m: Path) ->
         "rows_match": len(hf) == len(frames) == len(hm["action"]),
         "actions_identical": bool(np.array_equal(hm["action"], meta["action"])),
         "traj_ids_identical": bool(np.array_equal(hm["traj_id"], meta["traj_id"])),
+        "goals_identical": bool(np.array_equal(hm[goal], meta[goal]))
+        if goal in hm and goal in meta
+        else None,
     }
 
 

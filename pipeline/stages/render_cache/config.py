@@ -74,7 +74,6 @@ class RenderCacheConfig(StageConfig):
     )
     contact_dims: list[int] = field(default_factory=lambda: [18])  # binary flags: reported as a fraction
     contact_max_fraction: float = 0.25  # soft finding above this
-    gap_size: int = 224  # domain gap: raw release frames vs the eval renderer at this size
     gap_max_mean_diff: float = 20.0  # mean |pixel| difference above this is a (soft) finding
     shards: int = 1  # episode ranges per budget; > 1 runs budgets x shards tasks as one job array
 
@@ -92,7 +91,7 @@ class RenderCacheConfig(StageConfig):
             raise ConfigError(f"{key}.mujoco_gl", f"expected one of {GL_BACKENDS}, got {self.mujoco_gl!r}")
         if ":" not in self.proprio_fn:
             raise ConfigError(f"{key}.proprio_fn", f"expected module:function, got {self.proprio_fn!r}")
-        for name in ("size", "shards", "gap_size"):
+        for name in ("size", "shards"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{key}.{name}", f"expected an integer >= 1, got {getattr(self, name)}")
         if self.sample < 0 or self.drop_last < 0:

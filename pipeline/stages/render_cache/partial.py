@@ -143,6 +143,15 @@ def _rows(data: dict[str, Any], ep: Any, s: int, T: int, e: int, cfg: RenderCach
 def _replay(ep: Any, T: int, cfg: RenderCacheConfig, rs: Renderers) -> list[list[float]]:
     """|observation after replaying qpos/qvel - the release's observation| on rows 0, T/2, T-1."""
     k, env = cfg.keys, rs.state_env()
+    nq, nv = env.unwrapped.model.nq, env.unwrapped.model.nv
+    if ep[k.qpos].shape[1:] != (nq,) or ep[k.qvel].shape[1:] != (nv,):
+        path = str(getattr(ep, "path", ""))
+        raise InputError(
+            f"{path}: qpos/qvel have shapes {ep[k.qpos].shape}/{ep[k.qvel].shape}; {cfg.state_env_id} "
+            f"has nq={nq}, nv={nv}",
+            path=path,
+            field=k.qpos,
+        )
     errs = []
     for t in sorted({0, T // 2, max(T - 1, 0)}):
         got = replay_state_obs(env, ep[k.qpos][t], ep[k.qvel][t])

@@ -315,12 +315,14 @@ def goal_row(tag: str, feature: str, eps: list[dict[str, Any]], cfg: RenderCache
 
 def hires_order_row(check_id: str, feature: str, info: dict[str, Any], size: int) -> Check:
     ok = info["rows_match"] and info["actions_identical"] and info["traj_ids_identical"]
+    ok = ok and info.get("goals_identical") is not False
     return ROWS.judge(
         check_id,
         feature,
         ok,
         f"{size}x{size} cache vs base cache: same rows {info['rows_match']}, "
-        f"actions identical {info['actions_identical']}, traj ids identical {info['traj_ids_identical']}",
+        f"actions identical {info['actions_identical']}, traj ids identical {info['traj_ids_identical']}, "
+        f"goal positions identical {info.get('goals_identical')}",
         evidence=info,
     )
 
