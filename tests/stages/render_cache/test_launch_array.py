@@ -36,9 +36,11 @@ FAULTY = (
 
 @pytest.mark.render
 def test_faulty_demo_blocks_with_the_row_meant_for_each_fault(gl: None, tmp_path: Path) -> None:
-    proc = launch(tmp_path, "launcher=local", "stage=render_cache", *FAULTY, timeout=1500)
+    args = ("launcher=local", "stage=render_cache", "run_id=rc-faulty", *FAULTY)
+    proc = launch(tmp_path, *args, timeout=1500)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    reasons = " ".join(gate_of(run_dir_of(tmp_path, proc))["reasons"])
+    run_dir = run_dir_of(tmp_path, proc)
+    reasons = " ".join(gate_of(run_dir)["reasons"])
     for row in (
         "render_cache.subsets.nested",
         "render_cache.frames.b3.order",
@@ -46,6 +48,11 @@ def test_faulty_demo_blocks_with_the_row_meant_for_each_fault(gl: None, tmp_path
     ):
         assert row in reasons, reasons
     assert "render_cache.frames.b3.pairing" not in reasons
+    plan = json.loads((run_dir / "plan.json").read_text())["jobs"]["render_cache"]
+    assert set(plan["fingerprints"]) >= {"release", "cache"}
+    again = launch(tmp_path, *args, timeout=600)  # same run id, same inputs: the result is reused
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert json.loads((run_dir / "plan.json").read_text())["jobs"]["render_cache"]["reused"]
 
 
 def sacct_ids(job_id: str) -> list[str]:
