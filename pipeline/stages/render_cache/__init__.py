@@ -121,8 +121,11 @@ def check(
         gap, artifacts = gap_row(scfg, release_root, rs, out)
         checks.append(gap)
         checks.append(gl_row(scfg, [g for p in parts for g in p.get("gl", [])] + rs.gl()))
+        tasks = [{"budget": p["budget"], "part": p["part"], "gl": p.get("gl")} for p in parts]
+        tasks.append({"budget": None, "part": "main", "gl": rs.gl()})
     finally:
         rs.close()
+    artifacts["tasks"] = str(atomic_write_json(out / "tasks.json", {"tasks": tasks}))  # GL_RENDERER per task
     return checks, artifacts
 
 
