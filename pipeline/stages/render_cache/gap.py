@@ -119,14 +119,14 @@ def side_by_side(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(pairs), 3, figsize=(9, 3 * len(pairs)), squeeze=False)
+    fig, axes = plt.subplots(len(pairs), 3, figsize=(10.5, 3 * len(pairs)), squeeze=False)
     for row, (t, raw, ev) in enumerate(pairs):
         diff = np.abs(raw.astype(np.int16) - ev.astype(np.int16)).max(axis=-1)
         for col, (img, title) in enumerate(
             (
                 (raw, "raw release frame"),
                 (ev, f"eval renderer ({env_id})"),
-                (diff, "|difference| (max over RGB)"),
+                (diff, "|diff|, max over RGB"),
             )
         ):
             ax = axes[row][col]
