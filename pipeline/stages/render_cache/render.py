@@ -26,17 +26,17 @@ SOFTWARE = ("llvmpipe", "softpipe", "swrast", "mesa offscreen", "osmesa")
 
 
 def set_gl(backend: str) -> dict[str, Any]:
-    """Set MUJOCO_GL (and PyOpenGL's platform) before mujoco is imported; say whether it took."""
+    """Set MUJOCO_GL (and PyOpenGL's platform) before mujoco is imported; report the backend mujoco
+    actually took (its GLContext class), which differs when something imported mujoco earlier."""
     imported = "mujoco" in sys.modules
     if not imported:
         os.environ["MUJOCO_GL"] = backend
         if backend in ("egl", "osmesa"):
             os.environ["PYOPENGL_PLATFORM"] = backend
-    return {
-        "requested": backend,
-        "MUJOCO_GL": os.environ.get("MUJOCO_GL"),
-        "mujoco_imported_before": imported,
-    }
+    import mujoco
+
+    actual = getattr(getattr(mujoco, "GLContext", None), "__module__", "none").rsplit(".", 1)[-1]
+    return {"requested": backend, "MUJOCO_GL": actual, "mujoco_imported_before": imported}
 
 
 def gpu_present() -> bool:
