@@ -97,3 +97,17 @@ def test_sharded_run_is_one_job_array_and_equals_unsharded(slurm: None, gl: None
     scfg = config(budgets=[1, 2])
     whole, _ = check(scfg, Path(rcfg.release.path), Path(rcfg.cache.path), None, tmp_path / "unsharded")
     assert [c.to_dict() for c in merged.checks] == [c.to_dict() for c in whole]
+
+
+@pytest.mark.render
+def test_local_executor_runs_the_same_array_tasks(gl: None, tmp_path: Path) -> None:
+    proc = launch(
+        tmp_path, "launcher=local", "stage=render_cache", "stages.render_cache.shards=2", *TINY, timeout=1500
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    tasks = sorted(p.parent.name for p in (run_dir / "parts" / "render_cache").glob("task-*/partial.json"))
+    assert tasks == [f"task-{i:04d}" for i in range(4)]
+    plan = json.loads((run_dir / "plan.json").read_text())["jobs"]
+    assert plan["render_cache.task"]["array"] == 4
+    assert plan["render_cache"]["deps"] == [["render_cache.task", "afterany"]]
