@@ -108,7 +108,7 @@ def shapes_row(cfg: RenderCacheConfig, tag: str, feature: str, facts: dict[str, 
     want = [[n, cfg.size, cfg.size, 3], "uint8"]
     problems = []
     if shapes["frames"] != want:
-        problems.append(f"frames {shapes['frames']} (expected {want})")
+        problems.append(f"{facts['files']['frames']['path']}: frames {shapes['frames']} (expected {want})")
     if shapes["goals"] != shapes["frames"]:
         problems.append(f"goals {shapes['goals']} != frames {shapes['frames']}")
     for key, (shape, _dtype) in shapes.items():

@@ -134,3 +134,18 @@ def test_shipped_yaml_mirrors_the_dataclass_defaults() -> None:
     yaml_path = Path(__file__).resolve().parents[3] / "pipeline" / "conf" / "stages" / "render_cache.yaml"
     shipped = OmegaConf.to_container(OmegaConf.load(yaml_path))
     assert shipped == OmegaConf.to_container(OmegaConf.structured(RenderCacheConfig))
+
+
+def test_software_renderer_on_a_gpu_node_is_a_finding_fake_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: the node's GPU is faked (gpu_present), the GL strings are what llvmpipe reports."""
+    from pipeline.stages.render_cache import gap
+
+    cfg = typed(RenderCacheConfig, {}, "k")
+    soft = [{"GL_RENDERER": "llvmpipe (LLVM 15.0.6, 256 bits)", "MUJOCO_GL": "egl", "software": True}]
+    monkeypatch.setattr(gap, "gpu_present", lambda: True)
+    row = gap.gl_row(cfg, soft)
+    assert row.verdict == "mismatch" and row.severity == "soft" and "software GL renderer" in row.message
+    monkeypatch.setattr(gap, "gpu_present", lambda: False)
+    assert gap.gl_row(cfg, soft).verdict == "match"
+    wrong = [{**soft[0], "MUJOCO_GL": "osmesa"}]
+    assert "not the configured 'egl'" in gap.gl_row(cfg, wrong).message
