@@ -26,7 +26,7 @@ import submitit
 from omegaconf import DictConfig
 
 from pipeline.errors import SubmissionError, one_line
-from pipeline.jobs import GateJob, StageJob
+from pipeline.jobs import ArrayTaskJob, GateJob, StageJob
 from pipeline.plan import JobSpec
 from pipeline.runfolder import RunFolder
 
@@ -49,6 +49,39 @@ def job_callable(spec: JobSpec, folder: RunFolder) -> Any:
     if spec.kind == "gate":
         return GateJob(str(folder.root))
     return StageJob(str(folder.root), str(spec.stage), spec.part)
+
+
+class ArrayJobs:
+    """The tasks of one submitted job array, seen as one job: Slurm's array id (`<id>` of `<id>_<task>`),
+    one state, one cancel. Dependants wait on the whole array (`afterany:<id>`)."""
+
+    def __init__(self, jobs: list[Any]) -> None:
+        self.jobs = jobs
+        self.job_id = str(jobs[0].job_id).split("_")[0]
+
+    @property
+    def task_ids(self) -> list[str]:
+        return [str(job.job_id) for job in self.jobs]
+
+    @property
+    def state(self) -> str:
+        states = [str(job.state).split()[0] for job in self.jobs]
+        if any(st not in TERMINAL for st in states):
+            return "RUNNING" if any(st == "RUNNING" for st in states) else "PENDING"
+        return FINAL_OK if all(st == FINAL_OK for st in states) else "FAILED"
+
+    def done(self) -> bool:
+        return all(job.done() for job in self.jobs)
+
+    def cancel(self, check: bool = False) -> None:
+        for job in self.jobs:
+            job.cancel(check=check)
+
+
+def submit_array(executor: submitit.Executor, spec: JobSpec, run_dir: Path) -> ArrayJobs:
+    """One `sbatch --array=0-<n-1>` (submitit's map_array); locally, n processes of the same tasks."""
+    task = ArrayTaskJob(str(run_dir), str(spec.stage), str(spec.part))
+    return ArrayJobs(executor.map_array(task, range(spec.array)))
 
 
 def python_argv(cfg: DictConfig) -> list[str]:
@@ -131,7 +164,10 @@ def submit_slurm(
         )
         executor.update_parameters(**slurm_parameters(spec, cfg, dependency_clause(spec, ids)))
         try:
-            submitted[spec.name] = executor.submit(job_callable(spec, folder))
+            if spec.array:
+                submitted[spec.name] = submit_array(executor, spec, folder.root)
+            else:
+                submitted[spec.name] = executor.submit(job_callable(spec, folder))
         except Exception as exc:  # noqa: BLE001 - submitit raises several types for an sbatch refusal
             for job in submitted.values():
                 job.cancel(check=False)
@@ -150,11 +186,10 @@ def sbatch_preview(spec: JobSpec, cfg: DictConfig, folder: RunFolder, ids: dict[
     command = " ".join(
         [shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder.submitit_dir))]
     )
-    return _make_sbatch_string(
-        command=command,
-        folder=folder.submitit_dir,
-        **slurm_parameters(spec, cfg, dependency_clause(spec, ids)),
-    )
+    params = slurm_parameters(spec, cfg, dependency_clause(spec, ids))
+    if spec.array:
+        params["map_count"] = spec.array  # renders #SBATCH --array=0-<n-1>%<parallelism>, as map_array does
+    return _make_sbatch_string(command=command, folder=folder.submitit_dir, **params)
 
 
 def chain_sbatch(script: Path, gate_job_id: str) -> str:
@@ -216,6 +251,9 @@ def _local_executor(kind: str, cfg: DictConfig, folder: RunFolder) -> submitit.E
 def _finished_state(job: Any) -> str | None:
     if not job.done():
         return None
+    if isinstance(job, ArrayJobs):
+        states = [_finished_state(task) for task in job.jobs]
+        return FINAL_OK if all(st == FINAL_OK for st in states) else "FAILED"
     if not job.paths.result_pickle.exists():
         return "FAILED"
     return FINAL_OK if job.exception() is None else "FAILED"
@@ -224,11 +262,15 @@ def _finished_state(job: Any) -> str | None:
 def _start(executor: submitit.Executor, kind: str, item: LocalState, folder: RunFolder) -> None:
     res = item.spec.resources
     executor.update_parameters(timeout_min=float(res["time_min"]), name=f"preflight-{item.spec.name}")
-    item.job = executor.submit(job_callable(item.spec, folder))
+    if item.spec.array:
+        item.job = submit_array(executor, item.spec, folder.root)
+    else:
+        item.job = executor.submit(job_callable(item.spec, folder))
     item.job_id, item.state = str(item.job.job_id), "RUNNING"
     if kind == "debug":  # DebugExecutor runs the call in this process when asked for its result
         try:
-            item.job.result()
+            for job in item.job.jobs if item.spec.array else [item.job]:
+                job.result()
             item.state = FINAL_OK
         except SystemExit as exc:
             item.state, item.reason = "FAILED", f"exit {exc.code}"

@@ -120,6 +120,16 @@ class StageJob(submitit.helpers.Checkpointable):
         return run_stage(Path(self.run_dir), self.stage)
 
 
+class ArrayTaskJob:
+    """One task of a stage's job array (`executor.map_array(job, range(n))`): part `<part>-<task:04d>`."""
+
+    def __init__(self, run_dir: str, stage: str, part: str) -> None:
+        self.run_dir, self.stage, self.part = run_dir, stage, part
+
+    def __call__(self, task: int) -> str:
+        return run_part(Path(self.run_dir), self.stage, f"{self.part}-{int(task):04d}")
+
+
 class GateJob(submitit.helpers.Checkpointable):
     """Exits with the gate's code (0 clear, 3 blocked): that exit code is what `afterok` reads."""
 

@@ -136,7 +136,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         container_image.prepare(out, run_dir)  # absolute image/record paths; demo=faulty's stale record
         out.launcher.name = executor
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
-        for section in ("model", "dataset", "training", "known_good"):
+        for section in ("model", "dataset", "training", "known_good", "release", "cache"):
             if out.get(section) and out[section].get("path"):
                 out[section].path = str(Path(out[section].path).resolve())
     assert isinstance(out, DictConfig)
@@ -145,6 +145,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
 
 def _fill_demo_paths(cfg: DictConfig) -> None:
     """Null model/dataset/training paths mean the embedded demo: build it once under output_root/demo."""
+    _fill_render_demo(cfg, run_dir)
     if not cfg.get("demo") or all(cfg[k].get("path") for k in ("model", "dataset", "training")):
         return
     from pipeline import demo
@@ -153,6 +154,28 @@ def _fill_demo_paths(cfg: DictConfig) -> None:
     for key, path in built.items():
         if not cfg[key].get("path"):
             cfg[key].path = str(path)
+
+
+def _fill_render_demo(cfg: DictConfig, run_dir: Path) -> None:
+    """Null release/cache paths, with render_cache selected, mean the render_cache demo (built once);
+    its budgets and sizes then go into stages.render_cache, since the demo's cache is what is checked."""
+    selected = cfg.stage.name == "render_cache" or (
+        cfg.stage.name == "full" and "render_cache" not in (cfg.get("skip") or ())
+    )
+    if (
+        not cfg.get("demo")
+        or not selected
+        or all((cfg.get(k) or {}).get("path") for k in ("release", "cache"))
+    ):
+        return
+    from pipeline.demo import render_cache as render_demo
+
+    section = OmegaConf.to_container(cfg.demo.get("render_cache") or OmegaConf.create({}), resolve=True)
+    settings = {**section, "variant": cfg.demo.get("variant", "default")}
+    built = render_demo.ensure(settings, run_dir.parent.parent / "demo")
+    for key in ("release", "cache"):
+        cfg[key] = {"path": (cfg.get(key) or {}).get("path") or built[key]}
+    cfg.stages.render_cache = OmegaConf.merge(cfg.stages.render_cache, render_demo.stage_overrides(settings))
 
 
 def git_sha() -> str | None:

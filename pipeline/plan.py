@@ -18,9 +18,10 @@ from pipeline.errors import ConfigError
 from pipeline.fingerprint import input_fingerprints
 from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage
-from pipeline.stages.config import RESOURCE_KEYS
+from pipeline.stages.config import RESOURCE_KEYS, typed
 
 GATE = "gate"
+ARRAY_PART = "task"  # a stage's job array is part "task"; task i runs as part "task-<i:04d>"
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class JobSpec:
     resources: dict[str, Any] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
     reused: bool = False
+    array: int = 0  # > 0: one Slurm job array of this many tasks (sbatch --array=0-<array-1>)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -89,6 +91,15 @@ def reusable(folder: RunFolder, name: str, fingerprints: dict[str, str]) -> bool
     return old.status != "error" and old.fingerprints == fingerprints
 
 
+def array_size(cfg: DictConfig, stage: Stage) -> int:
+    """Tasks of the stage's job array, decided now from its typed config (0: no array)."""
+    if stage.array is None:
+        return 0
+    section = (cfg.get("stages") or {}).get(stage.name)
+    scfg = typed(stage.config, section, f"stages.{stage.name}") if stage.config else section
+    return int(stage.array(scfg))
+
+
 def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder) -> list[JobSpec]:
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
@@ -116,6 +127,20 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder
             )
             for part in stage.parts
         ]
+        tasks = array_size(cfg, stage)
+        if tasks > 1:
+            parts.append(
+                JobSpec(
+                    f"{stage.name}.{ARRAY_PART}",
+                    "part",
+                    stage.name,
+                    ARRAY_PART,
+                    before,
+                    resources(cfg, stage.name, ARRAY_PART),
+                    prints,
+                    array=tasks,
+                )
+            )
         deps = before + tuple((p.name, "afterany") for p in parts)
         jobs += [*parts, JobSpec(stage.name, "stage", stage.name, None, deps, res, prints)]
         live.add(stage.name)

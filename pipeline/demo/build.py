@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
 }
 MARKER = "demo.json"
 # Bump when the demo gains or changes what it builds, so a demo built by an older version is rebuilt.
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 
 
 def settings(demo_cfg: Any) -> dict[str, Any]:

@@ -31,8 +31,9 @@ BUILTIN_MODULES = (
     "pipeline.stages.contract",
     "pipeline.stages.determinism",
     "pipeline.stages.teacher_forced",
+    "pipeline.stages.render_cache",
 )
-INPUT_KINDS = ("model", "training", "dataset")
+INPUT_KINDS = ("model", "training", "dataset", "release", "cache")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class Stage:
     category: str = "container"
     description: str = ""
     config: type[StageConfig] | None = None  # None: the stage has no settings of its own
+    # array(typed config) -> number of tasks of one Slurm job array (part "task", run_part per task;
+    # ctx.part is "task-XXXX"); 1 or None: no array. Decided at launch, e.g. budgets x shards.
+    array: Callable[[Any], int] | None = None
 
     @property
     def rows(self) -> Rows:
@@ -88,7 +92,7 @@ class Stage:
         unknown = set(self.inputs) - set(INPUT_KINDS)
         if unknown:
             raise ValueError(f"stage {self.name}: unknown inputs {sorted(unknown)}; known: {INPUT_KINDS}")
-        if self.parts and self.run_part is None:
+        if (self.parts or self.array) and self.run_part is None:
             raise ValueError(f"stage {self.name}: declares parts but no run_part")
 
 

@@ -1,0 +1,113 @@
+"""render_cache launched as a user would: the demo's faults block locally, and on the local Slurm cluster a
+sharded run is one job array whose merged result equals the unsharded one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.records import StageResult
+from pipeline.stages.render_cache import check
+from tests.conftest import gate_of, launch, run_dir_of
+from tests.stages.render_cache.helpers import config
+
+TINY = (
+    "demo.render_cache.episodes=2",
+    "demo.render_cache.steps=4",
+    "demo.render_cache.budgets=[1,2]",
+    "demo.render_cache.hires=0",
+    "demo.render_cache.raw_frames=0",
+)
+FAULTY = (
+    "demo=faulty",
+    "demo.render_cache.episodes=3",
+    "demo.render_cache.steps=3",
+    "demo.render_cache.budgets=[2,3]",
+    "demo.render_cache.hires=0",
+    "demo.render_cache.raw_frames=0",
+    "demo.render_cache.faults.shift_row=4",
+    "demo.render_cache.faults.camera_row=7",
+)
+
+
+@pytest.mark.render
+def test_faulty_demo_blocks_with_the_row_meant_for_each_fault(gl: None, tmp_path: Path) -> None:
+    args = ("launcher=local", "stage=render_cache", "run_id=rc-faulty", *FAULTY)
+    proc = launch(tmp_path, *args, timeout=1500)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    reasons = " ".join(gate_of(run_dir)["reasons"])
+    for row in (
+        "render_cache.subsets.nested",
+        "render_cache.frames.b3.order",
+        "render_cache.frames.b3.rerender",
+    ):
+        assert row in reasons, reasons
+    assert "render_cache.frames.b3.pairing" not in reasons
+    plan = json.loads((run_dir / "plan.json").read_text())["jobs"]["render_cache"]
+    assert set(plan["fingerprints"]) >= {"release", "cache"}
+    again = launch(tmp_path, *args, timeout=600)  # same run id, same inputs: the result is reused
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert json.loads((run_dir / "plan.json").read_text())["jobs"]["render_cache"]["reused"]
+
+
+def sacct_ids(job_id: str) -> list[str]:
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,Start,End"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line.split("|") for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.slurm
+@pytest.mark.render
+def test_sharded_run_is_one_job_array_and_equals_unsharded(slurm: None, gl: None, tmp_path: Path) -> None:
+    proc = launch(
+        tmp_path,
+        "launcher=slurm",
+        "wait=true",
+        "stage=render_cache",
+        "stages.render_cache.shards=2",
+        *TINY,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    jobs = json.loads((run_dir / "jobs.json").read_text())
+    array_id = str(jobs["render_cache.task"]["job_id"])
+    assert "_" not in array_id
+    deadline = time.monotonic() + 120
+    while (rows := sacct_ids(array_id)) and len(rows) < 4 and time.monotonic() < deadline:
+        time.sleep(2)
+    assert sorted(r[0] for r in rows) == [f"{array_id}_{i}" for i in range(4)], rows
+    assert all(r[1] == "COMPLETED" for r in rows), rows
+    gate_start = sacct_ids(str(jobs["gate"]["job_id"]))[0][2]
+    assert gate_start >= max(r[3] for r in rows)  # ISO times: the gate started after every task ended
+    merged = StageResult.from_dict(json.loads((run_dir / "stages" / "render_cache.json").read_text()))
+    cfg_yaml = (run_dir / "config.yaml").read_text()
+    from omegaconf import OmegaConf
+
+    rcfg = OmegaConf.create(cfg_yaml)
+    scfg = config(budgets=[1, 2])
+    whole, _ = check(scfg, Path(rcfg.release.path), Path(rcfg.cache.path), None, tmp_path / "unsharded")
+    assert [c.to_dict() for c in merged.checks] == [c.to_dict() for c in whole]
+
+
+@pytest.mark.render
+def test_local_executor_runs_the_same_array_tasks(gl: None, tmp_path: Path) -> None:
+    proc = launch(
+        tmp_path, "launcher=local", "stage=render_cache", "stages.render_cache.shards=2", *TINY, timeout=1500
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = run_dir_of(tmp_path, proc)
+    tasks = sorted(p.parent.name for p in (run_dir / "parts" / "render_cache").glob("task-*/partial.json"))
+    assert tasks == [f"task-{i:04d}" for i in range(4)]
+    plan = json.loads((run_dir / "plan.json").read_text())["jobs"]
+    assert plan["render_cache.task"]["array"] == 4
+    assert plan["render_cache"]["deps"] == [["render_cache.task", "afterany"]]
