@@ -145,7 +145,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
 
 def _fill_demo_paths(cfg: DictConfig) -> None:
     """Null model/dataset/training paths mean the embedded demo: build it once under output_root/demo."""
-    _fill_render_demo(cfg, run_dir)
+    _fill_render_demo(cfg)
     if not cfg.get("demo") or all(cfg[k].get("path") for k in ("model", "dataset", "training")):
         return
     from pipeline import demo
@@ -156,7 +156,7 @@ def _fill_demo_paths(cfg: DictConfig) -> None:
             cfg[key].path = str(path)
 
 
-def _fill_render_demo(cfg: DictConfig, run_dir: Path) -> None:
+def _fill_render_demo(cfg: DictConfig) -> None:
     """Null release/cache paths, with render_cache selected, mean the render_cache demo (built once);
     its budgets and sizes then go into stages.render_cache, since the demo's cache is what is checked."""
     selected = cfg.stage.name == "render_cache" or (
@@ -172,7 +172,7 @@ def _fill_render_demo(cfg: DictConfig, run_dir: Path) -> None:
 
     section = OmegaConf.to_container(cfg.demo.get("render_cache") or OmegaConf.create({}), resolve=True)
     settings = {**section, "variant": cfg.demo.get("variant", "default")}
-    built = render_demo.ensure(settings, run_dir.parent.parent / "demo")
+    built = render_demo.ensure(settings, demo_dir(cfg.output_root))
     for key in ("release", "cache"):
         cfg[key] = {"path": (cfg.get(key) or {}).get("path") or built[key]}
     cfg.stages.render_cache = OmegaConf.merge(cfg.stages.render_cache, render_demo.stage_overrides(settings))
