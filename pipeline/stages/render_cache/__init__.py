@@ -41,8 +41,14 @@ def _config(cfg: DictConfig, ctx: StageContext) -> RenderCacheConfig:
     return scfg
 
 
+def configured(cfg: Any) -> bool:
+    """Neither `release.path` nor `cache.path` set (and no demo filled them): this run trains on no frame
+    cache, so the stage has nothing to audit and is skipped rather than blocking the gate."""
+    return any((cfg.get(key) or {}).get("path") for key in ("release", "cache"))
+
+
 def input_paths(cfg: Any) -> tuple[Path, Path]:
-    """`release.path` and `cache.path` (null only when the demo was not built for them)."""
+    """`release.path` and `cache.path`; one without the other is an error naming the missing key."""
     out = []
     for key in ("release", "cache"):
         path = (cfg.get(key) or {}).get("path")
@@ -64,6 +70,8 @@ def task_of(scfg: RenderCacheConfig, index: int) -> tuple[int, tuple[int, int]]:
 def run_part(cfg: DictConfig, ctx: StageContext) -> None:
     """One array task: one episode range of one budget, written for the main job to merge."""
     scfg = _config(cfg, ctx)
+    if not configured(cfg):
+        return
     index = int(str(ctx.part).rsplit("-", 1)[-1])
     budget, part = task_of(scfg, index)
     release_root, cache_root = input_paths(cfg)
@@ -131,6 +139,9 @@ def check(
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     scfg = _config(cfg, ctx)
+    if not configured(cfg):
+        reason = "no frame cache to audit (release.path and cache.path are not set)"
+        return StageResult(NAME, "skipped", provenance={"reason": reason})
     release_root, cache_root = input_paths(cfg)
     parts, errors = (None, []) if scfg.tasks() == 1 else _task_results(scfg, ctx)
     checks, artifacts = check(scfg, release_root, cache_root, parts, ctx.artifacts_dir)

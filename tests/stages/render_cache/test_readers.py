@@ -141,3 +141,19 @@ def test_software_renderer_on_a_gpu_node_is_a_finding_fake_gpu(monkeypatch: pyte
     assert gap.gl_row(cfg, soft).verdict == "match"
     wrong = [{**soft[0], "MUJOCO_GL": "osmesa"}]
     assert "not the configured 'egl'" in gap.gl_row(cfg, wrong).message
+
+
+def test_no_release_and_no_cache_is_skipped_not_blocking(tmp_path: Path) -> None:
+    """A run that trains on no frame cache: `stage=full` must not block on render_cache."""
+    from omegaconf import OmegaConf
+
+    import pipeline.stages.render_cache as stage
+    from pipeline.stages import StageContext
+
+    cfg = OmegaConf.create({"release": {"path": None}, "cache": {"path": None}, "stages": {}})
+    ctx = StageContext(run_dir=tmp_path, stage="render_cache", config=typed(RenderCacheConfig, {}, "k"))
+    result = stage.run(cfg, ctx)
+    assert result.status == "skipped" and "release.path" in result.provenance["reason"]
+    cfg.release.path = str(tmp_path)  # one without the other is an error naming the missing key
+    with pytest.raises(InputError, match="cache.path"):
+        stage.run(cfg, ctx)
