@@ -153,3 +153,23 @@ def test_stages_never_reach_the_demo_or_the_launcher():
     }
     offenders = {m: t for m, t in bad.items() if t}
     assert not offenders, offenders
+
+
+def _function_lengths() -> list[tuple[str, str, int]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((str(path.relative_to(PACKAGE.parent)), node.name, node.end_lineno - node.lineno + 1))
+    return out
+
+
+def test_house_sizes_functions_and_modules_read_in_one_sitting():
+    """DESIGN.md's house rule: functions <= 60 lines, modules <= 400."""
+    long_functions = [f"{path}:{name} ({n} lines)" for path, name, n in _function_lengths() if n > 60]
+    long_modules = [
+        f"{p.relative_to(PACKAGE.parent)} ({n} lines)"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (n := p.read_text(encoding="utf-8").count("\n")) > 400
+    ]
+    assert not long_functions and not long_modules, long_functions + long_modules
