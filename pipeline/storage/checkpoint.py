@@ -28,8 +28,9 @@ from typing import Any
 from pipeline.errors import InputError, PreflightError
 from pipeline.storage import manifest, tensorfile
 from pipeline.storage.atomic import atomic_write_json
+from pipeline.storage.maintain import apply_retention
 from pipeline.storage.manifest import fallback_dir
-from pipeline.storage.quota import Room, room
+from pipeline.storage.quota import preflight
 
 log = logging.getLogger("pipeline.storage")
 FALLBACK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
@@ -119,8 +120,6 @@ def save_checkpoint(
             _record_fallback(saved, attempts)
             _announce(notify, saved, attempts)
         if keep is not None:
-            from pipeline.storage.maintain import apply_retention
-
             apply_retention(primary, keep, fallbacks=given)
         return saved
     _record_fallback(None, attempts, primary=primary, name=name)
@@ -180,25 +179,6 @@ def _record_init(primary: Path, fallbacks: list[str]) -> None:
             manifest.append(primary, {"event": "init", "primary": str(primary), "fallbacks": fallbacks})
     except OSError as exc:
         log.warning("checkpoint manifest beside %s not updated: %s", primary, exc)
-
-
-def preflight(folder: Path, size: int, margin: float, reserve: int, check_quota: bool) -> tuple[str, Room]:
-    """'' when `folder` can take `size` bytes (+margin, +reserve for sidecar/manifest), else why not."""
-    stat = os.statvfs(folder)
-    space = room(folder, check_quota=check_quota)
-    if stat.f_flag & os.ST_RDONLY:
-        return f"{folder} is on a read-only filesystem", space
-    if not os.access(folder, os.W_OK):
-        return f"{folder} is not writable by uid {os.getuid()}", space
-    need = int(size * (1 + margin)) + reserve
-    if space.available < need:
-        what = "quota headroom" if space.available < space.free else "free space"
-        return (
-            f"preflight: needs {need} bytes ({size} + {margin:.0%} margin + {reserve} reserve), "
-            f"{what} is {space.available} bytes",
-            space,
-        )
-    return "", space
 
 
 def _try(folder, primary, name, data, writer, metadata, size, margin, reserve, check_quota):
@@ -311,14 +291,6 @@ def _fsync_and_hash(path: Path) -> str:
     sha = hashlib.sha256()
     with path.open("rb+") as handle:
         os.fsync(handle.fileno())
-        while chunk := handle.read(CHUNK):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with Path(path).open("rb") as handle:
         while chunk := handle.read(CHUNK):
             sha.update(chunk)
     return sha.hexdigest()

@@ -19,8 +19,9 @@ from typing import Any
 from pipeline.errors import InputError
 from pipeline.storage import manifest
 from pipeline.storage.atomic import _fsync_dir
-from pipeline.storage.checkpoint import file_sha256, preflight
 from pipeline.storage.manifest import Entry
+from pipeline.storage.quota import preflight
+from pipeline.storage.tensorfile import file_sha256
 
 log = logging.getLogger("pipeline.storage")
 

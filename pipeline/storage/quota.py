@@ -206,3 +206,22 @@ def room(folder: Path, *, check_quota: bool = True, runner: Runner = _run) -> Ro
         out.quota_tool, out.quota, notes = quota_for(Path(folder), runner=runner)
         out.notes.extend(notes)
     return out
+
+
+def preflight(folder: Path, size: int, margin: float, reserve: int, check_quota: bool) -> tuple[str, Room]:
+    """'' when `folder` can take `size` bytes (+margin, +reserve for sidecar/manifest), else why not."""
+    stat = os.statvfs(folder)
+    space = room(folder, check_quota=check_quota)
+    if stat.f_flag & os.ST_RDONLY:
+        return f"{folder} is on a read-only filesystem", space
+    if not os.access(folder, os.W_OK):
+        return f"{folder} is not writable by uid {os.getuid()}", space
+    need = int(size * (1 + margin)) + reserve
+    if space.available < need:
+        what = "quota headroom" if space.available < space.free else "free space"
+        return (
+            f"preflight: needs {need} bytes ({size} + {margin:.0%} margin + {reserve} reserve), "
+            f"{what} is {space.available} bytes",
+            space,
+        )
+    return "", space

@@ -17,6 +17,7 @@ import queue
 import struct
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,3 +116,11 @@ def _write_all(fd: int, chunk: memoryview) -> None:
     done = 0
     while done < len(chunk):
         done += os.write(fd, chunk[done:])
+
+
+def file_sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            sha.update(chunk)
+    return sha.hexdigest()
