@@ -13,9 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +23,7 @@ import numpy as np
 import yaml
 
 from pipeline.demo.dataset import ALL_STATS, generate_episodes, write_dataset
+from pipeline.demo.once import build_once
 from pipeline.demo.policy import save_pretrained
 from pipeline.demo.teacher_forced import build_models
 from pipeline.demo.train import train_policy
@@ -149,31 +148,14 @@ def ensure(demo_cfg: Any, root: str | Path) -> dict[str, str]:
     place; the loser of the race discards its copy and uses the winner's.
     """
     cfg = settings(demo_cfg)
-    root = Path(root)
-    target = root / str(cfg["variant"])
+    target = build_once(
+        Path(root),
+        str(cfg["variant"]),
+        lambda t: _reuse(t, cfg) is not None,
+        lambda folder: build(cfg, folder),
+    )
     found = _reuse(target, cfg)
-    if found:
-        return found
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{cfg['variant']}-", dir=root))
-    try:
-        build(cfg, scratch)
-        if target.exists():
-            stale = root / f".stale-{cfg['variant']}-{os.getpid()}-{time.time_ns()}"
-            try:
-                target.rename(stale)
-                shutil.rmtree(stale, ignore_errors=True)
-            except OSError:
-                pass
-        try:
-            scratch.rename(target)
-        except OSError:
-            pass
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    found = _reuse(target, cfg)
-    if not found:
-        raise RuntimeError(f"demo build of variant {cfg['variant']!r} under {root} did not complete")
+    assert found is not None
     return found
 
 

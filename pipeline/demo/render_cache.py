@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Mapping
@@ -23,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.demo.once import build_once
 from pipeline.stages.render_cache.render import EvalRenderer
 
 DEFAULTS: dict[str, Any] = {
@@ -273,33 +272,12 @@ def ensure(raw_cfg: Any, root: Path) -> dict[str, Any]:
     """Build the variant once under `root/render_cache-<variant>`, reused while its settings are the same
     (concurrent launches: each builds in a private folder and renames it into place)."""
     cfg = settings(raw_cfg)
-    root = Path(root)
-    target = root / f"render_cache-{cfg['variant']}"
-    if _current(target, cfg):
-        return {
-            "release": str(target / "release"),
-            "cache": str(target / "cache"),
-            "budgets": list(cfg["budgets"]),
-        }
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".render_cache-{cfg['variant']}-", dir=root))
-    try:
-        build(cfg, scratch)
-        if target.exists():
-            stale = root / f".stale-render_cache-{os.getpid()}-{time.time_ns()}"
-            try:
-                target.rename(stale)
-                shutil.rmtree(stale, ignore_errors=True)
-            except OSError:
-                pass
-        try:
-            scratch.rename(target)
-        except OSError:
-            pass
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    if not _current(target, cfg):
-        raise RuntimeError(f"render_cache demo {cfg['variant']!r} under {root} did not complete")
+    target = build_once(
+        Path(root),
+        f"render_cache-{cfg['variant']}",
+        lambda t: _current(t, cfg),
+        lambda folder: build(cfg, folder),
+    )
     return {
         "release": str(target / "release"),
         "cache": str(target / "cache"),

@@ -10,6 +10,8 @@ the same dataclass instance as `ctx.config`: no casts where values are used.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -17,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
 
 RESOURCE_KEYS = ("partition", "account", "qos", "time_min", "gpus_per_node", "cpus_per_task", "mem_gb")
 
@@ -131,3 +133,21 @@ def section(cfg: DictConfig, name: str) -> Any:
 
 
 store_registered({})  # the gate's entry exists even before any stage registers
+
+
+def resolve_callable(spec: str, key: str) -> Callable[..., Any]:
+    """`package.module:function` named in config -> the function; an InputError naming the key otherwise.
+
+    Loaders, proprio functions and other hooks are referenced this way, so a user's code plugs in
+    without editing the stage (and nothing is built from a shell string).
+    """
+    module_name, sep, attr = str(spec).partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{key}: expected 'module:function', got {spec!r}", field=key)
+    try:
+        found = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"{key}: cannot import {spec!r}: {exc}", field=key) from exc
+    if not callable(found):
+        raise InputError(f"{key}: {spec!r} is not callable", field=key)
+    return found

@@ -15,9 +15,8 @@ the contract stage applies to a base checkpoint.
 
 from __future__ import annotations
 
-import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +27,12 @@ from pipeline.normalization import nonfinite_counts, placeholder_problems
 from pipeline.readers import LeRobotData
 from pipeline.readers.base import read_safetensors
 from pipeline.records import Check, Rows
+from pipeline.stages.config import resolve_callable as resolve
 from pipeline.trainlog import INTENT_FILE, Reloaded
 
 __all__ = ["Reloaded", "resolve", "round_trip"]
 STAGE = "determinism"
 ROWS = Rows(STAGE, "reload")
-
-
-def resolve(spec: str, key: str) -> Callable[..., Any]:
-    """`package.module:function` -> the function; anything else is an InputError naming the key."""
-    module_name, sep, attr = str(spec).partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"{key}: expected 'module:function', got {spec!r}", field=key)
-    try:
-        found = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InputError(f"{key}: cannot import {spec!r}: {exc}", field=key) from exc
-    if not callable(found):
-        raise InputError(f"{key}: {spec!r} is not callable", field=key)
-    return found
 
 
 def _row(check: str, verdict: str, message: str, **fields: Any) -> Check:

@@ -6,12 +6,12 @@ what a policy sees as proprioception, so the check recomputes it rather than tru
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
+from pipeline.stages.config import resolve_callable
 
 OGBENCH_PROPRIO_DIMS = 19  # joint pos 6, joint vel 6, effector xyz 3, yaw cos/sin 2, gripper 1, contact 1
 
@@ -22,11 +22,8 @@ def ogbench_cube(episode: Mapping[str, np.ndarray], t: int) -> np.ndarray:
 
 
 def resolve(spec: str, key: str = "stages.render_cache.proprio_fn") -> Callable[..., np.ndarray]:
-    module, _, name = spec.partition(":")
+    """The configured proprio function; a bad name is a config error (checked at launch)."""
     try:
-        fn = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(key, f"cannot import {spec!r}: {exc}") from None
-    if not callable(fn):
-        raise ConfigError(key, f"{spec!r} is not callable")
-    return fn
+        return resolve_callable(spec, key)
+    except InputError as exc:
+        raise ConfigError(key, str(exc).removeprefix(f"{key}: ")) from None

@@ -23,6 +23,7 @@ import torch
 from rich.progress import Progress
 
 from pipeline.errors import InputError
+from pipeline.stages.config import resolve_callable as resolve
 
 Predict = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 LONG = 50  # batches: from here on a progress bar shows the run is alive
@@ -33,20 +34,6 @@ def device_for(want: str) -> str:
     if want == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return want
-
-
-def resolve(spec: str, key: str) -> Callable[..., Any]:
-    """`package.module:function` -> the function; an InputError naming the config key otherwise."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise InputError(f"{key}: expected 'module:function', got {spec!r}", field=key)
-    try:
-        found = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InputError(f"{key}: cannot import {spec!r}: {exc}", field=key) from exc
-    if not callable(found):
-        raise InputError(f"{key}: {spec!r} is not callable", field=key)
-    return found
 
 
 @dataclass
