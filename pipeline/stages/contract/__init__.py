@@ -26,7 +26,16 @@ from pipeline.readers.base import Contract, DatasetContract
 from pipeline.records import Check, Rows, StageResult, jsonable
 from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.config import settings
-from pipeline.stages.contract import drift, encoding, layout, normalization, reload, units
+from pipeline.stages.contract import (
+    conventions,
+    drift,
+    encoding,
+    layout,
+    normalization,
+    relation,
+    reload,
+    units,
+)
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.plots import range_plot
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
@@ -36,6 +45,8 @@ PER_PAIR = (
     layout.key_rows,
     layout.shape_rows,
     layout.names_rows,
+    relation.relation_rows,  # before sign/permutation/units/shift: they leave out the dims it explains
+    conventions.convention_rows,
     layout.permutation_rows,
     units.scale_rows,
     normalization.stats_rows,
