@@ -125,6 +125,7 @@ def base_relation(src: Sources) -> dict[str, Any]:
         "source": "A's stats",
         "median_mean_gap_state_std": round(float(np.median(z)), 3),
         "median_std_ratio_action_state": round(float(np.median(ratio)), 3),
+        "median_mean_from_0_state_std": round(float(np.median(z0)), 3),
     }
 
 
@@ -159,15 +160,9 @@ def relation_rows(src: Sources, pair: Pair) -> list[Check]:
     src.explain(key, dims, "units.action_relation")
     names = pair.c.names
     message = (
-        f"{key}: base {base['mode']} ({base['source']}"
-        + (
-            f": action mean within {base['median_mean_gap_state_std']} state std of the state, std ratio "
-            f"{base['median_std_ratio_action_state']}"
-            if base["source"] == "A's stats"
-            else ""
-        )
-        + f"), dataset {data['mode']}: {how} in dim(s) {dims_text(dims, names)}; the base's outputs "
-        f"mean {'targets' if base['mode'] == 'absolute' else 'steps'}, the data's "
+        f"{key}: base {base['mode']} ({_base_text(base)}), dataset {data['mode']}: {how} in dim(s) "
+        f"{dims_text(dims, names)}; the base's outputs mean "
+        f"{'targets' if base['mode'] == 'absolute' else 'steps'}, the data's "
         f"{'steps' if data['mode'] == 'delta' else 'targets'}"
     )
     return [
@@ -182,6 +177,21 @@ def relation_rows(src: Sources, pair: Pair) -> list[Check]:
             evidence=evidence,
         )
     ]
+
+
+def _base_text(base: dict[str, Any]) -> str:
+    if base["source"] != "A's stats":
+        return base["source"]
+    ratio = base["median_std_ratio_action_state"]
+    if base["mode"] == "absolute":
+        return (
+            f"A's action stats sit on its state stats: mean within {base['median_mean_gap_state_std']} "
+            f"state std, std ratio {ratio}"
+        )
+    return (
+        f"A's actions centre within {base['median_mean_from_0_state_std']} state std of 0, "
+        f"std {ratio}x the state's"
+    )
 
 
 def _how_well(data: dict[str, Any]) -> str:
