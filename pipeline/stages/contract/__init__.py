@@ -248,7 +248,10 @@ def _plot(out_dir: Path, src: Sources, pair: Pair, checks: list[Check]) -> Path 
         if check.feature == pair.a.key and check.verdict == "mismatch":
             flagged.update(int(d) for d in check.evidence.get("dims", []) if isinstance(d, int))
     safe = pair.a.key.replace("/", "_")
-    return range_plot(out_dir / f"ranges_{safe}.png", a, c, flagged)
+    title = (
+        f"{pair.a.key}: base (A) vs dataset (C{' ' + pair.c.key if pair.c.key != pair.a.key else ''}) per dim"
+    )
+    return range_plot(out_dir / f"ranges_{safe}.png", a, c, flagged, title=title)
 
 
 def _physical(src: Sources) -> list[str]:
