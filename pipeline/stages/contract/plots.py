@@ -68,7 +68,7 @@ def range_plot(
     """`a`/`c`: {lo, hi, mean} per dim, each in its own dim order, so a swap shows as crossed rows."""
     path = Path(path)
     dims = len(a["lo"])
-    fig = Figure(figsize=(8, 1.6 + 0.32 * dims), dpi=80)
+    fig = Figure(figsize=(9, 1.6 + 0.32 * dims), dpi=80)
     ax = fig.add_subplot()
     _draw(ax, a, c, flagged)
     ax.set_title(title or f"{path.stem}: base (A) vs dataset (C) range per dim")
@@ -80,8 +80,9 @@ def range_plot(
         Line2D([], [], color="black", label="mean"),
         Line2D([], [], color=FLAG, marker="s", linestyle="", label="flagged by a check"),
     ]
-    ax.legend(handles=handles, loc="best", fontsize=7, framealpha=0.85)
-    fig.tight_layout()
+    height = 1.6 + 0.32 * dims
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # room for the legend under the axis label
     return _save(fig, path)
 
 

@@ -71,6 +71,6 @@ def test_range_plot_has_title_axis_labels_and_legend(tmp_path: Path, monkeypatch
     range_plot(tmp_path / "t.png", a, a, {0}, title="action: base vs data")
     ax = seen[0].axes[0]
     assert ax.get_title() == "action: base vs data" and ax.get_xlabel() and ax.get_ylabel() == "dim"
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    labels = [t.get_text() for t in seen[0].legends[0].get_texts()]
     assert any("base (A)" in t for t in labels) and any("dataset (C)" in t for t in labels)
     assert ax.get_yticklabels()[0].get_color() == "#cc0000"  # the flagged dim
