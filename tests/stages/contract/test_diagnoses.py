@@ -61,8 +61,8 @@ def test_diagnose_constructed_float32_cancellation() -> None:
 
 
 def test_stale_row_on_a_float32_written_copy(real_data: Path, tmp_path: Path) -> None:
-    """The record arm with one action dim re-centred at 500 (spread 0.17, |mean|/std ~ 3000) and its stats written by a
-    float32 tool: the stale row gives shipped vs recomputed std and names float32 cancellation."""
+    """The record arm with one action dim re-centred at 500 (spread 0.17, |mean|/std ~ 3000) and its
+    stats written by a float32 tool: the stale row gives shipped vs recomputed std and names the cause."""
     data, out = real_data / RECORD, tmp_path / "rec"
     model, training = card_from(data, out / "card", QUANTILES), training_yaml(out, QUANTILES)
 

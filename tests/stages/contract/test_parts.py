@@ -74,3 +74,27 @@ def test_range_plot_has_title_axis_labels_and_legend(tmp_path: Path, monkeypatch
     labels = [t.get_text() for t in seen[0].legends[0].get_texts()]
     assert any("base (A)" in t for t in labels) and any("dataset (C)" in t for t in labels)
     assert ax.get_yticklabels()[0].get_color() == "#cc0000"  # the flagged dim
+
+
+def test_convention_settings_are_validated_with_their_key() -> None:
+    from pipeline.errors import ConfigError
+    from pipeline.stages.config import typed
+    from pipeline.stages.contract.config import ContractConfig
+
+    cases = {
+        "stages.contract.offset.severity": {"offset": {"severity": "loud"}},
+        "stages.contract.sign.min_gap": {"sign": {"tol": 0.5, "min_gap": 0.2}},
+        "stages.contract.relation.min_corr": {"relation": {"min_corr": 1.5}},
+        "stages.contract.units.feature_severity": {"units": {"feature_severity": "x"}},
+        "stages.contract.stale.cancel_condition": {"stale": {"cancel_condition": 0.5}},
+    }
+    for key, section in cases.items():
+        try:
+            typed(ContractConfig, section, "stages.contract")
+        except ConfigError as exc:
+            assert exc.key == key, (key, str(exc))
+        else:
+            raise AssertionError(f"{key}: accepted {section}")
+    assert (
+        typed(ContractConfig, {"offset": {"severity": "soft"}}, "stages.contract").offset.severity == "soft"
+    )
