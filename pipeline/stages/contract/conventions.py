@@ -5,7 +5,8 @@ Both pass every shape, name and unit check: the spread is the base's, only the s
 A mirrored joint is a convention change between robots or recordings, not new data: the base's learned
 mapping is inverted for it (hard). Each dim is compared stat by stat with the base's: the mean and the
 quantiles (where the base ships them, the shape of the data's distribution, not only its moments) in
-units of the base's std, the range in units of the base's max - min. A dim is mirrored when every
+units of the base's std, the range in units of the base's max - min; at least three location stats
+(a mean alone could be any new task). A dim is mirrored when every
 mirrored stat fits within `sign.tol` while as-is they differ by at least `sign.min_gap`; offset when
 every stat moved by the same k with the std unchanged. Where the data pairs the action dim with a state
 dim, the correlation of action[t] with state[t+1] in that dim is added as evidence from the data.
@@ -52,6 +53,8 @@ def _fit(src: Sources, pair: Pair) -> dict[str, Any] | None:
         and vec(c, s) is not None
         and vec(a, s).size == std_a.size
     ]
+    if len(stats) < 3:  # mean alone cannot tell a mirrored or re-zeroed dim from a new task
+        return None
     lo, hi = vec(a, "min"), vec(a, "max")
     span = hi - lo if lo is not None and hi is not None else 4 * std_a
     scale = float(np.max(np.abs(std_a))) if std_a.size else 0.0

@@ -96,6 +96,8 @@ def base_relation(src: Sources) -> dict[str, Any]:
     declared = src.a.hints.get("action_mode")
     if declared:
         return {"mode": str(declared).lower(), "source": "declared by A"}
+    if src.a.kind == "openpi":  # its norm stats are taken after the model's own (delta) transforms
+        return {"mode": None, "reason": "openpi norm stats describe transformed actions"}
     states, actions = src.a.by_role("state"), src.a.by_role("action")
     if not states or not actions:
         return {"mode": None, "reason": "A has no state and action features"}

@@ -14,6 +14,7 @@ import numpy as np
 
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.config import UnitsConfig
+from pipeline.stages.contract.relation import data_pairs
 from pipeline.stages.contract.rows import (
     NAME,
     Pair,
@@ -213,14 +214,7 @@ def infer_action_mode(src: Sources) -> dict:
     if not dyn:
         return {"mode": None, "reason": "no state/action pair in the data"}
     state, action, episode = dyn["state"], dyn["action"], dyn["episode"]
-    s_names = next((f.names for f in src.c.features.values() if f.role == "state" and f.names), None)
-    a_names = next((f.names for f in src.c.features.values() if f.role == "action" and f.names), None)
-    if s_names and a_names:
-        pairs = [(a_names.index(n), s_names.index(n)) for n in a_names if n in s_names]
-    elif state.shape[1] == action.shape[1] and not (s_names or a_names):
-        pairs = [(d, d) for d in range(action.shape[1])]
-    else:
-        pairs = []
+    pairs = data_pairs(src)  # one pairing rule with the action_relation row
     if not pairs:
         return {"mode": None, "reason": "no action dim shares a name with a state dim"}
     same = episode[1:] == episode[:-1]

@@ -124,3 +124,19 @@ def test_reverse_base_delta_dataset_absolute(case) -> None:
     base = card_from(copy, case["out"] / "delta_card", case["modes"])
     row = hard(run(base, case["training"], case["data"]))["contract.units.action_relation:action"]
     assert row.expected == "delta" and row.actual == "absolute" and "action[t] ~ s[t+1] held" in row.message
+
+
+def test_every_dim_spread_changed_at_once_is_one_feature_row(real_data: Path, tmp_path: Path) -> None:
+    """All six arm actions at 0.05x the base's spread (no unit factor): one whole-feature row, not six."""
+    name, mode, *_ = CASES["record"]
+    modes = {"STATE": mode, "ACTION": mode}
+    data, out = real_data / name, tmp_path / "record"
+    model, training = card_from(data, out, modes), training_yaml(out, modes)
+    checks = run(model, training, copy_with(data, out / "narrow", "action", lambda v: v * 0.05))
+    found = hard(checks)
+    row = found.pop("contract.units.scale_feature:action")
+    assert set(found) <= {STALE}
+    assert "every dim (6) spreads 0.05-0.05x" in row.message and row.severity == "hard"
+    assert sorted(row.evidence["values"]) == list(range(6))
+    ids = {c.id for c in checks if c.verdict == "mismatch"}
+    assert not ids & {"contract.units.scale_unexplained:action", "contract.normalization.shift:action"}
