@@ -2,7 +2,9 @@
 baked-in stats vs the dataset's (shift).
 
 Stale stats are exact moments recomputed from the data, compared with what the dataset ships; shipped
-quantiles are judged by their rank in the data. A shift is measured per dim in units of the base's
+quantiles are judged by their rank in the data. A stale row gives, per dim, the shipped and recomputed
+values, their ratio and the likely cause (float32 cancellation in the stats tool, a std-only
+disagreement, or stats of other data). A shift is measured per dim in units of the base's
 std, after undoing any permutation the layout checks found, and leaves out dims other rows explained.
 """
 

@@ -2,8 +2,11 @@
 
 A dim recorded in degrees where the base saw radians has a spread 57.3x the base's; raw counts, mm vs m
 and 0-255 vs 0-1 show up the same way. Only ratios close to a configured factor are hard findings; an
-unexplained large ratio is a soft one (it may be a different task). Absolute vs delta actions are read
-from consecutive rows: an absolute action tracks the next state, a delta action tracks the step.
+unexplained large ratio is a soft one (it may be a different task), unless every dim of the feature
+moved at once: that is one finding about the whole feature (`units.scale_feature`, hard by default).
+Dims a convention row (sign, offset, absolute vs delta) already explains are left to it. The declared
+action mode is checked against consecutive rows: an absolute action tracks the next state, a delta
+action tracks the step (`relation.py` tests the base's relation against the data's).
 """
 
 from __future__ import annotations
