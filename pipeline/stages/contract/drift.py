@@ -69,7 +69,7 @@ def stale_rows(src: Sources, pair: Pair) -> list[Check]:
         fields: dict[str, Any] = {
             "severity": src.cfg.stale.severity,
             "expected": "stats of this data",
-            "actual": f"{len(stale_dims)} dim(s) stale",
+            "actual": f"{len(stale_dims)} dim(s) stale (likely cause: {', '.join(sorted(causes))})",
         }
     else:
         message = f"{c_key}: shipped mean/std/min/max agree with the data ({counts['rows']} rows)"

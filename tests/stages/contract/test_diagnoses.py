@@ -119,6 +119,7 @@ def test_open50_stale_std_is_float32_cancellation(real_data: Path, tmp_path: Pat
     assert four["abs_mean_over_std"] > 1e4 and four["mean_rel_diff"] < 1e-5
     assert "std shipped 0.0589888 vs recomputed 0.00999614 (5.9x)" in state.message
     assert "float32 cancellation" in state.message and "float64 fixes it" in state.message
+    assert state.actual == "2 dim(s) stale (likely cause: float32_cancellation)"
     actions = checks["contract.normalization.stale:actions"]
     assert actions.evidence["diagnosis"][4]["cause"] == "float32_cancellation"
     assert actions.evidence["diagnosis"][4]["stats"]["std"]["ratio"] == pytest.approx(8.04, rel=1e-2)
