@@ -26,7 +26,16 @@ from pipeline.readers.base import Contract, DatasetContract
 from pipeline.records import Check, Rows, StageResult, jsonable
 from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.config import settings
-from pipeline.stages.contract import drift, encoding, layout, normalization, reload, units
+from pipeline.stages.contract import (
+    conventions,
+    drift,
+    encoding,
+    layout,
+    normalization,
+    relation,
+    reload,
+    units,
+)
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.plots import range_plot
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
@@ -36,6 +45,8 @@ PER_PAIR = (
     layout.key_rows,
     layout.shape_rows,
     layout.names_rows,
+    relation.relation_rows,  # before sign/permutation/units/shift: they leave out the dims it explains
+    conventions.convention_rows,
     layout.permutation_rows,
     units.scale_rows,
     normalization.stats_rows,
@@ -237,7 +248,10 @@ def _plot(out_dir: Path, src: Sources, pair: Pair, checks: list[Check]) -> Path 
         if check.feature == pair.a.key and check.verdict == "mismatch":
             flagged.update(int(d) for d in check.evidence.get("dims", []) if isinstance(d, int))
     safe = pair.a.key.replace("/", "_")
-    return range_plot(out_dir / f"ranges_{safe}.png", a, c, flagged)
+    title = (
+        f"{pair.a.key}: base (A) vs dataset (C{' ' + pair.c.key if pair.c.key != pair.a.key else ''}) per dim"
+    )
+    return range_plot(out_dir / f"ranges_{safe}.png", a, c, flagged, title=title)
 
 
 def _physical(src: Sources) -> list[str]:

@@ -38,6 +38,10 @@ class StaleConfig:
     quantile_rank: float = 0.05  # a shipped q01/q10/q50/q90/q99 sitting > 0.05 in rank from its level
     # soft: LeRobot v3 averages per-episode quantiles, so real datasets drift a little
     quantile_severity: str = "soft"
+    # diagnosis: std off, mean within 1e-5 relative (float32 accumulation noise over ~1e4-1e5 rows is
+    # ~1e-6..1e-5: open_50 agrees to 1.2e-6 and 2.0e-6) and |mean|/std >= 1e3: float32 cancellation
+    cancel_mean_rel: float = 1.0e-5
+    cancel_condition: float = 1.0e3
 
     def validate(self, key: str) -> None:
         require(self.mean_z > 0, f"{key}.mean_z", "a number of data std > 0", self.mean_z)
@@ -46,6 +50,8 @@ class StaleConfig:
         require(0 < self.quantile_rank < 1, f"{key}.quantile_rank", "a rank in (0, 1)", self.quantile_rank)
         _severity(self.severity, f"{key}.severity")
         _severity(self.quantile_severity, f"{key}.quantile_severity")
+        require(self.cancel_mean_rel > 0, f"{key}.cancel_mean_rel", "a fraction > 0", self.cancel_mean_rel)
+        require(self.cancel_condition > 1, f"{key}.cancel_condition", "a ratio > 1", self.cancel_condition)
 
 
 @dataclass
@@ -63,6 +69,57 @@ class ShiftConfig:
         require(
             hard is None or hard >= self.soft_z, f"{key}.hard_z", f"null or >= soft_z ({self.soft_z})", hard
         )
+
+
+@dataclass
+class SignConfig:
+    """A dim whose data mirrors the base's (C ~ -A: spread equal, mean and range negated). Deviations are
+    in units of the base's spread: std for mean and quantiles, max - min for the range."""
+
+    tol: float = 0.1  # every mirrored stat within 0.1 spread of -A
+    std_ratio: float = 1.1  # and the std within 10 %
+    min_gap: float = 1.0  # as-is the stats differ by >= 1 spread (else a flip is invisible in the stats)
+    severity: str = "hard"  # the base's learned mapping is inverted for that dim
+
+    def validate(self, key: str) -> None:
+        require(self.tol > 0, f"{key}.tol", "a number of base spreads > 0", self.tol)
+        require(self.std_ratio > 1, f"{key}.std_ratio", "a ratio > 1", self.std_ratio)
+        require(self.min_gap > self.tol, f"{key}.min_gap", f"a number > tol ({self.tol})", self.min_gap)
+        _severity(self.severity, f"{key}.severity")
+
+
+@dataclass
+class OffsetConfig:
+    """A dim whose data is the base's shifted by a constant (C ~ A + k: zero-position / calibration)."""
+
+    tol: float = 0.1  # every stat shifted by the same k within 0.1 spread (units as for the sign)
+    std_ratio: float = 1.1  # with the std within 10 %
+    min_z: float = 1.0  # and |k| >= 1 base std (smaller offsets are inside normal task drift)
+    severity: str = "hard"  # soft to warn only (e.g. a known re-zeroed rig)
+
+    def validate(self, key: str) -> None:
+        require(self.tol > 0, f"{key}.tol", "a number of base spreads > 0", self.tol)
+        require(self.std_ratio > 1, f"{key}.std_ratio", "a ratio > 1", self.std_ratio)
+        require(self.min_z > self.tol, f"{key}.min_z", f"a number > tol ({self.tol})", self.min_z)
+        _severity(self.severity, f"{key}.severity")
+
+
+@dataclass
+class RelationConfig:
+    """Absolute vs delta actions, tested in the data: action vs next state, and vs the per-episode step."""
+
+    min_corr: float = 0.9  # the relation that holds must correlate >= 0.9 (median over paired dims)
+    margin: float = 0.3  # and beat the other relation by >= 0.3 in correlation
+    base_z: float = 0.5  # A absolute: action mean within 0.5 state std of the state mean (median dim)
+    base_delta: float = 0.2  # A delta: action std <= 0.2 state std and mean within 0.5 state std of 0
+    severity: str = "hard"  # the base's outputs mean targets, the data's mean steps (or the reverse)
+
+    def validate(self, key: str) -> None:
+        require(0 < self.min_corr <= 1, f"{key}.min_corr", "a correlation in (0, 1]", self.min_corr)
+        require(0 < self.margin < 2, f"{key}.margin", "a correlation gap in (0, 2)", self.margin)
+        require(self.base_z > 0, f"{key}.base_z", "a number of state std > 0", self.base_z)
+        require(0 < self.base_delta < 1, f"{key}.base_delta", "a ratio in (0, 1)", self.base_delta)
+        _severity(self.severity, f"{key}.severity")
 
 
 @dataclass
@@ -97,6 +154,9 @@ class UnitsConfig:
     min_ratio: float = 3.0  # spread ratios nearer 1 than 3x are not unit findings
     tolerance: float = 0.1  # a ratio within 10 % of a known factor is that factor
     unexplained_ratio: float = 10.0  # beyond 10x with no known factor: soft finding
+    # every dim of a feature beyond unexplained_ratio at once: one whole-feature row. Hard: a new task
+    # changes some dims, not all; all at once is a convention (delta vs absolute, another action space)
+    feature_severity: str = "hard"
     factors: dict[str, float] = field(default_factory=_factors)  # known factors (C spread / A spread)
 
     def validate(self, key: str) -> None:
@@ -108,6 +168,7 @@ class UnitsConfig:
         )
         for name, factor in self.factors.items():
             require(factor > 0, f"{key}.factors.{name}", "a factor > 0", factor)
+        _severity(self.feature_severity, f"{key}.feature_severity")
 
 
 @dataclass
@@ -128,13 +189,25 @@ class ContractConfig(StageConfig):
     shift: ShiftConfig = field(default_factory=ShiftConfig)
     permutation: PermutationConfig = field(default_factory=PermutationConfig)
     units: UnitsConfig = field(default_factory=UnitsConfig)
+    sign: SignConfig = field(default_factory=SignConfig)
+    offset: OffsetConfig = field(default_factory=OffsetConfig)
+    relation: RelationConfig = field(default_factory=RelationConfig)
 
     def validate(self, key: str) -> None:
         super().validate(key)
         require(0 < self.rank_error <= 0.5, f"{key}.rank_error", "a rank error in (0, 0.5]", self.rank_error)
         require(self.dynamics_rows >= 1, f"{key}.dynamics_rows", "a row count >= 1", self.dynamics_rows)
         _severity(self.frames_severity, f"{key}.frames_severity")
-        for name in ("degenerate", "stale", "shift", "permutation", "units"):
+        for name in (
+            "degenerate",
+            "stale",
+            "shift",
+            "permutation",
+            "units",
+            "sign",
+            "offset",
+            "relation",
+        ):
             getattr(self, name).validate(f"{key}.{name}")
 
 

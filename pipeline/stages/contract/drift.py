@@ -2,7 +2,9 @@
 baked-in stats vs the dataset's (shift).
 
 Stale stats are exact moments recomputed from the data, compared with what the dataset ships; shipped
-quantiles are judged by their rank in the data. A shift is measured per dim in units of the base's
+quantiles are judged by their rank in the data. A stale row gives, per dim, the shipped and recomputed
+values, their ratio and the likely cause (float32 cancellation in the stats tool, a std-only
+disagreement, or stats of other data). A shift is measured per dim in units of the base's
 std, after undoing any permutation the layout checks found, and leaves out dims other rows explained.
 """
 
@@ -15,7 +17,17 @@ import numpy as np
 from pipeline.normalization import QUANTILE_LEVELS
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.config import StaleConfig
-from pipeline.stages.contract.rows import NAME, Pair, Sources, dims_text, fmt, usable_stats, vec
+from pipeline.stages.contract.rows import (
+    NAME,
+    Pair,
+    Sources,
+    dim_values,
+    dims_text,
+    fmt,
+    usable_stats,
+    values_text,
+    vec,
+)
 
 ROWS = Rows(NAME, "normalization")
 QUANTILE_NOTE = (
@@ -38,15 +50,26 @@ def stale_rows(src: Sources, pair: Pair) -> list[Check]:
     evidence = {"per_stat_dims": problems, "count": counts, **detail}
     stale_dims = sorted({d for v in problems.values() for d in v})
     if problems:
+        diagnosis = diagnose(shipped, rec, problems, src.cfg.stale, pair.c.names)
+        evidence["diagnosis"] = diagnosis
+        evidence["values"] = dim_values(src, pair, stale_dims)
+        causes = {item["cause"] for item in diagnosis.values()}
+        tail = (
+            "the normalizer would use stats of other data"
+            if causes == {"other_data"}
+            else "the normalizer would use these wrong stats"
+        )
         message = (
             f"{c_key}: shipped stats disagree with the data in dim(s) "
-            f"{dims_text(stale_dims, pair.c.names)} ({', '.join(problems)}); the normalizer would "
-            "use stats of other data"
+            f"{dims_text(stale_dims, pair.c.names)} ({', '.join(problems)}): "
+            + "; ".join(item["text"] for item in list(diagnosis.values())[:4])
+            + (f"; +{len(diagnosis) - 4} more in evidence" if len(diagnosis) > 4 else "")
+            + f"; {tail}"
         )
         fields: dict[str, Any] = {
             "severity": src.cfg.stale.severity,
             "expected": "stats of this data",
-            "actual": f"{len(stale_dims)} dim(s) stale",
+            "actual": f"{len(stale_dims)} dim(s) stale (likely cause: {', '.join(sorted(causes))})",
         }
     else:
         message = f"{c_key}: shipped mean/std/min/max agree with the data ({counts['rows']} rows)"
@@ -86,6 +109,79 @@ def _stale_dims(
     return {k: v for k, v in problems.items() if v}, detail
 
 
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def diagnose(
+    shipped: dict[str, np.ndarray],
+    rec: dict[str, np.ndarray],
+    problems: dict[str, list[int]],
+    cfg: StaleConfig,
+    names: list[str] | None,
+) -> dict[int, dict[str, Any]]:
+    """Per stale dim: shipped vs recomputed value and ratio for each stat off, and the likely cause.
+
+    A std off while the mean agrees to float32 precision and |mean|/std >= `cancel_condition` is
+    float32 cancellation (E[x^2] - E[x]^2 loses the variance's digits when the mean dwarfs the spread):
+    the data is right, the stats tool was not; recomputing in float64 fixes it. Anything else off (the
+    mean, the range) means the stats describe other data (another version, a subset, an edit)."""
+    out: dict[int, dict[str, Any]] = {}
+    for d in sorted({d for v in problems.values() for d in v}):
+        off = {s: _pair_at(shipped, rec, s, d) for s, dims in problems.items() if d in dims}
+        mean_s, mean_r, std_r = vec(shipped, "mean"), vec(rec, "mean"), vec(rec, "std")
+        rel = None if mean_s is None else abs(mean_s[d] - mean_r[d]) / max(abs(mean_r[d]), 1e-30)
+        cond = abs(mean_r[d]) / max(std_r[d], 1e-30)
+        item: dict[str, Any] = {"name": names[d] if names and d < len(names) else None, "stats": off}
+        item["mean_rel_diff"] = None if rel is None else float(f"{rel:.3g}")
+        item["abs_mean_over_std"] = float(f"{cond:.4g}")
+        std_s = vec(shipped, "std")
+        if std_s is not None and "std" in off:
+            # the variance error in float32 ulps of mean^2: a few to a few hundred is float32 round-off
+            item["var_error_in_f32_ulps_of_mean2"] = float(
+                f"{abs(std_s[d] ** 2 - std_r[d] ** 2) / (EPS32 * mean_r[d] ** 2 + 1e-300):.3g}"
+            )
+        cancel = set(off) == {"std"} and rel is not None and rel <= cfg.cancel_mean_rel
+        cancel = cancel and cond >= cfg.cancel_condition
+        item["cause"] = (
+            "float32_cancellation" if cancel else ("std_only" if set(off) == {"std"} else "other_data")
+        )
+        item["text"] = _diagnosis_text(d, item)
+        out[d] = item
+    return out
+
+
+def _pair_at(shipped: dict, rec: dict, stat: str, d: int) -> dict[str, float]:
+    s, r = float(vec(shipped, stat)[d]), float(vec(rec, stat)[d])
+    return {
+        "shipped": float(f"{s:.6g}"),
+        "recomputed": float(f"{r:.6g}"),
+        "ratio": float(f"{s / r:.4g}") if r else None,
+    }
+
+
+def _diagnosis_text(d: int, item: dict[str, Any]) -> str:
+    label = f"dim {d}" + (f" ({item['name']})" if item["name"] else "")
+    values = ", ".join(
+        f"{s} shipped {v['shipped']:.6g} vs recomputed {v['recomputed']:.6g}"
+        + (f" ({v['ratio']:.3g}x)" if v["ratio"] is not None else "")
+        for s, v in item["stats"].items()
+    )
+    if item["cause"] == "float32_cancellation":
+        why = (
+            f"the mean agrees to {item['mean_rel_diff']:.1e} relative and |mean|/std = "
+            f"{item['abs_mean_over_std']:.3g}: float32 cancellation in the stats computation "
+            "(E[x^2] - E[x]^2 in float32), not other data; recomputing the stats in float64 fixes it"
+        )
+    elif item["cause"] == "std_only":
+        why = (
+            f"only the std is off (mean agrees to {item['mean_rel_diff']:.1e} relative, |mean|/std = "
+            f"{item['abs_mean_over_std']:.3g}): a different std computation; recompute the stats"
+        )
+    else:
+        why = "the stats describe other data (a different version, subset or edit of it)"
+    return f"{label}: {values}; {why}"
+
+
 def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
     ranks = src.c.shipped_ranks.get(pair.c.key) if pair.c else None
     if not ranks:
@@ -113,9 +209,17 @@ def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
         message = f"{pair.c.key}: shipped quantiles sit within {tol:g} of their levels in the data"
         return [ROWS(check_id, key, "match", message, severity="soft", evidence=evidence)]
     dims = sorted({d for v in off.values() for d in v})
+    evidence["values"] = dim_values(src, pair, dims, stats=("mean", "std", *QUANTILE_LEVELS))
     message = (
         f"{pair.c.key}: shipped quantiles are off their level by > {tol:g} in rank in dim(s) "
-        f"{dims_text(dims, pair.c.names)} ({', '.join(off)})"
+        f"{dims_text(dims, pair.c.names)} ({', '.join(off)}); "
+        + "; ".join(
+            f"dim {d} {q}: shipped {_num(vec(src.c.stats[pair.c.key], q), d)} sits at rank "
+            f"{fmt(ranks[q][d], 3)}"
+            + (f", recomputed {_num(vec(rec, q), d)}" if vec(rec, q) is not None else "")
+            for q, ds in list(off.items())[:2]
+            for d in ds[:2]
+        )
     )
     return [
         ROWS(
@@ -129,6 +233,10 @@ def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
             evidence=evidence,
         )
     ]
+
+
+def _num(values: np.ndarray | None, d: int) -> str:
+    return "-" if values is None or d >= values.size else f"{values[d]:.5g}"
 
 
 def shift_rows(src: Sources, pair: Pair) -> list[Check]:
@@ -167,10 +275,12 @@ def shift_rows(src: Sources, pair: Pair) -> list[Check]:
                 f"normalization.shift:{key}", key, "match", message, severity="soft", actual="close", **fields
             )
         ]
+    evidence["values"] = dim_values(src, pair, flagged, c_dims={int(d): int(order[d]) for d in flagged})
     message = (
         f"{pair.c.key}: dim(s) {dims_text(flagged, pair.c.names)} differ from the base's stats "
         f"(max {float(np.max(z[flagged])):.2f} base std, std ratio up to "
-        f"{float(np.max(np.maximum(ratio[flagged], 1 / ratio[flagged]))):.2f}x)"
+        f"{float(np.max(np.maximum(ratio[flagged], 1 / ratio[flagged]))):.2f}x). "
+        + values_text(evidence["values"])
     )
     severity = "hard" if hard else "soft"
     actual = f"{len(flagged)} dim(s) shifted"

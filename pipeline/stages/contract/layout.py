@@ -14,7 +14,7 @@ import numpy as np
 
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.assignment import assign
-from pipeline.stages.contract.rows import NAME, Pair, Sources, fmt, usable_stats, vec
+from pipeline.stages.contract.rows import NAME, Pair, Sources, dim_values, fmt, usable_stats, vec
 
 SIGNATURE = ("mean", "std")
 ROWS = Rows(NAME, "layout")
@@ -127,7 +127,12 @@ def permutation_rows(src: Sources, pair: Pair) -> list[Check]:
     cost = _cost(a_stats, c_stats, stats)
     perm = assign(cost)
     cfg = src.cfg.permutation
-    cycles = [c for c in _cycles(perm) if _accept(c, perm, cost, cfg.match_tol, cfg.min_gain)]
+    taken = src.explained.get(key, {})  # dims a sign/offset/relation row explains in place
+    cycles = [
+        c
+        for c in _cycles(perm)
+        if _accept(c, perm, cost, cfg.match_tol, cfg.min_gain) and not any(d in taken for d in c)
+    ]
     if not cycles:
         message = f"{key}: per-dim stats of the data line up with the base's in place ({n} dims)"
         evidence = {"signature": stats, "identity_cost": fmt(np.diag(cost), 3)}
@@ -142,6 +147,7 @@ def permutation_rows(src: Sources, pair: Pair) -> list[Check]:
     short = key.split(".")[-1]
     swaps = [" <-> ".join(_dim_label(short, d, names) for d in cyc) for cyc in cycles]
     evidence = _swap_evidence(cycles, mapping, cost, stats, (a_stats, c_stats), names)
+    evidence["values"] = dim_values(src, pair, sorted(mapping), c_dims=mapping)
     first = min(mapping)
     message = (
         f"{key}: likely swap {'; '.join(swaps)}: the data in dim {mapping[first]} matches the base's "

@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline.normalization import NEEDS, SCALE_PAIR
 from pipeline.records import Check, Rows
-from pipeline.stages.contract.rows import NAME, Pair, Sources, dims_text, vec
+from pipeline.stages.contract.rows import NAME, Pair, Sources, dim_values, dims_text, vec
 
 ROWS = Rows(NAME, "normalization")
 ZERO_SCALE = {
@@ -173,6 +173,7 @@ def degenerate_rows(src: Sources, pair: Pair) -> list[Check]:
         "scale": [float(f"{v:.4g}") for v in scale[tiny]],
         "eps": eps,
     }
+    evidence["values"] = dim_values(src, pair, tiny, stats=("mean", "std", "min", "max", "q01", "q99"))
     if rec is not None:
         evidence["data_range"] = {
             int(d): [float(vec(rec, "min")[d]), float(vec(rec, "max")[d])] for d in tiny

@@ -1,87 +1,103 @@
-"""One PNG per vector feature: the base's per-dim range (blue, top) against the dataset's (orange,
-bottom), each row scaled to the union of both, means as dark ticks, the dim index at the left and a red
-marker on rows another check flagged. Written with numpy and zlib only (no plotting dependency).
+"""One PNG per vector feature: the base's per-dim range against the dataset's, so a swap, a unit factor,
+a mirrored or an offset dim is visible at a glance in the record.
+
+Each dim is a row; both ranges are scaled to the union of the two (a dim in degrees next to one in
+radians stays readable), the base's bar above the dataset's, means as ticks, and dims another check
+flagged labelled in red. matplotlib with the Agg backend (no display on a compute node); the file is
+written to a temp name in the same folder and moved into place with `os.replace`, so a reader of the
+run folder never sees half a PNG.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
+import contextlib
+import os
+import tempfile
 from pathlib import Path
 
-import numpy as np
+import matplotlib
 
-BLUE, ORANGE, INK, RED, GRID = (52, 101, 164), (245, 121, 0), (30, 30, 30), (204, 0, 0), (225, 225, 225)
-DIGITS = {  # 3x5 bitmap font, rows top to bottom
-    "0": "111101101101111",
-    "1": "010110010010111",
-    "2": "111001111100111",
-    "3": "111001111001111",
-    "4": "101101111001001",
-    "5": "111100111001111",
-    "6": "111100111101111",
-    "7": "111001001001001",
-    "8": "111101111101111",
-    "9": "111101111001111",
-}
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402  (after the backend is chosen)
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+BASE, DATA, FLAG = "#3465a4", "#f57900", "#cc0000"
 
 
-def write_png(path: Path, image: np.ndarray) -> Path:
-    """RGB uint8 [H, W, 3] -> PNG (filter 0 per row, one zlib stream)."""
-    height, width, _ = image.shape
-    raw = b"".join(b"\x00" + image[y].tobytes() for y in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + kind
-            + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-        )
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    blob = (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw, 6))
-        + chunk(b"IEND", b"")
-    )
-    path.write_bytes(blob)
-    return path
+def _unit(a: dict[str, np.ndarray], c: dict[str, np.ndarray], d: int) -> tuple[float, float]:
+    """The union of both ranges in dim d: the row's 0..1 scale."""
+    lo = np.nanmin([a["lo"][d], c["lo"][d]])
+    hi = np.nanmax([a["hi"][d], c["hi"][d]])
+    if not np.isfinite(lo):
+        lo = 0.0
+    span = hi - lo if np.isfinite(hi - lo) and hi > lo else 1.0
+    return float(lo), float(span)
 
 
-def _text(img: np.ndarray, x: int, y: int, text: str, color: tuple[int, int, int], scale: int = 2) -> None:
-    for char in text:
-        bits = DIGITS.get(char)
-        if bits:
-            for i, bit in enumerate(bits):
-                if bit == "1":
-                    r, c = divmod(i, 3)
-                    img[y + r * scale : y + (r + 1) * scale, x + c * scale : x + (c + 1) * scale] = color
-        x += 4 * scale
-
-
-def range_plot(path: Path, a: dict[str, np.ndarray], c: dict[str, np.ndarray], flagged: set[int]) -> Path:
-    """`a`/`c`: {lo, hi, mean} per dim, each in its own dim order, so a swap shows as crossed rows."""
+def _draw(ax, a: dict[str, np.ndarray], c: dict[str, np.ndarray], flagged: set[int]) -> None:
     dims = len(a["lo"])
-    row_h, left, width = 18, 44, 560
-    img = np.full((dims * row_h + 8, left + width + 12, 3), 255, dtype=np.uint8)
     for d in range(dims):
-        lo = np.nanmin([a["lo"][d], c["lo"][d]])
-        hi = np.nanmax([a["hi"][d], c["hi"][d]])
-        span = hi - lo if np.isfinite(hi - lo) and hi > lo else 1.0
-        y = 4 + d * row_h
-
-        def px(v: float, lo: float = lo, span: float = span) -> int:
-            return left + int(np.clip((v - lo) / span, 0, 1) * (width - 1)) if np.isfinite(v) else left
-
-        img[y + row_h - 1, left : left + width] = GRID
-        for src, color, top in ((a, BLUE, y + 2), (c, ORANGE, y + 9)):
-            x0, x1 = px(src["lo"][d]), px(src["hi"][d])
-            img[top : top + 6, x0 : max(x1, x0 + 1) + 1] = color
-            m = px(src["mean"][d])
-            img[top - 1 : top + 7, max(m - 1, left) : m + 1] = INK
-        _text(img, 4, y + 3, str(d), RED if d in flagged else INK)
+        lo, span = _unit(a, c, d)
+        for src, color, y in ((a, BASE, d - 0.18), (c, DATA, d + 0.18)):
+            x0, x1, m = ((np.clip((src[k][d] - lo) / span, 0, 1)) for k in ("lo", "hi", "mean"))
+            x0 = float(x0) if np.isfinite(x0) else 0.0
+            x1 = float(x1) if np.isfinite(x1) else x0
+            ax.barh(y, max(x1 - x0, 0.004), left=x0, height=0.32, color=color)
+            if np.isfinite(m):
+                ax.plot([m, m], [y - 0.2, y + 0.2], color="black", linewidth=1.2)
+    ax.set_yticks(range(dims))
+    ax.set_yticklabels([str(d) for d in range(dims)])
+    for d, label in enumerate(ax.get_yticklabels()):
         if d in flagged:
-            img[y + 2 : y + row_h - 2, left - 6 : left - 2] = RED
-    return write_png(path, img)
+            label.set_color(FLAG)
+            label.set_fontweight("bold")
+    ax.set_ylim(dims - 0.5, -0.5)
+    ax.set_xlim(-0.02, 1.02)
+    ax.grid(axis="x", color="#e0e0e0")
+
+
+def range_plot(
+    path: Path,
+    a: dict[str, np.ndarray],
+    c: dict[str, np.ndarray],
+    flagged: set[int],
+    title: str | None = None,
+) -> Path:
+    """`a`/`c`: {lo, hi, mean} per dim, each in its own dim order, so a swap shows as crossed rows."""
+    path = Path(path)
+    dims = len(a["lo"])
+    fig = Figure(figsize=(9, 1.6 + 0.32 * dims), dpi=80)
+    ax = fig.add_subplot()
+    _draw(ax, a, c, flagged)
+    ax.set_title(title or f"{path.stem}: base (A) vs dataset (C) range per dim")
+    ax.set_xlabel("position within the union of both ranges (0 = lower end, 1 = upper end)")
+    ax.set_ylabel("dim")
+    handles = [
+        Patch(color=BASE, label="base (A): q01..q99 or min..max"),
+        Patch(color=DATA, label="dataset (C): same stats"),
+        Line2D([], [], color="black", label="mean"),
+        Line2D([], [], color=FLAG, marker="s", linestyle="", label="flagged by a check"),
+    ]
+    height = 1.6 + 0.32 * dims
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # room for the legend under the axis label
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Render to a temp file in the target folder, then `os.replace` it into place (atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            fig.savefig(handle, format="png")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path

@@ -169,7 +169,20 @@ def _placeholder_row(src: Sources, key: str, stats: dict[str, Any]) -> Check:
             severity="soft",
             expected="std > 0",
             actual={"std": zero_std},
-            evidence={"zero_std_dims": zero_std},
+            evidence={
+                "zero_std_dims": zero_std,
+                # A is the only source here (what the base reloads); its numbers per named dim
+                "values": {
+                    d: {
+                        "A": {
+                            s: float(np.asarray(stats[s]).reshape(-1)[d])
+                            for s in ("mean", "std")
+                            if s in stats
+                        }
+                    }
+                    for d in zero_std
+                },
+            },
         )
     return ROWS(
         check, key, "match", f"{key}: base stats {sorted(stats)} are finite and filled", actual=sorted(stats)

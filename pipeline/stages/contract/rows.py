@@ -103,3 +103,57 @@ def usable_stats(stats: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] |
         if value is not None and not np.all(np.isfinite(value)):
             return None
     return stats
+
+
+DIM_STATS = ("mean", "std", "min", "max")
+
+
+def dim_values(
+    src: Sources,
+    pair: Pair,
+    dims: list[int] | np.ndarray,
+    c_dims: dict[int, int] | None = None,
+    stats: tuple[str, ...] = DIM_STATS,
+) -> dict[int, dict[str, Any]]:
+    """Per dim a row names, the numbers behind its verdict from each source, so a reader needs no second
+    tool: A's baked-in stats, B's mode (and stats where the training config carries any), C's stats
+    recomputed from the data and C's shipped stats. `c_dims` maps A's dim to C's (after a permutation)."""
+    c_dims = c_dims or {}
+    b_stats = pair.c and src.b.stats.get(pair.a.key)
+    out: dict[int, dict[str, Any]] = {}
+    for d in [int(x) for x in dims]:
+        c = c_dims.get(d, d)
+        names = (pair.c.names if pair.c else None) or pair.a.names
+        out[d] = {
+            "name": names[c] if names and c < len(names) else None,
+            "A": _at(src.a.stats.get(pair.a.key), d, stats),
+            "B": {"mode": pair.b_mode, **(_at(b_stats, d, stats) or {})},
+            "C": _at(src.c.recomputed.get(pair.c.key) if pair.c else None, c, stats),
+            "C_shipped": _at(src.c.stats.get(pair.c.key) if pair.c else None, c, stats),
+        }
+        if c != d:
+            out[d]["C_dim"] = c
+    return out
+
+
+def _at(stats: dict[str, np.ndarray] | None, d: int, names: tuple[str, ...]) -> dict[str, float] | None:
+    if not stats:
+        return None
+    values = {s: vec(stats, s) for s in names}
+    picked = {s: float(f"{v[d]:.6g}") for s, v in values.items() if v is not None and d < v.size}
+    return picked or None
+
+
+def values_text(
+    values: dict[int, dict[str, Any]], stats: tuple[str, ...] = ("mean", "std"), limit: int = 3
+) -> str:
+    """`dim 4: A mean 1 std 2 | C mean -1 std 2` for the first dims a row names (the rest in evidence)."""
+
+    def side(label: str, numbers: dict[str, float] | None) -> str:
+        if not numbers:
+            return f"{label} -"
+        return f"{label} " + " ".join(f"{s} {numbers[s]:.4g}" for s in stats if s in numbers)
+
+    parts = [f"dim {d}: {side('A', v['A'])} | {side('C', v['C'])}" for d, v in list(values.items())[:limit]]
+    more = len(values) - limit
+    return "; ".join(parts) + (f"; +{more} more in evidence" if more > 0 else "")

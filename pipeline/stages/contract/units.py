@@ -2,8 +2,11 @@
 
 A dim recorded in degrees where the base saw radians has a spread 57.3x the base's; raw counts, mm vs m
 and 0-255 vs 0-1 show up the same way. Only ratios close to a configured factor are hard findings; an
-unexplained large ratio is a soft one (it may be a different task). Absolute vs delta actions are read
-from consecutive rows: an absolute action tracks the next state, a delta action tracks the step.
+unexplained large ratio is a soft one (it may be a different task), unless every dim of the feature
+moved at once: that is one finding about the whole feature (`units.scale_feature`, hard by default).
+Dims a convention row (sign, offset, absolute vs delta) already explains are left to it. The declared
+action mode is checked against consecutive rows: an absolute action tracks the next state, a delta
+action tracks the step (`relation.py` tests the base's relation against the data's).
 """
 
 from __future__ import annotations
@@ -14,9 +17,21 @@ import numpy as np
 
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.config import UnitsConfig
-from pipeline.stages.contract.rows import NAME, Pair, Sources, dims_text, fmt, usable_stats, vec
+from pipeline.stages.contract.relation import data_pairs
+from pipeline.stages.contract.rows import (
+    NAME,
+    Pair,
+    Sources,
+    dim_values,
+    dims_text,
+    fmt,
+    usable_stats,
+    values_text,
+    vec,
+)
 
 ROWS = Rows(NAME, "units")
+CONVENTIONS = ("units.action_relation", "units.sign", "units.offset")  # rows that explain a dim first
 
 
 def _spread(stats: dict | None) -> np.ndarray | None:
@@ -32,8 +47,11 @@ def scale_rows(src: Sources, pair: Pair) -> list[Check]:
         return []
     ratio, order, a_stats, rec = measured
     cfg = src.cfg.units
-    hits, odd = _classify(ratio, ~np.isnan(ratio), cfg)
     key, names = pair.a.key, (pair.c.names if pair.c else None) or pair.a.names
+    taken = {d for d, why in src.explained.get(key, {}).items() if why.startswith(CONVENTIONS)}
+    free = ~np.isnan(ratio) & np.array([d not in taken for d in range(ratio.size)])
+    hits, odd = _classify(ratio, free, cfg)
+    c_dims = {d: int(order[d]) for d in range(ratio.size)}
     gripper = [i for i, n in enumerate(names or []) if "gripper" in str(n).lower()]
     evidence = {
         "std_ratio_C_over_A": fmt(ratio, 3),
@@ -41,25 +59,71 @@ def scale_rows(src: Sources, pair: Pair) -> list[Check]:
         "tolerance": cfg.tolerance,
         "gripper_dims": {d: _gripper_ranges(a_stats, rec, d, int(order[d])) for d in gripper},
     }
+    whole = _whole_feature_row(src, pair, ratio, free, hits, evidence)
+    if whole is not None:
+        return [whole]
     out = []
     if hits:
         src.explain(key, list(hits), "units.scale")
         text = "; ".join(f"{key.split('.')[-1]}[{d}] x{r:.2f} ~ {n}" for d, (n, r) in hits.items())
         evidence["matches"] = {d: {"factor": n, "ratio": round(r, 3)} for d, (n, r) in hits.items()}
+        evidence["values"] = dim_values(src, pair, sorted(hits), c_dims=c_dims)
         message = f"{key}: dim(s) {dims_text(list(hits), names)} scaled by a known unit factor: {text}"
         fields = {"expected": "same units as the base", "actual": text, "evidence": evidence}
         out.append(ROWS(f"units.scale:{key}", key, "mismatch", message, **fields))
     if odd:
         src.explain(key, odd, "units.scale(unexplained)")
         spread = [round(float(ratio[d]), 2) for d in odd]
+        evidence = {**evidence, "values_unexplained": dim_values(src, pair, odd, c_dims=c_dims)}
         message = f"{key}: dim(s) {dims_text(odd, names)} spread {spread}x the base's, no known unit factor"
         fields = {"severity": "soft", "expected": "ratio ~1", "actual": spread, "evidence": evidence}
         out.append(ROWS(f"units.scale_unexplained:{key}", key, "mismatch", message, **fields))
     if not out:
-        message = f"{key}: per-dim spread within {cfg.min_ratio}x of the base's; no unit factor"
+        message = f"{key}: per-dim spread within {cfg.min_ratio}x of the base's; no unit factor" + (
+            f" (dims {sorted(taken)} left to the convention rows)" if taken else ""
+        )
         fields = {"expected": "same units as the base", "actual": "consistent", "evidence": evidence}
         out.append(ROWS(f"units.scale:{key}", key, "match", message, **fields))
     return out
+
+
+def _whole_feature_row(
+    src: Sources, pair: Pair, ratio: np.ndarray, free: np.ndarray, hits: dict, evidence: dict[str, Any]
+) -> Check | None:
+    """Every comparable dim's spread beyond `unexplained_ratio` at once: one finding about the feature.
+    A new task moves some dims; all of them at once is a convention of the whole feature (delta vs
+    absolute actions, another action space, a global unit), so its severity is `feature_severity`."""
+    cfg, key = src.cfg.units, pair.a.key
+    dims = [int(d) for d in np.where(free)[0]]
+    if len(dims) < 2 or len(dims) < int(np.sum(~np.isnan(ratio))):
+        return None
+    far = [d for d in dims if max(ratio[d], 1 / ratio[d]) >= cfg.unexplained_ratio]
+    if len(far) != len(dims):
+        return None
+    src.explain(key, dims, "units.scale_feature")
+    factors = {n for n, _ in hits.values()}
+    why = (
+        f"all ~ {next(iter(factors))}"
+        if len(factors) == 1 and len(hits) == len(dims)
+        else "no single unit factor: a convention of the whole feature (delta vs absolute actions, "
+        "another action/state space)"
+    )
+    lo, hi = float(np.min(ratio[dims])), float(np.max(ratio[dims]))
+    message = (
+        f"{key}: every dim ({len(dims)}) spreads {lo:.3g}-{hi:.3g}x the base's at once; {why}. "
+        + values_text(dim_values(src, pair, dims[:3]))
+    )
+    evidence = {**evidence, "values": dim_values(src, pair, dims), "unexplained_ratio": cfg.unexplained_ratio}
+    return ROWS(
+        f"units.scale_feature:{key}",
+        key,
+        "mismatch",
+        message,
+        severity=cfg.feature_severity,
+        expected="spread ~ the base's",
+        actual=f"{lo:.3g}-{hi:.3g}x in every dim",
+        evidence=evidence,
+    )
 
 
 def _spread_ratios(src: Sources, pair: Pair) -> tuple[np.ndarray, np.ndarray, dict | None, dict] | None:
@@ -153,14 +217,7 @@ def infer_action_mode(src: Sources) -> dict:
     if not dyn:
         return {"mode": None, "reason": "no state/action pair in the data"}
     state, action, episode = dyn["state"], dyn["action"], dyn["episode"]
-    s_names = next((f.names for f in src.c.features.values() if f.role == "state" and f.names), None)
-    a_names = next((f.names for f in src.c.features.values() if f.role == "action" and f.names), None)
-    if s_names and a_names:
-        pairs = [(a_names.index(n), s_names.index(n)) for n in a_names if n in s_names]
-    elif state.shape[1] == action.shape[1] and not (s_names or a_names):
-        pairs = [(d, d) for d in range(action.shape[1])]
-    else:
-        pairs = []
+    pairs = data_pairs(src)  # one pairing rule with the action_relation row
     if not pairs:
         return {"mode": None, "reason": "no action dim shares a name with a state dim"}
     same = episode[1:] == episode[:-1]

@@ -77,6 +77,29 @@ def copy_with(dataset: Path, out: Path, column: str, edit: Callable[[np.ndarray]
     return out
 
 
+def copy_as_delta(dataset: Path, out: Path, action: str, state: str) -> Path:
+    """Copy a LeRobot dataset with its actions replaced by per-episode state steps s[t+1] - s[t] (0 on an
+    episode's last row): delta actions where the original holds absolute targets."""
+    shutil.copytree(dataset, out)
+    for path in sorted((out / "data").rglob("*.parquet")):
+        table = pq.read_table(path)
+        col = table.column(state).combine_chunks()
+        values = col.flatten().to_numpy().reshape(len(col), -1).astype(np.float64)
+        episode = table.column("episode_index").to_numpy()
+        step = np.zeros_like(values)
+        same = episode[1:] == episode[:-1]
+        step[:-1][same] = (values[1:] - values[:-1])[same]
+        step = step.astype(np.float32)
+        a_type = table.schema.field(action).type
+        new = pa.FixedSizeListArray.from_arrays(pa.array(step.reshape(-1)), step.shape[1])
+        if not pa.types.is_fixed_size_list(a_type):
+            new = pa.array(step.tolist(), type=a_type)
+        table = table.set_column(table.schema.get_field_index(action), action, new)
+        pq.write_table(table, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+    return out
+
+
 def edit_stats(dataset: Path, edit: Callable[[dict], None]) -> None:
     path = dataset / "meta" / "stats.json"
     stats = json.loads(path.read_text())

@@ -53,4 +53,48 @@ def test_range_plot_is_a_valid_png(tmp_path: Path) -> None:
         "mean": np.array([0.4, 0, 5.0]),
     }
     width, height, raw = _read_png(range_plot(tmp_path / "r.png", a, c, {1}))
-    assert len(raw) == height * (1 + width * 3) and height == 3 * 18 + 8
+    assert len(raw) == height * (1 + width * 4)  # matplotlib Agg writes RGBA, one filter byte per row
+    wide = {k: np.tile(v, 4) for k, v in a.items()}
+    _, taller, _ = _read_png(range_plot(tmp_path / "r12.png", wide, wide, set()))
+    assert taller > height  # one row per dim
+    assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob(".*.tmp"))  # moved into place
+
+
+def test_range_plot_has_title_axis_labels_and_legend(tmp_path: Path, monkeypatch) -> None:
+    """Read back what matplotlib drew: the title, both axis labels and the legend entries."""
+    from matplotlib.figure import Figure
+
+    seen: list[Figure] = []
+    original = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (seen.append(self), original(self, *a, **k)))
+    a = {"lo": np.zeros(2), "hi": np.ones(2), "mean": np.full(2, 0.5)}
+    range_plot(tmp_path / "t.png", a, a, {0}, title="action: base vs data")
+    ax = seen[0].axes[0]
+    assert ax.get_title() == "action: base vs data" and ax.get_xlabel() and ax.get_ylabel() == "dim"
+    labels = [t.get_text() for t in seen[0].legends[0].get_texts()]
+    assert any("base (A)" in t for t in labels) and any("dataset (C)" in t for t in labels)
+    assert ax.get_yticklabels()[0].get_color() == "#cc0000"  # the flagged dim
+
+
+def test_convention_settings_are_validated_with_their_key() -> None:
+    from pipeline.errors import ConfigError
+    from pipeline.stages.config import typed
+    from pipeline.stages.contract.config import ContractConfig
+
+    cases = {
+        "stages.contract.offset.severity": {"offset": {"severity": "loud"}},
+        "stages.contract.sign.min_gap": {"sign": {"tol": 0.5, "min_gap": 0.2}},
+        "stages.contract.relation.min_corr": {"relation": {"min_corr": 1.5}},
+        "stages.contract.units.feature_severity": {"units": {"feature_severity": "x"}},
+        "stages.contract.stale.cancel_condition": {"stale": {"cancel_condition": 0.5}},
+    }
+    for key, section in cases.items():
+        try:
+            typed(ContractConfig, section, "stages.contract")
+        except ConfigError as exc:
+            assert exc.key == key, (key, str(exc))
+        else:
+            raise AssertionError(f"{key}: accepted {section}")
+    assert (
+        typed(ContractConfig, {"offset": {"severity": "soft"}}, "stages.contract").offset.severity == "soft"
+    )
