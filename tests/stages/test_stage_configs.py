@@ -15,16 +15,22 @@ from omegaconf.errors import ValidationError
 
 from pipeline import stages
 from pipeline.errors import ConfigError, InputError
+from pipeline.stages.checkpoint_storage import CheckpointStorageConfig
 from pipeline.stages.config import GateConfig, StageConfig, typed
 from pipeline.stages.container_check import ContainerCheckConfig
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.determinism.config import DeterminismConfig
+from pipeline.stages.render_cache.config import RenderCacheConfig
+from pipeline.stages.teacher_forced import TeacherForcedConfig
 from tests.conftest import launch
 
 CLASSES = {
     "container_check": ContainerCheckConfig,
     "contract": ContractConfig,
     "determinism": DeterminismConfig,
+    "checkpoint_storage": CheckpointStorageConfig,
+    "render_cache": RenderCacheConfig,
+    "teacher_forced": TeacherForcedConfig,
     "gate": GateConfig,
 }
 
