@@ -120,7 +120,7 @@ class DeterminismConfig(StageConfig):
             require(ok, f"{key}.horizon_events[{index}]", "an event name such as epoch_end", event)
         require(self.horizon_after >= 1, f"{key}.horizon_after", "a step count >= 1", self.horizon_after)
         require(
-            self.max_steps >= self.steps,
+            self.max_steps >= self.steps or not self.horizon_events,
             f"{key}.max_steps",
             f"a step cap >= steps ({self.steps})",
             self.max_steps,

@@ -75,7 +75,12 @@ def test_divergence_after_the_first_epoch_is_caught_once_the_horizon_must_reach_
 
 def test_a_required_event_the_run_never_reaches_is_unverifiable(tmp_path):
     cfg = stage_cfg(
-        train_cmd=trainer_cmd(TINY_TRAINER), job_pair=False, horizon_events=["eval"], max_steps=4, **QUIET
+        train_cmd=trainer_cmd(TINY_TRAINER),
+        job_pair=False,
+        horizon_events=["eval"],
+        steps=3,
+        max_steps=4,
+        **QUIET,
     )
     _, rows = run_stage(tmp_path, cfg, TWINS)
     horizon = rows["horizon"]
@@ -136,7 +141,7 @@ def test_seeded_trainer_with_and_without_workers_clears(tmp_path, workers):
         ({"conditions_severity": "fatal"}, "conditions_severity"),
         ({"worker_rng_severity": "loud"}, "worker_rng_severity"),
         ({"horizon_events": ["epoch end"]}, "horizon_events[0]"),
-        ({"max_steps": 2, "steps": 6}, "max_steps"),
+        ({"max_steps": 2, "steps": 6, "horizon_events": ["eval"]}, "max_steps"),
         ({"horizon_after": 0}, "horizon_after"),
     ],
 )
