@@ -68,7 +68,7 @@ def conditions_check(config: DeterminismConfig, twins: list[Outcome], bare: list
     hit = compare.earliest(compare.divergences(bare[0].stream, bare[1].stream))
     proven = env_words(first, bare[0].threads)
     differ = first.get("differing") or {}
-    evidence["divergence"] = hit
+    evidence.update(divergence=hit, threads=bare[0].threads)
     if hit is None:
         message = (
             f"same-seed runs bit-identical under the training job's environment too ({proven}) over "
@@ -84,16 +84,35 @@ def conditions_check(config: DeterminismConfig, twins: list[Outcome], bare: list
             configured=differ,
             evidence=evidence,
         )
-    twins_ok = (
-        not any(o.problem for o in twins) and twins[0].stream is not None and twins[1].stream is not None
-    )
-    twins_ok = twins_ok and compare.earliest(compare.divergences(twins[0].stream, twins[1].stream)) is None
-    named = "; ".join(
-        f"{k} (stage {v['stage']}, job {v['job'] or 'unset'}: {MEANING.get(k, '')})"
-        for k, v in differ.items()
-    )
+    return _diverged(config, twins, first, hit, evidence)
+
+
+def _named(differ: dict[str, dict[str, str | None]]) -> str:
+    """`PYTHONHASHSEED (stage 0, job unset: <what unset means>)` per variable the job does not share."""
+    words = []
+    for name, values in differ.items():
+        job = values["job"]
+        unset = job is None or (name == "PYTHONHASHSEED" and job == "random")
+        meaning = f": {MEANING[name]}" if unset and name in MEANING else ""
+        words.append(f"{name} (stage {values['stage']}, job {job or 'unset'}{meaning})")
+    return "; ".join(words)
+
+
+def _diverged(
+    config: DeterminismConfig,
+    twins: list[Outcome],
+    first: dict[str, Any],
+    hit: dict[str, Any],
+    evidence: dict[str, Any],
+) -> Check:
+    """The pair under the job's environment diverged: name the variables when the twins agreed."""
+    a, b = twins
+    twins_ok = not (a.problem or b.problem) and a.stream is not None and b.stream is not None
+    twins_ok = twins_ok and compare.earliest(compare.divergences(a.stream, b.stream)) is None
+    differ = first.get("differing") or {}
     lead = (
-        f"same-seed runs are identical only under variables the training job does not set: {named}"
+        "same-seed runs are identical only under variables the training job does not set (or sets "
+        f"otherwise): {_named(differ)}"
         if twins_ok
         else "same-seed runs diverge under the training job's environment too"
     )
@@ -101,7 +120,8 @@ def conditions_check(config: DeterminismConfig, twins: list[Outcome], bare: list
         "conditions",
         "conditions",
         "mismatch",
-        f"{lead}; under the job's environment ({proven}) they diverge: {compare.describe(hit)}",
+        f"{lead}; under the job's environment ({env_words(first, evidence.get('threads'))}) they diverge: "
+        f"{compare.describe(hit)}",
         severity=config.conditions_severity,
         expected="bit-identical under the job's environment",
         configured=differ,
