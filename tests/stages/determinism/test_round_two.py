@@ -149,3 +149,20 @@ def test_stage_config_validates_the_new_keys(changes, key):
     with pytest.raises(ConfigError) as info:
         typed(DeterminismConfig, changes, "stages.determinism")
     assert info.value.key == f"stages.determinism.{key}"
+
+
+def test_a_batch_repeated_within_an_epoch_is_reported_and_across_epochs_is_not(tmp_path):
+    """An IterableDataset whose workers yield the same stream repeats whole batches inside one epoch;
+    an unshuffled dataset repeats them only across epochs, which is fine."""
+    from pipeline.stages.determinism import compare, findings
+    from pipeline.stages.determinism.outcome import Outcome
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "events.jsonl").write_text('{"event": "epoch_end", "step": 2}\n')
+    digests = {1: "sha256:a", 2: "sha256:b", 3: "sha256:a", 4: "sha256:a"}
+    rows = {s: {"step": s, "loss": 1.0, "batch_digest": d} for s, d in digests.items()}
+    twin = Outcome("twin_a", tmp_path, {}, compare.Stream(tmp_path / "m.jsonl", rows), {}, None)
+    found = findings.worker_rng_check(typed(DeterminismConfig, {}, "stages.determinism"), twin)
+    assert found.verdict == "mismatch" and found.evidence["repeated_batches"] == [
+        {"step": 4, "same_as": 3, "digest": "sha256:a"}  # step 3 repeats step 1 across the boundary: fine
+    ]
