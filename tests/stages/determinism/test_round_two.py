@@ -166,3 +166,16 @@ def test_a_batch_repeated_within_an_epoch_is_reported_and_across_epochs_is_not(t
     assert found.verdict == "mismatch" and found.evidence["repeated_batches"] == [
         {"step": 4, "same_as": 3, "digest": "sha256:a"}  # step 3 repeats step 1 across the boundary: fine
     ]
+
+
+def test_the_first_lr_change_is_read_off_the_logged_rate_when_the_trainer_reports_none(tmp_path):
+    from pipeline.stages.determinism import compare, findings
+    from pipeline.stages.determinism.outcome import Outcome
+
+    rates = {1: 1e-3, 2: 1e-3, 3: 5e-4, 4: 5e-4, 5: 5e-4}
+    rows = {s: {"step": s, "loss": 1.0, "lr": r} for s, r in rates.items()}
+    twin = Outcome("twin_a", tmp_path, {}, compare.Stream(tmp_path / "m.jsonl", rows), {}, None)
+    assert twin.events() == {"lr_change": 2}  # the new rate was first used on step 3
+    config = typed(DeterminismConfig, {"horizon_events": ["lr_change"]}, "stages.determinism")
+    horizon = findings.horizon_check(config, twin)
+    assert horizon.verdict == "match" and "lr_change after step 2" in horizon.message
