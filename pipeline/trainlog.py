@@ -8,8 +8,16 @@ stage compares bits, not printed digits. Two lines of user code:
     log.step(step, loss=loss, grad_norm=gn, model=model)     # once per optimizer step
 
 `model=` adds a parameter digest (sha256 of the state dict bytes in sorted key order) on the steps
-chosen by `digest_every`/`digest_steps`. Under `torchrun` each rank writes its own file
-(`metrics.rank<N>.jsonl`) so the stage can check that the ranks agree.
+chosen by `digest_every`/`digest_steps`; `batch=` adds a digest of the step's input batch (so a
+divergence says "the data differ", and repeated batches show duplicated worker streams). Under
+`torchrun` each rank writes its own file (`metrics.rank<N>.jsonl`) so the stage can check that the ranks
+agree.
+
+The horizon: `log.event("epoch_end")` (also `eval`, `checkpoint_save`, `lr_change`) marks where those
+happened, in `events.jsonl`; when the stage names events that must lie inside the smoke run, it runs
+the command with a step cap and `log.stop` turns true once they were seen and a few steps after them
+were logged (`if log.stop: break`). `log.watch(loader)` fingerprints each DataLoader worker's random
+streams (`pipeline.trainlog_workers`), so streams forked identically into every worker are found.
 
 Opening the log also applies what the determinism stage asked for through the environment
 (`PREFLIGHT_DETERMINISTIC=1|warn|0`) and, with `warn`, records the nondeterministic ops torch warned
@@ -40,6 +48,14 @@ ENV_MODE = "PREFLIGHT_DETERMINISTIC"
 NONDET_RE = re.compile(r"(\S+) does not have a deterministic implementation")
 NORM_KEY_RE = r"(^|\.)(un)?normalize_[^.]*\.buffer_"
 ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "OMP_NUM_THREADS", ENV_MODE, "CUDA_VISIBLE_DEVICES")
+EVENTS_FILE = "events.jsonl"
+KNOWN_EVENTS = ("epoch_end", "eval", "checkpoint_save", "lr_change")
+# set by the determinism stage: events the run must reach, steps to log after the last, the least steps
+ENV_HORIZON, ENV_AFTER, ENV_MIN_STEPS = (
+    "PREFLIGHT_HORIZON_EVENTS",
+    "PREFLIGHT_HORIZON_AFTER",
+    "PREFLIGHT_MIN_STEPS",
+)
 
 
 @dataclass
@@ -115,6 +131,28 @@ def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     return "sha256:" + hasher.hexdigest()
 
 
+def batch_digest(batch: Any) -> str:
+    """sha256 over the input batch: tensors/arrays by bytes, mappings in sorted key order."""
+    hasher = hashlib.sha256()
+    _feed(hasher, batch)
+    return "sha256:" + hasher.hexdigest()
+
+
+def _feed(hasher: Any, value: Any) -> None:
+    if isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            hasher.update(f"{key}\0".encode())
+            _feed(hasher, value[key])
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _feed(hasher, item)
+    elif isinstance(value, torch.Tensor):
+        hasher.update(f"{value.dtype}\0{tuple(value.shape)}\0".encode())
+        hasher.update(tensor_bytes(value))
+    else:
+        hasher.update(repr(value).encode())
+
+
 def model_digest(model: torch.nn.Module) -> str:
     """Digest of the unwrapped module (a DDP wrapper's `module.` prefix would make ranks differ)."""
     inner = getattr(model, "module", model)
@@ -180,6 +218,12 @@ class MetricsLog:
         self._previous_showwarning = warnings.showwarning
         warnings.showwarning = self._showwarning
         self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.events_path = self.out_dir / metrics_name(self.rank, self.world, EVENTS_FILE)
+        self.events_path.write_text("", encoding="utf-8")
+        self.last_step, self.seen = 0, {}  # seen: event -> first step
+        self.wanted = [e for e in os.environ.get(ENV_HORIZON, "").split(",") if e]
+        self.after = int(os.environ.get(ENV_AFTER, "0") or 0)
+        self.min_steps = int(os.environ.get(ENV_MIN_STEPS, "0") or 0)
 
     def _showwarning(
         self,
@@ -198,9 +242,42 @@ class MetricsLog:
     def wants_digest(self, step: int) -> bool:
         return step in self.digest_steps or bool(self.digest_every and step % self.digest_every == 0)
 
-    def step(self, step: int, *, model: torch.nn.Module | None = None, **metrics: Any) -> dict[str, Any]:
+    def event(self, name: str, step: int | None = None) -> None:
+        """Mark an event (epoch_end, eval, checkpoint_save, lr_change) after `step` (default: the last
+        step logged), so the stage can tell whether its smoke run reached it."""
+        at = self.last_step if step is None else int(step)
+        self.seen.setdefault(str(name), at)
+        with open(self.events_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"event": str(name), "step": at}) + "\n")
+
+    @property
+    def stop(self) -> bool:
+        """True once the events the stage asked for were seen and `after` steps past the last logged.
+
+        Without a request from the stage it stays False: the loop runs its own `--steps`."""
+        if not self.wanted or self.last_step < self.min_steps:
+            return False
+        if any(e not in self.seen for e in self.wanted):
+            return False
+        return self.last_step >= max(self.seen[e] for e in self.wanted) + self.after
+
+    def watch(self, loader: Any) -> Any:
+        """Fingerprint the random streams of `loader`'s workers (see `pipeline.trainlog_workers`)."""
+        from pipeline.trainlog_workers import watch
+
+        return watch(loader, self.out_dir / ("workers" if self.world <= 1 else f"workers.rank{self.rank}"))
+
+    def step(
+        self,
+        step: int,
+        *,
+        model: torch.nn.Module | None = None,
+        batch: Any = None,
+        **metrics: Any,
+    ) -> dict[str, Any]:
         """Write one line: the values, their exact hex forms and dtypes, and maybe a parameter digest."""
         record: dict[str, Any] = {"step": int(step)}
+        self.last_step = int(step)
         exact: dict[str, str] = {}
         dtypes: dict[str, str] = {}
         for key, value in metrics.items():
@@ -212,6 +289,8 @@ class MetricsLog:
         record["hex"], record["dtype"] = exact, dtypes
         if model is not None and self.wants_digest(step):
             record["param_digest"] = model_digest(model)
+        if batch is not None:
+            record["batch_digest"] = batch_digest(batch)
         self._handle.write(json.dumps(record, allow_nan=False) + "\n")
         self._handle.flush()
         return record
@@ -229,6 +308,8 @@ class MetricsLog:
             "nondeterministic_ops": sorted(self.nondeterministic_ops),
             "device": device_info(),
             "env": {k: os.environ.get(k) for k in ENV_KEYS},
+            "events": self.seen,
+            "last_step": self.last_step,
         }
         suffix = "" if self.world <= 1 else f".rank{self.rank}"
         (self.out_dir / REPORT_FILE.replace(".json", f"{suffix}.json")).write_text(

@@ -99,3 +99,77 @@ def test_intent_from_stats_or_from_lerobot_style_buffers(tmp_path):
     trainlog.write_intent(Legacy(), tmp_path / "legacy")
     keys = list(load_file(str(tmp_path / "legacy" / trainlog.INTENT_FILE)))
     assert keys == ["normalize_inputs.buffer_observation_state_mean"]
+
+
+def test_events_are_recorded_and_stop_turns_true_after_the_requested_events(
+    tmp_path, monkeypatch, restore_determinism
+):
+    monkeypatch.setenv(trainlog.ENV_HORIZON, "epoch_end,eval")
+    monkeypatch.setenv(trainlog.ENV_AFTER, "2")
+    monkeypatch.setenv(trainlog.ENV_MIN_STEPS, "3")
+    stops = []
+    with trainlog.MetricsLog(tmp_path) as log:
+        for step in range(1, 9):
+            log.step(step, loss=1.0)
+            if step == 2:
+                log.event("epoch_end")
+            if step == 4:
+                log.event("eval")
+                log.event("epoch_end")  # a later boundary: the first one is what counts
+            stops.append(log.stop)
+    assert stops == [False, False, False, False, False, True, True, True]  # eval after 4, +2 steps
+    events = _lines(tmp_path / trainlog.EVENTS_FILE)
+    assert events[:2] == [{"event": "epoch_end", "step": 2}, {"event": "eval", "step": 4}]
+    report = json.loads((tmp_path / "determinism.json").read_text())
+    assert report["events"] == {"epoch_end": 2, "eval": 4} and report["last_step"] == 8
+
+
+def test_without_a_horizon_request_stop_stays_false(tmp_path, monkeypatch, restore_determinism):
+    monkeypatch.delenv(trainlog.ENV_HORIZON, raising=False)
+    with trainlog.MetricsLog(tmp_path) as log:
+        log.step(1, loss=1.0)
+        log.event("epoch_end")
+        log.step(5, loss=1.0)
+        assert log.stop is False
+
+
+def test_batch_digest_follows_the_bytes_of_the_inputs(tmp_path, restore_determinism):
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    with trainlog.MetricsLog(tmp_path) as log:
+        log.step(1, loss=1.0, batch=x)
+        log.step(2, loss=1.0, batch={"obs": x.clone(), "mask": torch.ones(2)})
+        log.step(3, loss=1.0, batch=x + torch.tensor(1e-7))
+    first, second, third = _lines(tmp_path / "metrics.jsonl")
+    assert first["batch_digest"] == trainlog.batch_digest(x.clone())
+    assert len({first["batch_digest"], second["batch_digest"], third["batch_digest"]}) == 3
+
+
+class _Held(torch.utils.data.Dataset):
+    """Augmentation noise from a generator the dataset holds: copied identically into each worker."""
+
+    def __init__(self, held: bool) -> None:
+        self.rng = np.random.default_rng(0) if held else None
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        noise = self.rng.normal() if self.rng is not None else np.random.normal()
+        return torch.tensor([float(index), noise])
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_worker_streams_forked_identically_are_found(tmp_path, held, restore_determinism):
+    from pipeline.trainlog_workers import duplicates
+
+    with trainlog.MetricsLog(tmp_path) as log:
+        loader = log.watch(torch.utils.data.DataLoader(_Held(held), batch_size=2, num_workers=2))
+        for step, batch in enumerate(loader, start=1):
+            log.step(step, loss=1.0, batch=batch)
+    records = sorted((tmp_path / "workers").glob("worker*.json"))
+    assert len(records) == 2
+    found = duplicates(tmp_path / "workers")
+    if held:
+        assert [(d["stream"], d["workers"]) for d in found] == [("dataset.rng", [0, 1])]
+    else:  # torch reseeds random, numpy and torch per worker: nothing duplicated
+        assert found == []

@@ -5,7 +5,8 @@
 
 It is the demo's smoke trainer, what the determinism stage runs on the demo (its `train_cmd` names
 `-m pipeline.demo.reference_trainer`), and a worked example of the contract a user's
-trainer meets: a `pipeline.trainlog` metrics stream in `<out>/metrics.jsonl`, a checkpoint in
+trainer meets: a `pipeline.trainlog` metrics stream in `<out>/metrics.jsonl` (with its epoch
+boundaries as `log.event("epoch_end")`, stopping on `log.stop`), a checkpoint in
 `<out>/checkpoint` (the demo's LeRobot-style format; with `--save-normalization-stats false` its
 normalizer files hold no keys, like LeRobot's `save_normalization_stats=false`), and the stats it
 normalized with in `<out>/normalization_intent.safetensors`. Under `torchrun` it trains with DDP
@@ -130,13 +131,13 @@ def batch_order(n: int, seed: int, fault: str, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=generator)
 
 
-def batches(n: int, batch: int, seed: int, fault: str) -> Iterator[torch.Tensor]:
-    """Endless global batches (indices); each DDP rank then takes its own slice."""
+def batches(n: int, batch: int, seed: int, fault: str) -> Iterator[tuple[int, torch.Tensor]]:
+    """Endless (epoch, global batch indices); each DDP rank then takes its own slice."""
     epoch = 0
     while True:
         order = batch_order(n, seed, fault, epoch)
         for start in range(0, n - batch + 1, batch):
-            yield order[start : start + batch]
+            yield epoch, order[start : start + batch]
         epoch += 1
 
 
@@ -171,14 +172,21 @@ def train(args: argparse.Namespace) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     log = trainlog.MetricsLog(args.out, digest_every=args.digest_every)
     feed = batches(len(x), args.batch_size * world, seed, args.fault)
+    epoch = 0
     for step in range(1, args.steps + 1):
-        index = next(feed)[rank::world]
+        batch_epoch, index = next(feed)
+        if batch_epoch != epoch:  # the stage can require the first epoch boundary inside its horizon
+            log.event("epoch_end", step=step - 1)
+            epoch = batch_epoch
+        index = index[rank::world]
         loss = nn.functional.mse_loss(model(x[index].to(device)), y[index].to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         optimizer.step()
         log.step(step, loss=global_mean(loss, world), grad_norm=grad_norm, lr=args.lr, model=model)
+        if log.stop:  # the stage's horizon events were reached (and a few steps after them)
+            break
     log.close()
     if rank == 0:
         save(policy, spec, stats, args)

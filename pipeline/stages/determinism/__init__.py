@@ -8,14 +8,18 @@ the metrics streams bit for bit, and reloads twin A's checkpoint through the con
 
 Verdicts: twins bit-identical and the control different -> pass; twins differ -> hard mismatch naming
 the first divergent step; control identical too -> `unverifiable` (the stream does not depend on the
-seed, so identity proves nothing); a crashed run -> `error`.
+seed, so identity proves nothing); a crashed run -> `error`, with its cause read from the log (the op
+torch refused under deterministic algorithms, and whether `warn_only` is the right answer).
+
+Round two (`findings`): `bare_a`/`bare_b` repeat the twins under the training job's environment
+(`conditions`), so identity that holds only under the stage's injected variables is a finding naming
+them; the horizon row states the steps compared and the trainer's events inside them (the config can
+require some); the worker_rng row reports random streams duplicated across DataLoader workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,96 +28,37 @@ from omegaconf import DictConfig
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
-from pipeline.stages.determinism import compare, reload, runner
+from pipeline.stages.determinism import compare, findings, reload, runner
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
-from pipeline.stages.determinism.runner import PART_FILE, stage_config
+from pipeline.stages.determinism.outcome import Outcome, read_outcome
+from pipeline.stages.determinism.runner import BARE, stage_config
 from pipeline.storage import atomic_write_json
-from pipeline.trainlog import REPORT_FILE, metrics_name
+from pipeline.trainlog import metrics_name
 
-PARTS = ("twin_a", "twin_b", "control", "ddp")
+__all__ = ["PARTS", "Outcome", "read_outcome", "run", "twins_check"]
+PARTS = ("twin_a", "twin_b", "control", "ddp", *BARE)
 ROWS = Rows(NAME, "determinism")
 
 
-@dataclass
-class Outcome:
-    """What one part left behind, and why it cannot be compared if it cannot."""
-
-    part: str
-    folder: Path
-    record: dict[str, Any]
-    stream: compare.Stream | None
-    report: dict[str, Any]
-    problem: str | None
-
-    def evidence(self) -> dict[str, Any]:
-        keep = (
-            "seed",
-            "argv",
-            "env_set",
-            "host",
-            "slurm_job_id",
-            "gpu",
-            "versions",
-            "returncode",
-            "started",
-            "ended",
-            "log",
-        )
-        return {
-            "part": self.part,
-            "problem": self.problem,
-            **{k: self.record.get(k) for k in keep},
-            "device": self.report.get("device"),
-            "settings": self.report.get("settings"),
-            "log_tail": self.record.get("log_tail", "")[-800:] if self.problem else None,
-        }
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def read_outcome(folder: Path, part: str, metrics_file: str) -> Outcome:
-    record, run_dir = _read_json(folder / PART_FILE), folder / "run"
-    report = _read_json(run_dir / REPORT_FILE)
-    stream_path = run_dir / metrics_file
-    problem = None
-    if not (folder / "done.json").exists():
-        code = record.get("returncode")
-        problem = (
-            f"exited {code}" if code not in (None, 0) else "did not finish"
-        ) + " (no done.json: the part job crashed, timed out or was cancelled)"
-    elif not stream_path.exists():
-        problem = f"wrote no metrics stream at {stream_path}"
-    stream = None
-    if problem is None:
-        try:
-            stream = compare.read_stream(stream_path)
-        except InputError as exc:
-            problem = str(exc)
-        if stream is not None and not stream.rows:
-            problem = f"metrics stream {stream_path} is empty"
-    return Outcome(part, folder, record, stream, report, problem)
-
-
-def twins_check(a: Outcome, b: Outcome, steps: int) -> tuple[Check, dict[str, Any]]:
+def twins_check(
+    a: Outcome, b: Outcome, steps: int, advice: str | None = None
+) -> tuple[Check, dict[str, Any]]:
     evidence = {"twin_a": a.evidence(), "twin_b": b.evidence()}
     if a.problem or b.problem:
         broken = "; ".join(f"{o.part} {o.problem}" for o in (a, b) if o.problem)
-        return ROWS("twins", "twins", "error", f"twin run crashed: {broken}", evidence=evidence), {}
+        evidence["advice"] = advice
+        message = f"twin run crashed: {broken}" + (f". {advice}" if advice else "")
+        return ROWS("twins", "twins", "error", message, evidence=evidence), {}
     assert a.stream is not None and b.stream is not None
-    found = compare.divergences(a.stream, b.stream)
+    found = compare.divergences(a.stream, b.stream, (*compare.METRICS, compare.DIGEST, compare.BATCH))
     first = compare.earliest(found)
     evidence.update(divergences=found, steps_a=len(a.stream.rows), steps_b=len(b.stream.rows))
     if first is None:
         digests = sum(compare.DIGEST in r for r in a.stream.rows.values())
         message = (
             f"twins (seed {a.record.get('seed')}) bit-identical over {len(a.stream.rows)} step(s): "
-            f"{', '.join(k for k in found if k != compare.DIGEST)}, {digests} parameter digest(s)"
+            f"{', '.join(k for k in found if not k.endswith('_digest'))}, {digests} parameter digest(s); "
+            f"proven under {findings.env_words(a.record, a.threads)}"
         )
         return ROWS(
             "twins",
@@ -292,9 +237,17 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     runner.validate(cfg, config)
     metrics_file = config.metrics_file
     got = {p: read_outcome(ctx.part_dir(p), p, metrics_file) for p in PARTS if p != "ddp"}
-    twins, found = twins_check(got["twin_a"], got["twin_b"], config.steps)
+    pair, bare = [got["twin_a"], got["twin_b"]], [got[p] for p in BARE]
+    advice = findings.crash_advice(config, pair, bare)
+    twins, found = twins_check(got["twin_a"], got["twin_b"], config.steps, advice)
     healthy = got["twin_b"] if got["twin_a"].problem and not got["twin_b"].problem else got["twin_a"]
     checks = [twins, control_check(healthy, got["control"])]
+    extra = (
+        findings.conditions_check(config, pair, bare),
+        findings.horizon_check(config, healthy),
+        findings.worker_rng_check(config, healthy),
+    )
+    checks += [c for c in extra if c is not None]
     if (device := device_check(got["twin_a"], got["twin_b"])) is not None:
         checks.append(device)
     if config.warn_only:

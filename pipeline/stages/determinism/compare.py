@@ -20,6 +20,7 @@ from pipeline.errors import InputError
 
 METRICS = ("loss", "grad_norm")
 DIGEST = "param_digest"
+BATCH = "batch_digest"  # trainlog's digest of the step's input batch: "the data differ"
 _FORMATS = {"float16": ("<e", "<H", 15), "float32": ("<f", "<I", 31), "float64": ("<d", "<Q", 63)}
 
 
@@ -101,7 +102,7 @@ def difference(
     found: dict[str, Any] = {"metric": key, "step": step, "a": a_text, "b": b_text}
     if a_text is None or b_text is None:
         return {**found, "kind": "missing in " + ("a" if a_text is None else "b")}
-    if key == DIGEST:
+    if key.endswith("_digest"):
         return {**found, "kind": "digest"}
     a, b = from_text(a_text), from_text(b_text)
     dtype = str(((a_row or {}).get("dtype") or {}).get(key, "float64"))
@@ -156,5 +157,6 @@ def describe(hit: dict[str, Any]) -> str:
             f"{hit['b_value']!r} (abs {size}, rel {rel}, {ulp})"
         )
     if hit["kind"] == "digest":
-        return f"first divergent step {hit['step']}: parameter digest {hit['a']} vs {hit['b']}"
+        what = "parameter digest" if hit["metric"] == DIGEST else f"{hit['metric']} (the input batch differs)"
+        return f"first divergent step {hit['step']}: {what} {hit['a']} vs {hit['b']}"
     return f"first divergent step {hit['step']}: {hit['metric']} {hit['kind']}"

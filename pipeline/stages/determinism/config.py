@@ -1,6 +1,7 @@
 """The determinism stage's settings: the smoke training it runs, how, and the reload round trip.
 
-Each run is its own part job (determinism.twin_a / twin_b / control / ddp), so on Slurm the twins are
+Each run is its own part job (determinism.twin_a / twin_b / control / ddp, and bare_a / bare_b: the
+pair under the training job's environment), so on Slurm the twins are
 separate jobs that can run at the same time; every part gets `resources` (1 CPU by default) and, over
 them, its own `part_resources.<part>`. Defaults live here only; Hydra composes them from this dataclass.
 The command templates are checked where they are filled (`runner.substitute`): a shell string or an
@@ -16,6 +17,8 @@ from typing import Any
 from pipeline.stages.config import Resources, StageConfig, require
 
 NAME = "determinism"
+SEVERITIES = ("hard", "soft")
+_EVENT_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def _train_cmd() -> list[str]:
@@ -85,6 +88,19 @@ class DeterminismConfig(StageConfig):
     ddp_procs: int = 1  # > 1: one more job runs the command under torchrun --nproc_per_node=N
     ddp_cmd: Any = None  # argv list overriding the derived torchrun command ({nproc} + the placeholders)
     reload: ReloadConfig = field(default_factory=ReloadConfig)
+    # The training job's conditions: a second pair (parts bare_a, bare_b) runs without the injected
+    # variables, with the job's environment: the chained sbatch script's export lines, `training.env`,
+    # then this mapping (NAME -> value; null: unset in the job). Same seed as the twins.
+    job_pair: bool = True
+    job_env: dict[str, str | None] | None = None
+    conditions_severity: str = "hard"  # twins identical only under variables the job does not set
+    # The horizon: events (trainlog `log.event(name)`: epoch_end, eval, checkpoint_save, lr_change) the
+    # smoke run must reach. With any named, each run gets {steps}=max_steps and stops (`log.stop`) once
+    # they were seen and `horizon_after` more steps were logged; `steps` stays the least.
+    horizon_events: list[str] = field(default_factory=list)
+    horizon_after: int = 2
+    max_steps: int = 64
+    worker_rng_severity: str = "soft"  # a random stream identical in several DataLoader workers
 
     def validate(self, key: str) -> None:
         super().validate(key)
@@ -96,3 +112,16 @@ class DeterminismConfig(StageConfig):
             inside = bool(value) and not value.startswith("/") and ".." not in value.split("/")
             require(inside, f"{key}.{name}", "a relative name inside <out>", value)
         self.reload.validate(f"{key}.reload")
+        for name in ("conditions_severity", "worker_rng_severity"):
+            value = getattr(self, name)
+            require(value in SEVERITIES, f"{key}.{name}", "one of hard, soft", value)
+        for index, event in enumerate(self.horizon_events):
+            ok = isinstance(event, str) and bool(_EVENT_RE.match(event))
+            require(ok, f"{key}.horizon_events[{index}]", "an event name such as epoch_end", event)
+        require(self.horizon_after >= 1, f"{key}.horizon_after", "a step count >= 1", self.horizon_after)
+        require(
+            self.max_steps >= self.steps or not self.horizon_events,
+            f"{key}.max_steps",
+            f"a step cap >= steps ({self.steps})",
+            self.max_steps,
+        )

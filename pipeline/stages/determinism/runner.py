@@ -4,6 +4,9 @@ Each runs as its own part job (on Slurm: its own job, so the twins can run at th
 GPUs or nodes). The user's command is an argv template; placeholders are substituted per element and
 never joined into a shell string. The determinism switches are set in the child's environment, so
 they are in place before torch is imported there, and `part.json` records exactly what was set.
+The bare pair (`bare_a`, `bare_b`) runs instead with the training job's environment
+(`conditions.pair_env`): none of the injected variables unless the job sets them. A failed run's log
+is read for its cause: the op torch refused under deterministic algorithms, or the last exception.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.errors import InputError
 from pipeline.stages import StageContext
 from pipeline.stages.config import settings
+from pipeline.stages.determinism import conditions
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.storage import atomic_write_json
-from pipeline.trainlog import ENV_MODE, NONDET_RE
+from pipeline.trainlog import ENV_AFTER, ENV_HORIZON, ENV_MIN_STEPS, NONDET_RE
 
 PART_FILE = "part.json"
 LOG_FILE = "train.log"
@@ -45,6 +49,9 @@ PLACEHOLDERS = (
 )
 _FIELD_RE = re.compile(r"\{([^{}]*)\}")
 FAULTS = ("none", "unseeded_shuffle", "clock_seed")
+BARE = ("bare_a", "bare_b")
+_REFUSED_RE = re.compile(r"^.*?(\S+ does not have a deterministic implementation, but you set .*)$", re.M)
+_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b:?.*)$", re.M)
 
 
 def stage_config(cfg: DictConfig, given: Any = None) -> DeterminismConfig:
@@ -96,7 +103,7 @@ def placeholder_values(cfg: DictConfig, config: DeterminismConfig, seed: int, ou
     return {
         "python": sys.executable,
         "seed": str(seed),
-        "steps": str(config.steps),
+        "steps": str(config.max_steps if config.horizon_events else config.steps),
         "out": str(out),
         **{k: "" if v is None else str(v) for k, v in paths.items()},
         "fault": fault_for(cfg, config),
@@ -106,12 +113,51 @@ def placeholder_values(cfg: DictConfig, config: DeterminismConfig, seed: int, ou
 
 def child_env(config: DeterminismConfig) -> tuple[dict[str, str], dict[str, str]]:
     """The child's environment and the subset this stage set (recorded as evidence)."""
-    chosen = {k: v for k, v in config.env.items() if v is not None}
-    if config.warn_only:  # deterministic algorithms on, but warn (and record) instead of raising
-        chosen[ENV_MODE] = "warn"
-    else:
-        chosen[ENV_MODE] = "1" if config.deterministic_algorithms else "0"
+    chosen = {**conditions.injected(config), **horizon_env(config)}
     return {**os.environ, **chosen}, chosen
+
+
+def horizon_env(config: DeterminismConfig) -> dict[str, str]:
+    """What `trainlog.MetricsLog.stop` reads: the events to reach and the steps to log after them."""
+    if not config.horizon_events:
+        return {}
+    return {
+        ENV_HORIZON: ",".join(config.horizon_events),
+        ENV_AFTER: str(config.horizon_after),
+        ENV_MIN_STEPS: str(config.steps),
+    }
+
+
+def part_env(
+    cfg: DictConfig, config: DeterminismConfig, part: str
+) -> tuple[dict[str, str], dict[str, Any], str | None]:
+    """(environment, what to record, why the part is skipped or None) for one part."""
+    if part not in BARE:
+        env, chosen = child_env(config)
+        return env, {"env_set": chosen, "conditions": "stage"}, None
+    if not config.job_pair:
+        return {}, {}, f"stages.{NAME}.job_pair=false"
+    job = conditions.job_conditions(cfg, config)
+    differ = conditions.differing(config, job)
+    if not differ:
+        return (
+            {},
+            {"job_conditions": job.describe()},
+            (
+                "the training job sets every injected variable as the stage does: "
+                "the twins prove its conditions"
+            ),
+        )
+    env, values = conditions.pair_env(config, job)
+    env.update(horizon_env(config))
+    record = {
+        "env_set": {k: v for k, v in values.items() if v is not None} | horizon_env(config),
+        "env_unset": sorted(k for k, v in values.items() if v is None),
+        "conditions": "job",
+        "job_conditions": job.describe(),
+        "differing": differ,
+    }
+    return env, record, None
 
 
 def ddp_argv(config: DeterminismConfig, argv: list[str], values: Mapping[str, str]) -> list[str]:
@@ -150,6 +196,13 @@ def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
     out = ctx.part_dir(part)
     if part == "ddp" and config.ddp_procs <= 1:
         return _write(out, {"part": part, "skipped": True, "reason": f"ddp_procs={config.ddp_procs}"})
+    try:
+        env, env_record, skipped = part_env(cfg, config, part)
+    except InputError as exc:
+        _write(out, {"part": part, "returncode": None, "log_tail": f"InputError: {exc}"})
+        raise
+    if skipped:
+        return _write(out, {"part": part, "skipped": True, "reason": skipped, **env_record})
     shutil.rmtree(out / "run", ignore_errors=True)  # a requeued part starts its run afresh
     (out / "run").mkdir(parents=True, exist_ok=True)
     seed = part_seed(config, part)
@@ -161,12 +214,11 @@ def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
     except InputError as exc:
         _write(out, {"part": part, "seed": seed, "returncode": None, "log_tail": f"InputError: {exc}"})
         raise
-    env, chosen = child_env(config)
     record = {
         "part": part,
         "seed": seed,
         "argv": argv,
-        "env_set": chosen,
+        **env_record,
         "cwd": str(out / "run"),
         "host": socket.gethostname(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
@@ -194,7 +246,19 @@ def _execute(argv: list[str], env: dict[str, str], out: Path, timeout_s: float) 
         "log": str(log_path),
         "log_tail": text[-2000:],
         "nondeterministic_ops_in_log": sorted(set(NONDET_RE.findall(text))),
+        "cause": crash_cause(text) if code else None,
     }
+
+
+def crash_cause(text: str) -> dict[str, Any] | None:
+    """Why a run failed, from its log: the op torch refused under deterministic algorithms (with
+    torch's message), else the last exception line; None when the log names neither."""
+    refused = _REFUSED_RE.findall(text)
+    if refused:
+        message = refused[-1].strip()
+        return {"kind": "nondeterministic_op", "op": message.split(" ", 1)[0], "message": message}
+    raised = _EXC_RE.findall(text)
+    return {"kind": "exception", "message": raised[-1].strip()[:500]} if raised else None
 
 
 def _run_group(argv: list[str], env: dict[str, str], cwd: Path, log: Any, timeout_s: float) -> int:

@@ -52,3 +52,55 @@ def reference_runs(root: Path, dataset: Path, runs: dict[str, tuple[str, ...]]) 
         output = proc.communicate(timeout=300)[0]
         assert proc.returncode == 0, f"{name}: {output}"
     return {name: root / name for name in runs}
+
+
+LOADER_TRAINER = Path(__file__).resolve().parent / "loader_trainer.py"
+
+
+def trainer_cmd(script: Path, *extra: str) -> list[str]:
+    """train_cmd for a test trainer script (a user's own), as a list for `stage_cfg`."""
+    return ["{python}", str(script), "--seed", "{seed}", "--steps", "{steps}", "--out", "{out}", *extra]
+
+
+def stage_cfg(dataset: Path | None = None, extra: dict | None = None, **changes: object):
+    """A composed-config stand-in for calling the stage directly: `changes` go to stages.determinism,
+    `extra` to the top level (e.g. {"training": {"env": {...}}, "chain": {"sbatch": path}})."""
+    from omegaconf import OmegaConf
+
+    from pipeline.stages.determinism.config import DeterminismConfig
+
+    cfg = OmegaConf.create(
+        {
+            "demo": {"variant": "default"},
+            "model": {"path": None},
+            "training": {"path": None},
+            "dataset": {"path": None if dataset is None else str(dataset)},
+            "stages": {"determinism": OmegaConf.structured(DeterminismConfig)},
+        }
+    )
+    cfg = OmegaConf.merge(cfg, extra or {})
+    for key, value in changes.items():
+        OmegaConf.update(cfg, f"stages.determinism.{key}", value, merge=False)
+    return cfg
+
+
+def run_stage(run_dir: Path, cfg, parts: tuple[str, ...]):
+    """Run the named parts side by side (each writes done.json only when it succeeds, as the part job
+    does), then the stage's merge; returns the StageResult and its checks by short id."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.stages import StageContext, determinism
+    from pipeline.storage import atomic_write_json
+
+    def one(part: str) -> None:
+        ctx = StageContext(run_dir=run_dir, stage="determinism", part=part)
+        try:
+            determinism.runner.run_part(cfg, ctx)
+        except RuntimeError:
+            return
+        atomic_write_json(ctx.part_dir(part) / "done.json", {"part": part})
+
+    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        list(pool.map(one, parts))
+    result = determinism.run(cfg, StageContext(run_dir=run_dir, stage="determinism"))
+    return result, {c.id.removeprefix("determinism."): c for c in result.checks}

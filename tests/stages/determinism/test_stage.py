@@ -37,6 +37,8 @@ def test_identical_twins_and_differing_control_pass_with_ddp_ranks_agreeing(tmp_
         "control": "match",
         "device": "match",
         "ddp": "match",
+        "conditions": "match",  # round two: the pair under the training job's environment agrees too
+        "horizon": "match",
     }
     assert all(c["verdict"] == "match" for k, c in found.items() if k.startswith("reload."))
     twin = found["twins"]["evidence"]["twin_a"]
@@ -50,8 +52,12 @@ def test_identical_twins_and_differing_control_pass_with_ddp_ranks_agreeing(tmp_
         "determinism.twin_b",
         "determinism.control",
         "determinism.ddp",
+        "determinism.bare_a",  # round two: the pair under the training job's environment
+        "determinism.bare_b",
     }
     assert all(plan[f"determinism.{p}"]["resources"]["cpus_per_task"] == 1 for p in ("twin_a", "twin_b"))
+    bare = found["conditions"]["evidence"]["bare_a"]
+    assert "PYTHONHASHSEED" in bare["env_unset"] and bare["conditions"] == "job"
 
 
 def test_demo_faulty_is_blocked_at_its_first_divergent_step(tmp_path):

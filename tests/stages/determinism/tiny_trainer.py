@@ -2,7 +2,8 @@
 
 Real torch training (a linear model, a few Adam steps on seeded random data) with the two
 `pipeline.trainlog` lines. Test hooks: `--crash-if-out-contains twin_b` makes one twin exit 1;
-`--nondet-op` hits an op torch has no deterministic CPU implementation for (`Tensor.put_`).
+`--nondet-op` hits an op torch has no deterministic CPU implementation for (`Tensor.put_`);
+`--own-deterministic` switches deterministic algorithms on in the trainer itself (as some jobs do).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--crash-if-out-contains", default="")
     parser.add_argument("--nondet-op", action="store_true")
+    parser.add_argument("--own-deterministic", action="store_true")
     args = parser.parse_args()
+    if args.own_deterministic:
+        torch.use_deterministic_algorithms(True)
     if args.crash_if_out_contains and args.crash_if_out_contains in str(args.out):
         print("planted crash", file=sys.stderr)
         return 1
