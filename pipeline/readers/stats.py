@@ -27,10 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.normalization import QUANTILE_LEVELS
-from pipeline.readers.moments import Moments
+from pipeline.readers.moments import Moments, block_moments
+from pipeline.readers.sketch_kernel import BUCKETS, kernels
 
 QUANTILES: dict[str, float] = dict(QUANTILE_LEVELS)  # the vocabulary's levels, by stat name
-BUCKETS = 1 << 16
+KERNEL: str | None = None  # "numba" | "numpy" | None (numba when installed): see `sketch_kernel.kernels`
 MAX_TRACKED = 24  # second-level histograms per dim (512 KiB each): <= 12 MiB per dim
 WINDOW = 1  # buckets tracked on each side of a quantile's current bucket
 MIN_BLOCK = 1 << 16  # rows: smaller blocks are joined before they reach the sketch
@@ -51,7 +52,11 @@ def keys_to_float(keys: np.ndarray) -> np.ndarray:
 
 
 class QuantileSketch:
-    """Top-16-bit histograms for `dim` dims plus low-16-bit histograms of the heavy quantile buckets."""
+    """Top-16-bit histograms for `dim` dims plus low-16-bit histograms of the heavy quantile buckets.
+
+    The low-16-bit histograms live in one pool of rows shared by all dims (`pool[slot]`, grown by
+    doubling), `lut[d, bucket]` naming a bucket's slot or -1, so the per-block kernel needs no Python.
+    """
 
     def __init__(
         self, dim: int, rank_error: float = 1e-3, quantiles: Mapping[str, float] = QUANTILES
@@ -61,26 +66,18 @@ class QuantileSketch:
         self.levels = tuple(quantiles.values())
         self.hist = np.zeros((dim, BUCKETS), dtype=np.int64)
         self.total = np.zeros(dim, dtype=np.int64)
-        self.lut = np.full((dim, BUCKETS), -1, dtype=np.int16)
+        self.lut = np.full((dim, BUCKETS), -1, dtype=np.int32)
         self.tracked: list[dict[int, int]] = [{} for _ in range(dim)]  # bucket -> count missed before
-        self.sub: list[np.ndarray | None] = [None] * dim  # 1-D: slot * BUCKETS + low 16 bits
+        self.pool = np.zeros((0, BUCKETS), dtype=np.int64)
+        self.free: list[int] = []
 
-    def update(self, keys: np.ndarray, dims: Sequence[int]) -> None:
-        """`keys`: [k, n] order keys, row i belonging to dim `dims[i]`."""
-        top = (keys >> 16) + np.int32(BUCKETS // 2)
-        for i, d in enumerate(dims):
-            counts = np.bincount(top[i], minlength=BUCKETS)
-            self.hist[d] += counts
-            self.total[d] += keys.shape[1]
-            self._track(d, counts)
-            if self.tracked[d]:
-                self._update_sub(d, keys[i], top[i])
+    def track(self, d: int) -> list[int]:
+        """Start second-level histograms for heavy buckets that now hold a quantile; returns them.
 
-    def _track(self, d: int, block_counts: np.ndarray) -> None:
-        """Start second-level histograms for heavy buckets that now hold a quantile.
-
-        A bucket that no longer holds any quantile may be evicted to make room; should it hold one again,
-        it comes back with everything it saw meanwhile counted as `missed` (and pass 2 if that is too much).
+        Their `missed` is provisionally the bucket's whole count: the caller counts the current block's
+        values into the new slots and `settle`s. A bucket that no longer holds any quantile may be evicted
+        to make room; should it hold one again, it comes back with everything it saw meanwhile counted as
+        `missed` (and pass 2 if that is too much).
         """
         n = int(self.total[d])
         hist, heavy = self.hist[d], self.rank_error * n / 2
@@ -88,43 +85,36 @@ class QuantileSketch:
         found = {min(int(np.searchsorted(cum, p * (n - 1), side="right")), BUCKETS - 1) for p in self.levels}
         # the quantile may still move a bucket or two as data arrives: watch the neighbourhood too
         targets = {b + k for b in found for k in range(-WINDOW, WINDOW + 1) if 0 <= b + k < BUCKETS}
+        started = []
         for bucket in sorted(targets, key=lambda b: min(abs(b - f) for f in found)):
-            if hist[bucket] > heavy and bucket not in self.tracked[d]:
-                self._start(d, bucket, int(hist[bucket] - block_counts[bucket]), targets)
+            if hist[bucket] > heavy and bucket not in self.tracked[d] and self._start(d, bucket, targets):
+                started.append(bucket)
+        return started
 
-    def _start(self, d: int, bucket: int, missed: int, targets: set[int]) -> None:
+    def _start(self, d: int, bucket: int, targets: set[int]) -> bool:
         tracked = self.tracked[d]
-        if len(tracked) < MAX_TRACKED:
-            slot = len(tracked)
-            current = self.sub[d]
-            if current is None or current.size < (slot + 1) * BUCKETS:  # grow by doubling
-                grown = np.zeros(min(2 * slot + 1, MAX_TRACKED) * BUCKETS, dtype=np.int64)
-                if current is not None:
-                    grown[: current.size] = current
-                self.sub[d] = grown
-        else:
+        if len(tracked) >= MAX_TRACKED:
             idle = [b for b in tracked if b not in targets]
             if not idle:
-                return
-            slot = int(self.lut[d, idle[0]])
+                return False
+            self.free.append(int(self.lut[d, idle[0]]))
             del tracked[idle[0]]
             self.lut[d, idle[0]] = -1
-            self.sub[d][slot * BUCKETS : (slot + 1) * BUCKETS] = 0  # type: ignore[index]
-        tracked[bucket] = missed
+        if not self.free:  # grow the pool by doubling
+            size = self.pool.shape[0]
+            grown = np.zeros((max(2 * size, 4), BUCKETS), dtype=np.int64)
+            grown[:size] = self.pool
+            self.pool = grown
+            self.free = list(range(grown.shape[0] - 1, size - 1, -1))
+        slot = self.free.pop()
+        self.pool[slot] = 0
+        tracked[bucket] = int(self.hist[d, bucket])
         self.lut[d, bucket] = slot
+        return True
 
-    def _update_sub(self, d: int, keys: np.ndarray, top: np.ndarray) -> None:
-        slots = self.lut[d][top]
-        sel = slots >= 0
-        if not sel.any():
-            return
-        index = slots[sel].astype(np.int64) * BUCKETS + (keys[sel] & 0xFFFF)
-        sub = self.sub[d]
-        assert sub is not None
-        if index.size * 16 < sub.size:  # few values: scatter-add beats counting into a fresh big array
-            np.add.at(sub, index, 1)
-        else:
-            sub += np.bincount(index, minlength=sub.size)
+    def settle(self, d: int, bucket: int) -> None:
+        """After the block that started `bucket` was counted into its slot: what the slot missed."""
+        self.tracked[d][bucket] = int(self.hist[d, bucket] - self.pool[self.lut[d, bucket]].sum())
 
     def locate(self, dim: int, rank: float) -> tuple[int, int, int]:
         """The bucket holding 0-based `rank`, the count below it, and its own count."""
@@ -136,11 +126,10 @@ class QuantileSketch:
 
     def resolved(self, dim: int, bucket: int, rank_in_bucket: float) -> tuple[float, int] | None:
         """The value at `rank_in_bucket` from the bucket's second-level histogram, and its error bound."""
-        if bucket not in self.tracked[dim] or self.sub[dim] is None:
+        if bucket not in self.tracked[dim]:
             return None
         missed = self.tracked[dim][bucket]
-        slot = int(self.lut[dim, bucket])
-        low = self.sub[dim][slot * BUCKETS : (slot + 1) * BUCKETS]
+        low = self.pool[self.lut[dim, bucket]]
         seen = int(low.sum())
         if seen == 0:
             return None
@@ -194,54 +183,42 @@ class FeatureStats:
     """Streaming stats of one vector feature (blocks of shape [n, dim])."""
 
     def __init__(
-        self, dim: int, rank_error: float = 1e-3, quantiles: Mapping[str, float] = QUANTILES
+        self,
+        dim: int,
+        rank_error: float = 1e-3,
+        quantiles: Mapping[str, float] = QUANTILES,
+        kernel: str | None = None,
     ) -> None:
         self.dim = dim
         self.moments = Moments(dim)
         self.sketch = QuantileSketch(dim, rank_error, quantiles)
         self.nonfinite = np.zeros(dim, dtype=np.int64)
-        self._rows: np.ndarray | None = None
-        self._kbuf: np.ndarray | None = None
-
-    def _transposed(self, block: np.ndarray) -> np.ndarray:
-        """The block as [dim, n] float32 in a buffer reused across blocks of the same size."""
-        shape = (block.shape[1], block.shape[0])
-        if self._rows is None or self._rows.shape != shape:
-            self._rows = np.empty(shape, dtype=np.float32)
-        np.copyto(self._rows, block.T, casting="unsafe")
-        return self._rows
-
-    def _keys(self, rows: np.ndarray) -> np.ndarray:
-        if self._kbuf is None or self._kbuf.shape != rows.shape:
-            self._kbuf = np.empty(rows.shape, dtype=np.int32)
-        bits = rows.view(np.int32)
-        np.right_shift(bits, 31, out=self._kbuf)
-        np.bitwise_and(self._kbuf, np.int32(0x7FFFFFFF), out=self._kbuf)
-        np.bitwise_xor(bits, self._kbuf, out=self._kbuf)
-        return self._kbuf
+        self.kernel = kernel or KERNEL
+        self._out = np.zeros((5, dim))
 
     def update(self, block: np.ndarray) -> None:
+        """One pass over the block in its stored [n, dim] layout (`sketch_kernel`), then per-dim upkeep."""
         block = np.asarray(block)
         block = block[:, None] if block.ndim == 1 else block
-        rows = self._transposed(block)  # one row per dim: contiguous reductions
-        lo, hi = rows.min(axis=1), rows.max(axis=1)  # NaN propagates: doubles as the finiteness check
-        bad = ~(np.isfinite(lo) & np.isfinite(hi))
-        good = np.where(~bad)[0]
-        if good.size == rows.shape[0]:
-            self.moments.update(rows, lo, hi, good)
-            self.sketch.update(self._keys(rows), range(self.dim))
+        values = np.ascontiguousarray(block, dtype=np.float32)
+        if values.shape[0] == 0:
             return
-        if good.size:
-            part = rows[good]
-            self.moments.update(part, lo[good], hi[good], good)
-            self.sketch.update(order_keys(part), good.tolist())
-        for d in np.where(bad)[0]:  # rare: per dim, finite values only
-            col = rows[d][np.isfinite(rows[d])]
-            self.nonfinite[d] += rows.shape[1] - col.size
-            if col.size:
-                one = col[None, :]
-                self.moments.update(one, one.min(axis=1), one.max(axis=1), np.array([d]))
-                self.sketch.update(order_keys(one), [int(d)])
+        bits = values.view(np.int32)
+        reduce, count = kernels(self.kernel)
+        shift = self.moments.shift(values)
+        out, sk = self._out, self.sketch
+        reduce(values, bits, shift, sk.hist, sk.lut, sk.pool, out)
+        finite = out[0].astype(np.int64)
+        self.nonfinite += values.shape[0] - finite
+        mean, m2 = block_moments(values, shift, finite, out[1], out[2])
+        self.moments.merge(finite, mean, m2, out[3].astype(np.float32), out[4].astype(np.float32))
+        sk.total += finite
+        new = [(d, b) for d in np.flatnonzero(finite).tolist() for b in sk.track(d)]
+        if new:  # rare after the first blocks: count this block's values of the new buckets
+            dims, buckets = (np.array(c, dtype=np.int64) for c in zip(*new, strict=True))
+            count(bits, dims, buckets, sk.lut[dims, buckets].astype(np.int64), sk.pool)
+            for d, b in new:
+                sk.settle(d, b)
 
 
 def compute_stats(

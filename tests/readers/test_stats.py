@@ -25,12 +25,18 @@ def _rank_error(column: np.ndarray, value: float, p: float) -> float:
     return 0.0 if lo <= target <= hi else min(abs(lo - target), abs(hi - target)) / len(col)
 
 
-@pytest.fixture(autouse=True)
-def _no_coalescing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks reach the sketch as given, so the per-block merge and tracking paths are exercised."""
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def _no_coalescing(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
+    """Blocks reach the sketch as given, so the per-block merge and tracking paths are exercised; every
+    test runs with the compiled kernel and with the numpy formulation."""
+    from pipeline.readers import sketch_kernel
     from pipeline.readers import stats as module
 
+    if request.param == "numba" and sketch_kernel.numba is None:
+        pytest.skip("numba is not installed: the compiled kernel cannot run")
     monkeypatch.setattr(module, "MIN_BLOCK", 1)
+    monkeypatch.setattr(module, "KERNEL", request.param)
+    return request.param
 
 
 def _stats(x: np.ndarray, rows: int = 997) -> dict[str, np.ndarray]:
