@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 BUCKETS = 1 << 16
+CELLS = 1 << 8  # counters per level-2 / level-3 cell row
 CHUNK = 4096  # rows summed in a local float64 accumulator before joining the block's totals
 
 try:  # pragma: no cover - which branch runs depends on the environment
@@ -35,11 +36,14 @@ def reduce_numpy(
     shift: np.ndarray,
     hist: np.ndarray,
     lut: np.ndarray,
-    pool: np.ndarray,
+    mid: np.ndarray,
+    lut2: np.ndarray,
+    low: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    """Add the block to `hist` ([dim, BUCKETS]) and to `pool[lut[d, top]]`; write per-dim finite count,
-    sum and sum of squares of `values - shift`, min and max into `out` ([5, dim] float64)."""
+    """Add the block to `hist` ([dim, BUCKETS]), to `mid[lut[d, top]]` (bits 8..15) and to
+    `low[lut2[slot, cell]]` (bits 0..7); write per-dim finite count, sum and sum of squares of
+    `values - shift`, min and max into `out` ([5, dim] float64)."""
     n, dim = values.shape
     finite = (bits & np.int32(0x7F800000)) != np.int32(0x7F800000)
     keys = bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))
@@ -51,8 +55,14 @@ def reduce_numpy(
     slots = lut.reshape(-1)[flat]
     sel = slots >= 0
     if sel.any():
-        low = (keys.reshape(-1) if everywhere else keys[finite])[sel] & 0xFFFF
-        pool.reshape(-1)[:] += np.bincount(slots[sel].astype(np.int64) * BUCKETS + low, minlength=pool.size)
+        keys = (keys.reshape(-1) if everywhere else keys[finite])[sel]
+        cells = slots[sel].astype(np.int64) * CELLS + ((keys >> 8) & 0xFF)
+        mid.reshape(-1)[:] += np.bincount(cells, minlength=mid.size)
+        subs = lut2.reshape(-1)[cells]
+        deep = subs >= 0
+        if deep.any():
+            index = subs[deep].astype(np.int64) * CELLS + (keys[deep] & 0xFF)
+            low.reshape(-1)[:] += np.bincount(index, minlength=low.size)
     centred = values.astype(np.float64) - shift
     if not everywhere:
         centred[~finite] = 0.0
@@ -64,19 +74,27 @@ def reduce_numpy(
 
 
 def count_numpy(
-    bits: np.ndarray, dims: np.ndarray, buckets: np.ndarray, slots: np.ndarray, pool: np.ndarray
+    bits: np.ndarray,
+    dims: np.ndarray,
+    buckets: np.ndarray,
+    cells: np.ndarray,
+    slots: np.ndarray,
+    table: np.ndarray,
 ) -> None:
-    """Count the block's values of bucket `buckets[j]` of dim `dims[j]` into `pool[slots[j]]`."""
-    for d, bucket, slot in zip(dims.tolist(), buckets.tolist(), slots.tolist(), strict=True):
+    """Count the block's values of bucket `buckets[j]` of dim `dims[j]` into `table[slots[j]]`: by bits
+    8..15 where `cells[j]` < 0 (a new level-2 row), else those of level-2 cell `cells[j]` by bits 0..7."""
+    for j, (d, bucket, cell) in enumerate(zip(dims.tolist(), buckets.tolist(), cells.tolist(), strict=True)):
         col = bits[:, d]
         keys = col ^ ((col >> 31) & np.int32(0x7FFFFFFF))
         finite = (col & np.int32(0x7F800000)) != np.int32(0x7F800000)
-        sel = keys[finite & (((keys >> 16) + BUCKETS // 2) == bucket)]
-        if sel.size:
-            pool[slot] += np.bincount(sel & 0xFFFF, minlength=BUCKETS)
+        keys = keys[finite & (((keys >> 16) + BUCKETS // 2) == bucket)]
+        if cell >= 0:
+            keys = keys[((keys >> 8) & 0xFF) == cell]
+        if keys.size:
+            table[slots[j]] += np.bincount((keys >> (8 if cell < 0 else 0)) & 0xFF, minlength=CELLS)
 
 
-def _reduce_loop(values, bits, shift, hist, lut, pool, out):  # type: ignore[no-untyped-def]
+def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: ignore[no-untyped-def]
     """The compiled twin of `reduce_numpy` (same arguments, same results up to summation order)."""
     n, dim = values.shape
     for d in range(dim):
@@ -98,7 +116,11 @@ def _reduce_loop(values, bits, shift, hist, lut, pool, out):  # type: ignore[no-
                 hist[d, top] += 1
                 slot = lut[d, top]
                 if slot >= 0:
-                    pool[slot, key & 0xFFFF] += 1
+                    cell = (key >> 8) & 0xFF
+                    mid[slot, cell] += 1
+                    sub = lut2[slot, cell]
+                    if sub >= 0:
+                        low[sub, key & 0xFF] += 1
                 v = values[i, d]
                 c = np.float64(v) - shift[d]
                 part[0, d] += c
@@ -113,7 +135,7 @@ def _reduce_loop(values, bits, shift, hist, lut, pool, out):  # type: ignore[no-
             out[2, d] += part[1, d]
 
 
-def _count_loop(bits, dims, buckets, slots, pool):  # type: ignore[no-untyped-def]
+def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-untyped-def]
     """The compiled twin of `count_numpy`."""
     n = bits.shape[0]
     for i in range(n):
@@ -122,8 +144,12 @@ def _count_loop(bits, dims, buckets, slots, pool):  # type: ignore[no-untyped-de
             if (b & 0x7F800000) == 0x7F800000:
                 continue
             key = b ^ ((b >> 31) & 0x7FFFFFFF)
-            if (key >> 16) + 32768 == buckets[j]:
-                pool[slots[j], key & 0xFFFF] += 1
+            if (key >> 16) + 32768 != buckets[j]:
+                continue
+            if cells[j] < 0:
+                table[slots[j], (key >> 8) & 0xFF] += 1
+            elif (key >> 8) & 0xFF == cells[j]:
+                table[slots[j], key & 0xFF] += 1
 
 
 _COMPILED = (

@@ -11,11 +11,13 @@ How, in one pass: per dim, a histogram of the top 16 bits of an order-preserving
 float32 value (65536 buckets spanning the whole float range, so no range is needed up front). A quantile
 whose bucket holds at most `rank_error * count` values is interpolated inside its bucket (rank error <=
 the bucket's mass). For the buckets that are too heavy (peaked joints, atoms like a binary gripper), the
-sketch starts, as soon as such a bucket holds a quantile, a second-level histogram of the low 16 bits of
-the values falling in it: that pins the quantile to an exact float32 value, up to the values the bucket
-received before tracking began (`missed`, itself a bound on the rank error). Only when `missed` exceeds
-the budget (the distribution moved a lot after the first blocks) does a second pass re-read the data for
-those buckets. Memory: 65536 counters per dim, a few 65536-counter sub-histograms, and one block.
+sketch (`pipeline.readers.sketch`) starts, as soon as such a bucket holds a quantile, 256 counters for the
+next 8 bits, and for a cell of those that is heavy too, 256 for the last 8: that pins the quantile to an
+exact float32 value, up to the values a cell received before tracking began (`missed`, itself a bound on
+the rank error). Only when `missed` exceeds the budget (the distribution moved a lot after the first
+blocks) does a second pass re-read the data for those buckets. Each block is reduced in one pass in its
+stored layout (`pipeline.readers.sketch_kernel`: numba when installed, else numpy). Memory: 65536
+counters per dim, 2 KiB per tracked cell, and one block.
 """
 
 from __future__ import annotations
@@ -26,117 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.normalization import QUANTILE_LEVELS
 from pipeline.readers.moments import Moments, block_moments
+from pipeline.readers.sketch import QUANTILES, QuantileSketch, keys_to_float, order_keys
 from pipeline.readers.sketch_kernel import BUCKETS, kernels
 
-QUANTILES: dict[str, float] = dict(QUANTILE_LEVELS)  # the vocabulary's levels, by stat name
 KERNEL: str | None = None  # "numba" | "numpy" | None (numba when installed): see `sketch_kernel.kernels`
-MAX_TRACKED = 24  # second-level histograms per dim (512 KiB each): <= 12 MiB per dim
-WINDOW = 1  # buckets tracked on each side of a quantile's current bucket
 MIN_BLOCK = 1 << 16  # rows: smaller blocks are joined before they reach the sketch
 THREADS = 2  # features reduced in parallel per block
 Blocks = Callable[[], Iterable[Mapping[str, np.ndarray]]]
-
-
-def order_keys(values: np.ndarray) -> np.ndarray:
-    """float32 -> int32 whose signed order is the float order (NaN excluded by the caller)."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.int32)
-    return bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))
-
-
-def keys_to_float(keys: np.ndarray) -> np.ndarray:
-    """Inverse of `order_keys` (the transform is an involution)."""
-    keys = np.asarray(keys, dtype=np.int32)
-    return (keys ^ ((keys >> 31) & np.int32(0x7FFFFFFF))).view(np.float32)
-
-
-class QuantileSketch:
-    """Top-16-bit histograms for `dim` dims plus low-16-bit histograms of the heavy quantile buckets.
-
-    The low-16-bit histograms live in one pool of rows shared by all dims (`pool[slot]`, grown by
-    doubling), `lut[d, bucket]` naming a bucket's slot or -1, so the per-block kernel needs no Python.
-    """
-
-    def __init__(
-        self, dim: int, rank_error: float = 1e-3, quantiles: Mapping[str, float] = QUANTILES
-    ) -> None:
-        self.dim = dim
-        self.rank_error = rank_error
-        self.levels = tuple(quantiles.values())
-        self.hist = np.zeros((dim, BUCKETS), dtype=np.int64)
-        self.total = np.zeros(dim, dtype=np.int64)
-        self.lut = np.full((dim, BUCKETS), -1, dtype=np.int32)
-        self.tracked: list[dict[int, int]] = [{} for _ in range(dim)]  # bucket -> count missed before
-        self.pool = np.zeros((0, BUCKETS), dtype=np.int64)
-        self.free: list[int] = []
-
-    def track(self, d: int) -> list[int]:
-        """Start second-level histograms for heavy buckets that now hold a quantile; returns them.
-
-        Their `missed` is provisionally the bucket's whole count: the caller counts the current block's
-        values into the new slots and `settle`s. A bucket that no longer holds any quantile may be evicted
-        to make room; should it hold one again, it comes back with everything it saw meanwhile counted as
-        `missed` (and pass 2 if that is too much).
-        """
-        n = int(self.total[d])
-        hist, heavy = self.hist[d], self.rank_error * n / 2
-        cum = np.cumsum(hist)
-        found = {min(int(np.searchsorted(cum, p * (n - 1), side="right")), BUCKETS - 1) for p in self.levels}
-        # the quantile may still move a bucket or two as data arrives: watch the neighbourhood too
-        targets = {b + k for b in found for k in range(-WINDOW, WINDOW + 1) if 0 <= b + k < BUCKETS}
-        started = []
-        for bucket in sorted(targets, key=lambda b: min(abs(b - f) for f in found)):
-            if hist[bucket] > heavy and bucket not in self.tracked[d] and self._start(d, bucket, targets):
-                started.append(bucket)
-        return started
-
-    def _start(self, d: int, bucket: int, targets: set[int]) -> bool:
-        tracked = self.tracked[d]
-        if len(tracked) >= MAX_TRACKED:
-            idle = [b for b in tracked if b not in targets]
-            if not idle:
-                return False
-            self.free.append(int(self.lut[d, idle[0]]))
-            del tracked[idle[0]]
-            self.lut[d, idle[0]] = -1
-        if not self.free:  # grow the pool by doubling
-            size = self.pool.shape[0]
-            grown = np.zeros((max(2 * size, 4), BUCKETS), dtype=np.int64)
-            grown[:size] = self.pool
-            self.pool = grown
-            self.free = list(range(grown.shape[0] - 1, size - 1, -1))
-        slot = self.free.pop()
-        self.pool[slot] = 0
-        tracked[bucket] = int(self.hist[d, bucket])
-        self.lut[d, bucket] = slot
-        return True
-
-    def settle(self, d: int, bucket: int) -> None:
-        """After the block that started `bucket` was counted into its slot: what the slot missed."""
-        self.tracked[d][bucket] = int(self.hist[d, bucket] - self.pool[self.lut[d, bucket]].sum())
-
-    def locate(self, dim: int, rank: float) -> tuple[int, int, int]:
-        """The bucket holding 0-based `rank`, the count below it, and its own count."""
-        counts = self.hist[dim]
-        cum = np.cumsum(counts)
-        bucket = min(int(np.searchsorted(cum, rank, side="right")), BUCKETS - 1)
-        below = int(cum[bucket - 1]) if bucket else 0
-        return bucket, below, int(counts[bucket])
-
-    def resolved(self, dim: int, bucket: int, rank_in_bucket: float) -> tuple[float, int] | None:
-        """The value at `rank_in_bucket` from the bucket's second-level histogram, and its error bound."""
-        if bucket not in self.tracked[dim]:
-            return None
-        missed = self.tracked[dim][bucket]
-        low = self.pool[self.lut[dim, bucket]]
-        seen = int(low.sum())
-        if seen == 0:
-            return None
-        target = min(max(rank_in_bucket - missed / 2, 0.0), seen - 1)
-        idx = min(int(np.searchsorted(np.cumsum(low), target, side="right")), BUCKETS - 1)
-        key = np.int32(((bucket - BUCKETS // 2) << 16) | idx)
-        return float(keys_to_float(np.array([key]))[0]), missed
 
 
 def rank_of(fs: FeatureStats, values: np.ndarray) -> np.ndarray:
@@ -207,18 +106,30 @@ class FeatureStats:
         reduce, count = kernels(self.kernel)
         shift = self.moments.shift(values)
         out, sk = self._out, self.sketch
-        reduce(values, bits, shift, sk.hist, sk.lut, sk.pool, out)
+        reduce(values, bits, shift, sk.hist, sk.lut, sk.mid.counts, sk.mid.children, sk.low.counts, out)
         finite = out[0].astype(np.int64)
         self.nonfinite += values.shape[0] - finite
         mean, m2 = block_moments(values, shift, finite, out[1], out[2])
         self.moments.merge(finite, mean, m2, out[3].astype(np.float32), out[4].astype(np.float32))
         sk.total += finite
-        new = [(d, b) for d in np.flatnonzero(finite).tolist() for b in sk.track(d)]
-        if new:  # rare after the first blocks: count this block's values of the new buckets
-            dims, buckets = (np.array(c, dtype=np.int64) for c in zip(*new, strict=True))
-            count(bits, dims, buckets, sk.lut[dims, buckets].astype(np.int64), sk.pool)
-            for d, b in new:
-                sk.settle(d, b)
+        for _ in range(2):  # a level-2 cell started now may need level 3 in this same block
+            if not self._start_cells(bits, np.flatnonzero(finite).tolist(), count):
+                break
+
+    def _start_cells(self, bits: np.ndarray, dims: list[int], count: Callable[..., None]) -> bool:
+        """Start the cells the sketch now wants and count this block into them (rare after the first
+        blocks); False when none was started."""
+        sk = self.sketch
+        new = {d: sk.track(d) for d in dims}
+        rows2 = [(d, b, -1, s) for d, (n2, _) in new.items() for b, s in n2]
+        rows3 = [(d, b, c, s) for d, (_, n3) in new.items() for b, c, s in n3]
+        for rows, table in ((rows2, sk.mid.counts), (rows3, sk.low.counts)):
+            if rows:
+                d, b, c, s = (np.array(col, dtype=np.int64) for col in zip(*rows, strict=True))
+                count(bits, d, b, c, s, table)
+        for d, (n2, n3) in new.items():
+            sk.settle(d, n2, n3)
+        return bool(rows2 or rows3)
 
 
 def compute_stats(
@@ -276,7 +187,8 @@ def _finish_pass1(
             rank = p * (counts[d] - 1)
             bucket, below, inside = fs.sketch.locate(d, rank)
             budget = rank_error * counts[d]
-            resolved = fs.sketch.resolved(d, bucket, rank - below) if inside > budget else None
+            span = (float(m.lo[d]), float(m.hi[d]))
+            resolved = fs.sketch.resolved(d, bucket, rank - below, span) if inside > budget else None
             if inside <= budget:
                 lo, hi = _bucket_bounds(bucket)
                 lo, hi = max(lo, m.lo[d]), min(hi, m.hi[d])
