@@ -97,19 +97,19 @@ def count_numpy(
 def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: ignore[no-untyped-def]
     """The compiled twin of `reduce_numpy` (same arguments, same results up to summation order)."""
     n, dim = values.shape
-    for d in range(dim):
-        out[0, d] = 0.0
-        out[1, d] = 0.0
-        out[2, d] = 0.0
-        out[3, d] = np.inf
-        out[4, d] = -np.inf
-    part = np.zeros((2, dim))
+    bad = np.zeros(dim, dtype=np.int64)
+    total, squares = np.zeros(dim), np.zeros(dim)
+    part, part2 = np.zeros(dim), np.zeros(dim)
+    lo = np.full(dim, np.inf, dtype=np.float32)
+    hi = np.full(dim, -np.inf, dtype=np.float32)
     for start in range(0, n, CHUNK):
         part[:] = 0.0
+        part2[:] = 0.0
         for i in range(start, min(start + CHUNK, n)):
             for d in range(dim):
                 b = bits[i, d]
                 if (b & 0x7F800000) == 0x7F800000:
+                    bad[d] += 1
                     continue
                 key = b ^ ((b >> 31) & 0x7FFFFFFF)
                 top = (key >> 16) + 32768
@@ -123,16 +123,18 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
                         low[sub, key & 0xFF] += 1
                 v = values[i, d]
                 c = np.float64(v) - shift[d]
-                part[0, d] += c
-                part[1, d] += c * c
-                out[0, d] += 1.0
-                if v < out[3, d]:
-                    out[3, d] = v
-                if v > out[4, d]:
-                    out[4, d] = v
-        for d in range(dim):
-            out[1, d] += part[0, d]
-            out[2, d] += part[1, d]
+                part[d] += c
+                part2[d] += c * c
+                lo[d] = min(lo[d], v)
+                hi[d] = max(hi[d], v)
+        total += part
+        squares += part2
+    for d in range(dim):
+        out[0, d] = n - bad[d]
+        out[1, d] = total[d]
+        out[2, d] = squares[d]
+        out[3, d] = lo[d]
+        out[4, d] = hi[d]
 
 
 def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-untyped-def]
@@ -157,6 +159,29 @@ _COMPILED = (
     if numba is not None
     else None
 )
+
+
+def warm() -> None:
+    """Compile (or load from numba's cache) both kernels on a tiny block: `compute_stats` calls it in a
+    worker thread while the first block is being decoded, so the ~0.5-1 s this takes overlaps it."""
+    reduce, count = kernels()
+    values = np.zeros((2, 1), dtype=np.float32)
+    bits = values.view(np.int32)
+    table = np.zeros((1, CELLS), dtype=np.int64)
+    hist, lut = np.zeros((1, BUCKETS), dtype=np.int64), np.full((1, BUCKETS), -1, dtype=np.int32)
+    ids = np.zeros(1, dtype=np.int64)
+    reduce(
+        values,
+        bits,
+        np.zeros(1),
+        hist,
+        lut,
+        table,
+        np.full((1, CELLS), -1, dtype=np.int32),
+        table,
+        np.zeros((5, 1)),
+    )
+    count(bits, ids, ids, ids - 1, ids, table)
 
 
 def kernels(name: str | None = None) -> tuple:  # type: ignore[type-arg]

@@ -30,7 +30,7 @@ import numpy as np
 
 from pipeline.readers.moments import Moments, block_moments
 from pipeline.readers.sketch import QUANTILES, QuantileSketch, keys_to_float, order_keys
-from pipeline.readers.sketch_kernel import BUCKETS, kernels
+from pipeline.readers.sketch_kernel import BUCKETS, kernels, warm
 
 KERNEL: str | None = None  # "numba" | "numpy" | None (numba when installed): see `sketch_kernel.kernels`
 MIN_BLOCK = 1 << 16  # rows: smaller blocks are joined before they reach the sketch
@@ -148,11 +148,16 @@ def compute_stats(
     if keep is not None:
         keep.update(feats)
     with ThreadPoolExecutor(max_workers=min(len(feats), THREADS) or 1) as pool:
+        warming = pool.submit(warm) if feats and KERNEL is None else None  # overlaps the first decode
         for block in coalesce(blocks()):
+            if warming is not None:
+                warming.result()
+                warming = None
             # features are independent: reduce them side by side (numpy releases the GIL in its loops)
             jobs = [pool.submit(fs.update, block[name]) for name, fs in feats.items() if name in block]
             for job in jobs:
                 job.result()
+            del block, jobs  # not held while the next block is decoded
     out: dict[str, dict[str, np.ndarray]] = {}
     pending: list[_Refine] = []
     for name, fs in feats.items():
@@ -246,6 +251,7 @@ def coalesce(
         n = max((len(v) for v in block.values()), default=0)
         if not pending and n >= min_rows:
             yield dict(block)
+            del block  # not held while the next block is decoded
             continue
         pending.append(block)
         rows += n
