@@ -30,6 +30,12 @@ except ImportError:  # pragma: no cover
     HAVE_NUMBA = False
 
 
+def order_keys_scalar(value: float) -> int:
+    """The order key of one float32 value (see `pipeline.readers.sketch.order_keys`)."""
+    bits = int(np.array([value], dtype=np.float32).view(np.int32)[0])
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
 def reduce_numpy(
     values: np.ndarray,
     bits: np.ndarray,
