@@ -13,7 +13,9 @@ Non-finite values (NaN, +-inf) are skipped; the caller counts them as `n - count
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,13 +23,10 @@ BUCKETS = 1 << 16
 CELLS = 1 << 8  # counters per level-2 / level-3 cell row
 CHUNK = 4096  # rows summed in a local float64 accumulator before joining the block's totals
 
-try:  # pragma: no cover - which branch runs depends on the environment
-    import numba
-
-    HAVE_NUMBA = os.environ.get("PREFLIGHT_STATS_KERNEL", "numba") != "numpy"
-except ImportError:  # pragma: no cover
-    numba = None
-    HAVE_NUMBA = False
+# numba is imported on first use (importing it costs ~0.5-1 s): readers that never compute stats don't pay
+AVAILABLE = importlib.util.find_spec("numba") is not None
+HAVE_NUMBA = AVAILABLE and os.environ.get("PREFLIGHT_STATS_KERNEL", "numba") != "numpy"
+_COMPILED: list[tuple[Callable[..., None], Callable[..., None]]] = []
 
 
 def order_keys_scalar(value: float) -> int:
@@ -160,13 +159,6 @@ def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-un
                 table[slots[j], key & 0xFF] += 1
 
 
-_COMPILED = (
-    (numba.njit(cache=True, nogil=True)(_reduce_loop), numba.njit(cache=True, nogil=True)(_count_loop))
-    if numba is not None
-    else None
-)
-
-
 def warm() -> None:
     """Compile (or load from numba's cache) both kernels on a tiny block: `compute_stats` calls it in a
     worker thread while the first block is being decoded, so the ~0.5-1 s this takes overlaps it."""
@@ -194,8 +186,13 @@ def kernels(name: str | None = None) -> tuple:  # type: ignore[type-arg]
     """(reduce, count) for `name` ("numba" or "numpy"); by default numba when installed, unless the
     environment says PREFLIGHT_STATS_KERNEL=numpy."""
     name = name or ("numba" if HAVE_NUMBA else "numpy")
-    if name == "numba" and _COMPILED is not None:
-        return _COMPILED
     if name not in ("numba", "numpy"):
         raise ValueError(f"stats kernel: expected 'numba' or 'numpy', got {name!r}")
+    if name == "numba" and AVAILABLE:
+        if not _COMPILED:
+            import numba
+
+            jit = numba.njit(cache=True, nogil=True)
+            _COMPILED.append((jit(_reduce_loop), jit(_count_loop)))
+        return _COMPILED[0]
     return reduce_numpy, count_numpy

@@ -32,7 +32,7 @@ def _no_coalescing(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReque
     from pipeline.readers import sketch_kernel
     from pipeline.readers import stats as module
 
-    if request.param == "numba" and sketch_kernel.numba is None:
+    if request.param == "numba" and not sketch_kernel.AVAILABLE:
         pytest.skip("numba is not installed: the compiled kernel cannot run")
     monkeypatch.setattr(module, "MIN_BLOCK", 1)
     monkeypatch.setattr(module, "KERNEL", request.param)
@@ -235,7 +235,7 @@ def test_compiled_and_numpy_kernels_agree() -> None:
     """The same block and sketch state through both kernels: identical counters, min/max and counts."""
     from pipeline.readers import sketch_kernel
 
-    if sketch_kernel.numba is None:
+    if not sketch_kernel.AVAILABLE:
         pytest.skip("numba is not installed: nothing to compare the numpy kernel with")
     rng = np.random.default_rng(14)
     values = rng.normal(0, 1, (5_000, 3)).astype(np.float32)
