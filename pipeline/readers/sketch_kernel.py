@@ -21,6 +21,7 @@ import numpy as np
 
 BUCKETS = 1 << 16
 CELLS = 1 << 8  # counters per level-2 / level-3 cell row
+NUMPY_ROWS = 1 << 15  # rows per slice in the numpy formulation
 CHUNK = 4096  # rows summed in a local float64 accumulator before joining the block's totals
 
 # numba is imported on first use (importing it costs ~0.5-1 s): readers that never compute stats don't pay
@@ -48,34 +49,42 @@ def reduce_numpy(
 ) -> None:
     """Add the block to `hist` ([dim, BUCKETS]), to `mid[lut[d, top]]` (bits 8..15) and to
     `low[lut2[slot, cell]]` (bits 0..7); write per-dim finite count, sum and sum of squares of
-    `values - shift`, min and max into `out` ([5, dim] float64)."""
-    n, dim = values.shape
-    finite = (bits & np.int32(0x7F800000)) != np.int32(0x7F800000)
-    keys = bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))
-    ids = (keys >> 16).astype(np.int64)
-    ids += BUCKETS // 2 + BUCKETS * np.arange(dim, dtype=np.int64)  # one bincount for every dim
-    everywhere = bool(finite.all())
-    flat = ids.reshape(-1) if everywhere else ids[finite]
-    hist.reshape(-1)[:] += np.bincount(flat, minlength=hist.size)
-    slots = lut.reshape(-1)[flat]
-    sel = slots >= 0
-    if sel.any():
-        keys = (keys.reshape(-1) if everywhere else keys[finite])[sel]
-        cells = slots[sel].astype(np.int64) * CELLS + ((keys >> 8) & 0xFF)
-        mid.reshape(-1)[:] += np.bincount(cells, minlength=mid.size)
-        subs = lut2.reshape(-1)[cells]
-        deep = subs >= 0
-        if deep.any():
-            index = subs[deep].astype(np.int64) * CELLS + (keys[deep] & 0xFF)
-            low.reshape(-1)[:] += np.bincount(index, minlength=low.size)
-    centred = values.astype(np.float64) - shift
-    if not everywhere:
-        centred[~finite] = 0.0
-    out[0] = finite.sum(axis=0)
-    out[1] = centred.sum(axis=0)
-    out[2] = np.einsum("ij,ij->j", centred, centred)
-    out[3] = np.where(finite, values, np.inf).min(axis=0)
-    out[4] = np.where(finite, values, -np.inf).max(axis=0)
+    `values - shift`, min and max into `out` ([5, dim] float64). Works through the block in slices of
+    NUMPY_ROWS rows so its temporaries stay small (and in cache)."""
+    dim = values.shape[1]
+    out[0], out[1], out[2], out[3], out[4] = 0.0, 0.0, 0.0, np.inf, -np.inf
+    offsets = BUCKETS // 2 + BUCKETS * np.arange(dim, dtype=np.int64)  # one bincount for every dim
+    for start in range(0, values.shape[0], NUMPY_ROWS):
+        part, raw = values[start : start + NUMPY_ROWS], bits[start : start + NUMPY_ROWS]
+        finite = (raw & np.int32(0x7F800000)) != np.int32(0x7F800000)
+        everywhere = bool(finite.all())
+        keys = raw ^ ((raw >> 31) & np.int32(0x7FFFFFFF))
+        ids = (keys >> 16) + offsets
+        flat = ids.reshape(-1) if everywhere else ids[finite]
+        hist.reshape(-1)[:] += np.bincount(flat, minlength=hist.size)
+        slots = lut.reshape(-1)[flat]
+        sel = slots >= 0
+        if sel.any():
+            chosen = (keys.reshape(-1) if everywhere else keys[finite])[sel]
+            cells = slots[sel].astype(np.int64) * CELLS + ((chosen >> 8) & 0xFF)
+            mid.reshape(-1)[:] += np.bincount(cells, minlength=mid.size)
+            subs = lut2.reshape(-1)[cells]
+            deep = subs >= 0
+            if deep.any():
+                index = subs[deep].astype(np.int64) * CELLS + (chosen[deep] & 0xFF)
+                low.reshape(-1)[:] += np.bincount(index, minlength=low.size)
+        centred = part - shift
+        if everywhere:
+            lo, hi = part.min(axis=0), part.max(axis=0)
+        else:
+            centred[~finite] = 0.0
+            lo = np.where(finite, part, np.inf).min(axis=0)
+            hi = np.where(finite, part, -np.inf).max(axis=0)
+        out[0] += finite.sum(axis=0)
+        out[1] += centred.sum(axis=0)
+        out[2] += np.einsum("ij,ij->j", centred, centred)
+        np.minimum(out[3], lo, out=out[3])
+        np.maximum(out[4], hi, out=out[4])
 
 
 def count_numpy(
