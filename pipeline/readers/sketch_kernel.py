@@ -201,7 +201,10 @@ def kernels(name: str | None = None) -> tuple:  # type: ignore[type-arg]
         if not _COMPILED:
             import numba
 
-            jit = numba.njit(cache=True, nogil=True)
-            _COMPILED.append((jit(_reduce_loop), jit(_count_loop)))
+            try:  # cached beside this file or in the user's cache dir: compiled once per install
+                pair = (numba.njit(cache=True, nogil=True)(f) for f in (_reduce_loop, _count_loop))
+                _COMPILED.append(tuple(pair))  # type: ignore[arg-type]
+            except RuntimeError:  # no writable cache location (read-only install and home): compile
+                _COMPILED.append(tuple(numba.njit(nogil=True)(f) for f in (_reduce_loop, _count_loop)))  # type: ignore[arg-type]
         return _COMPILED[0]
     return reduce_numpy, count_numpy
