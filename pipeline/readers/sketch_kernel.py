@@ -4,8 +4,10 @@ Why a kernel: with numpy each of these is its own pass over the block (a transpo
 contiguous, the order keys, one bincount per dim with an int64 copy of its input, the second-level
 selection, einsum for the sums of squares): ~166 ms per 1 M x 14 block, 0.28x of the parquet decode.
 Compiled with numba, the same work is one pass over the block in its stored [n, dim] layout, without
-the GIL (the decode thread and the other feature run beside it). numba is optional: without it the
-numpy formulation below computes the same numbers (no transpose, one combined bincount over all dims).
+the GIL (the other feature is reduced beside it). numba is optional: without it the numpy formulation
+below computes the same numbers (no transpose, one combined bincount over all dims, in 32 k-row slices)
+but is slower than the compiled loop by ~6x and than the former per-dim numpy code by ~3x (bench_stats,
+`--kernel numpy`): it is the fallback, not the fast path.
 
 Both functions take the block twice: `values` (float32 [n, dim], C order) and `bits` (its int32 view).
 Non-finite values (NaN, +-inf) are skipped; the caller counts them as `n - count`.
@@ -152,19 +154,34 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
 
 
 def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-untyped-def]
-    """The compiled twin of `count_numpy`."""
-    n = bits.shape[0]
+    """The compiled twin of `count_numpy`. New level-2 rows (cells < 0) are found through a table of the
+    new buckets, one lookup per value of the dims concerned, however many there are (the first blocks
+    start dozens); new level-3 rows are few and compared one by one."""
+    n, ndim = bits.shape
+    fresh = np.full((ndim, BUCKETS), -1, dtype=np.int64)
+    wanted = np.zeros(ndim, dtype=np.bool_)
+    deep = [j for j in range(dims.shape[0]) if cells[j] >= 0]
+    for j in range(dims.shape[0]):
+        if cells[j] < 0:
+            fresh[dims[j], buckets[j]] = slots[j]
+            wanted[dims[j]] = True
     for i in range(n):
-        for j in range(dims.shape[0]):
+        for d in range(ndim):
+            if not wanted[d]:
+                continue
+            b = bits[i, d]
+            if (b & 0x7F800000) == 0x7F800000:
+                continue
+            key = b ^ ((b >> 31) & 0x7FFFFFFF)
+            slot = fresh[d, (key >> 16) + 32768]
+            if slot >= 0:
+                table[slot, (key >> 8) & 0xFF] += 1
+        for j in deep:
             b = bits[i, dims[j]]
             if (b & 0x7F800000) == 0x7F800000:
                 continue
             key = b ^ ((b >> 31) & 0x7FFFFFFF)
-            if (key >> 16) + 32768 != buckets[j]:
-                continue
-            if cells[j] < 0:
-                table[slots[j], (key >> 8) & 0xFF] += 1
-            elif (key >> 8) & 0xFF == cells[j]:
+            if (key >> 16) + 32768 == buckets[j] and (key >> 8) & 0xFF == cells[j]:
                 table[slots[j], key & 0xFF] += 1
 
 
