@@ -11,14 +11,19 @@ its own:
 - stats:   `pipeline.readers.read_dataset` (exact mean/std/min/max, q01/q10/q50/q90/q99 within 0.1 %
            rank error, the dynamics sample, row/episode counts), the contract stage's own code path.
 
-Prints one JSON line: rows/s of each, their ratio, peak RSS of each, how many passes the stats took,
-and the worst quantile rank error measured on two dims (sorted exactly, in a third subprocess).
+Prints one JSON line: rows/s of each, their ratio (wall clock, and CPU seconds: on a shared, loaded
+machine the wall clock of two phases run a minute apart can differ by the load alone), peak RSS of
+each, how many passes the stats took, the worst quantile rank error measured on three dims (sorted
+exactly, in a third subprocess), which kernel ran (`--kernel numba|numpy`, see
+`pipeline.readers.sketch_kernel`) and, for numba, its cost: installed size, import time, JIT compile
+time with an empty cache (cold start) and load time from the cache.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -97,17 +102,73 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def phase_jit() -> dict:
+    """Import and first-call time of the numba kernels (the cache dir is set by the parent)."""
+    started = time.perf_counter()
+    try:
+        import numba
+    except ImportError:
+        return {"numba": None}
+    imported = time.perf_counter() - started
+    from pipeline.readers import sketch_kernel
+
+    reduce, count = sketch_kernel.kernels("numba")
+    values = np.zeros((4, 2), dtype=np.float32)
+    table = np.zeros((1, sketch_kernel.CELLS), dtype=np.int64)
+    lut = np.full((2, sketch_kernel.BUCKETS), -1, dtype=np.int32)
+    hist = np.zeros((2, sketch_kernel.BUCKETS), dtype=np.int64)
+    ids = np.zeros(1, dtype=np.int64)
+    started = time.perf_counter()
+    reduce(
+        values,
+        values.view(np.int32),
+        np.zeros(2),
+        hist,
+        lut,
+        table,
+        lut[:1, :256].copy(),
+        table,
+        np.zeros((5, 2)),
+    )
+    count(values.view(np.int32), ids, ids, ids - 1, ids, table)
+    return {
+        "numba": numba.__version__,
+        "import_s": imported,
+        "first_call_s": time.perf_counter() - started,
+    }
+
+
+def numba_install_mb() -> float | None:
+    """Installed size of numba + llvmlite (what the compiled kernel costs on disk)."""
+    from importlib import metadata
+
+    total = 0
+    for name in ("numba", "llvmlite"):
+        try:
+            files = metadata.distribution(name).files or []
+        except metadata.PackageNotFoundError:
+            return None
+        total += sum(Path(f.locate()).stat().st_size for f in files if Path(f.locate()).is_file())
+    return round(total / 2**20, 1)
+
+
 def phase_decode(root: Path) -> dict:
     handle = pq.ParquetFile(root / DATA)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_s()
     rows = 0
     for i in range(handle.num_row_groups):
         rows += handle.read_row_group(i, columns=list(COLUMNS)).num_rows
-    return {"rows": rows, "seconds": time.perf_counter() - started, "peak_rss_mb": _peak_mb()}
+    seconds = time.perf_counter() - started
+    return {"rows": rows, "seconds": seconds, "cpu_s": _cpu_s() - cpu, "peak_rss_mb": _peak_mb()}
 
 
 def phase_stats(root: Path) -> dict:
-    from pipeline.readers import ScanOptions, read_dataset
+    from pipeline.readers import ScanOptions, read_dataset, sketch_kernel
     from pipeline.readers import stats as stats_module
 
     passes = {"n": 0}
@@ -118,13 +179,15 @@ def phase_stats(root: Path) -> dict:
         original(*args, **kwargs)  # type: ignore[arg-type]
 
     stats_module._refine = counting  # type: ignore[assignment]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_s()
     contract = read_dataset(root, ScanOptions(rank_error=1e-3, dynamics_rows=50_000))
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, _cpu_s() - cpu
     out = {k: {s: np.asarray(v).tolist() for s, v in contract.recomputed[k].items()} for k in COLUMNS}
     return {
         "rows": contract.rows,
         "seconds": seconds,
+        "cpu_s": cpu,
+        "kernel": "numba" if sketch_kernel.HAVE_NUMBA else "numpy",  # what compute_stats used
         "peak_rss_mb": _peak_mb(),
         "passes": 1 + passes["n"],
         "stats": out,
@@ -150,9 +213,12 @@ def phase_verify(root: Path, stats: dict) -> dict:
     return {"worst_rank_error": worst, "max_abs_mean_error": mean_err}
 
 
-def _child(phase: str, root: Path, extra: dict | None = None) -> dict:
+def _child(phase: str, root: Path, extra: dict | None = None, env: dict | None = None) -> dict:
     cmd = [sys.executable, __file__, "--phase", phase, "--dir", str(root)]
-    proc = subprocess.run(cmd, input=json.dumps(extra or {}), capture_output=True, text=True, check=True)
+    environ = {**os.environ, **(env or {})}
+    proc = subprocess.run(
+        cmd, input=json.dumps(extra or {}), capture_output=True, text=True, check=True, env=environ
+    )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -165,7 +231,8 @@ def main() -> int:
     parser.add_argument("--dir", default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--drift", action="store_true", help="one random walk through the file (worst case)")
-    parser.add_argument("--phase", choices=("decode", "stats", "verify"), default=None)
+    parser.add_argument("--kernel", choices=("numba", "numpy"), default="numba")
+    parser.add_argument("--phase", choices=("decode", "stats", "verify", "jit"), default=None)
     args = parser.parse_args()
     if args.phase:
         root = Path(args.dir)
@@ -173,6 +240,8 @@ def main() -> int:
             print(json.dumps(phase_decode(root)))
         elif args.phase == "stats":
             print(json.dumps(phase_stats(root)))
+        elif args.phase == "jit":
+            print(json.dumps(phase_jit()))
         else:
             print(json.dumps(phase_verify(root, json.loads(sys.stdin.read()))))
         return 0
@@ -184,8 +253,12 @@ def main() -> int:
         written = time.perf_counter() - started
         _child("decode", root)  # warm the page cache so both measured phases read from memory
         decode = _child("decode", root)
-        stats = _child("stats", root)
+        kernel = {"PREFLIGHT_STATS_KERNEL": args.kernel}
+        stats = _child("stats", root, env=kernel)
         verify = _child("verify", root, stats["stats"])
+        with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:  # cold start, then from cache
+            cold = _child("jit", root, env={"NUMBA_CACHE_DIR": cache})
+            cached = _child("jit", root, env={"NUMBA_CACHE_DIR": cache})
         result = {
             "benchmark": "bench_stats",
             "rows": decode["rows"],
@@ -195,6 +268,10 @@ def main() -> int:
             "decode_rows_per_s": round(decode["rows"] / decode["seconds"]),
             "stats_rows_per_s": round(stats["rows"] / stats["seconds"]),
             "ratio_vs_decode_ceiling": round(decode["seconds"] / stats["seconds"], 3),
+            "cpu_s_decode": round(decode["cpu_s"], 2),
+            "cpu_s_stats": round(stats["cpu_s"], 2),
+            "ratio_cpu": round(decode["cpu_s"] / stats["cpu_s"], 3),
+            "kernel": stats["kernel"],
             "stats_passes": stats["passes"],
             "peak_rss_mb_decode": round(decode["peak_rss_mb"], 1),
             "peak_rss_mb_stats": round(stats["peak_rss_mb"], 1),
@@ -202,6 +279,11 @@ def main() -> int:
             "max_abs_mean_error": verify["max_abs_mean_error"],
             "data": "drifting walk (worst case)" if args.drift else "per-episode walks (500 rows each)",
             "write_s": round(written, 1),
+            "numba": cold.get("numba"),
+            "numba_install_mb": numba_install_mb(),
+            "numba_import_s": round(cold.get("import_s", 0.0), 2),
+            "jit_cold_s": round(cold.get("first_call_s", 0.0), 2),
+            "jit_cached_s": round(cached.get("first_call_s", 0.0), 3),
         }
         print(json.dumps(result))
     finally:

@@ -2,7 +2,8 @@
 
 Float64 accumulation of float32 products per block, merged with Chan's parallel update, so the result
 does not depend on block order or size; a block whose mean dwarfs its spread is recomputed centred to
-avoid cancellation. Used by `pipeline.readers.stats.FeatureStats`.
+avoid cancellation. Used by `pipeline.readers.stats.FeatureStats`, which gets a block's sums from one
+pass (`pipeline.readers.sketch_kernel`) and hands them to `block_moments` + `Moments.merge`.
 """
 
 from __future__ import annotations
@@ -40,3 +41,51 @@ class Moments:
         self.count[where] = total
         self.lo[where] = np.minimum(self.lo[where], lo)
         self.hi[where] = np.maximum(self.hi[where], hi)
+
+    def merge(
+        self, count: np.ndarray, mean: np.ndarray, m2: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> None:
+        """Chan's merge of one block's per-dim count/mean/M2/min/max (dims with count 0 are left alone)."""
+        where = np.flatnonzero(count > 0)
+        if where.size == 0:
+            return
+        n = count[where].astype(np.int64)
+        prior = self.count[where]
+        total = prior + n
+        delta = mean[where] - self.mean[where]
+        self.mean[where] += delta * (n / total)
+        self.m2[where] += m2[where] + delta * delta * (prior * n / total)
+        self.count[where] = total
+        self.lo[where] = np.minimum(self.lo[where], lo[where])
+        self.hi[where] = np.maximum(self.hi[where], hi[where])
+
+    def shift(self, values: np.ndarray) -> np.ndarray:
+        """Per-dim float32 offset subtracted before the block's sums: the running mean where known, else
+        the block's first finite value, so the sums of squares do not cancel when |mean| >> spread."""
+        shift = self.mean.astype(np.float32)
+        fresh = np.flatnonzero(self.count == 0)
+        for d in fresh.tolist():
+            col = values[:, d]
+            first = np.flatnonzero(np.isfinite(col[: 1 << 12]))
+            if first.size == 0:
+                first = np.flatnonzero(np.isfinite(col))
+            shift[d] = col[first[0]] if first.size else 0.0
+        return shift.astype(np.float64)
+
+
+def block_moments(
+    values: np.ndarray, shift: np.ndarray, count: np.ndarray, total: np.ndarray, squares: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A block's per-dim mean and M2 from the sums of `values - shift` and of their squares.
+
+    Where M2 is a tiny fraction of the sum of squares (the shift was far from this block's mean, e.g. a
+    first value that is an outlier), it is recomputed centred from the dim's finite values (rare)."""
+    safe = np.maximum(count, 1)
+    mean = shift + total / safe
+    m2 = np.maximum(squares - total * total / safe, 0.0)
+    for d in np.flatnonzero((count > 0) & (m2 < 1e-6 * squares)).tolist():
+        col = values[:, d].astype(np.float64)
+        col = col[np.isfinite(col)]
+        centred = col - col.mean()
+        mean[d], m2[d] = col.mean(), float(np.dot(centred, centred))
+    return mean, m2

@@ -20,6 +20,11 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 
+# Off: pyarrow already decodes a group's columns on all cores, and holding the next group while the
+# caller reduces this one cost ~250 MB (1.4x the decode's own peak RSS in benchmarks/bench_stats.py)
+# for no measurable gain on a 2-core machine once the reduction is one compiled pass.
+READ_AHEAD = False
+
 
 def _list_width(arr: pa.Array, dim: int | None, path: Path, key: str) -> int:
     kind = arr.type
@@ -129,20 +134,26 @@ def read_columns(
 
 
 def stream(files: Sequence[Path], dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
-    """Row groups of every file as `{feature: [n, dim], "episode_index": [n]}`, decoded one ahead in a
-    worker thread (pyarrow releases the GIL), so decoding overlaps the caller's reduction."""
+    """Row groups of every file as `{feature: [n, dim], "episode_index": [n]}`, one at a time, or with
+    `READ_AHEAD` decoded one ahead in a worker thread so decoding overlaps the caller's reduction."""
     columns = list(dims)
     tasks = []
     for path in files:
         handle = open_parquet(path, columns)
         want = columns + (["episode_index"] if "episode_index" in handle.schema_arrow.names else [])
         tasks += [(path, handle, i, want) for i in range(handle.num_row_groups)]
+    if not READ_AHEAD:  # nothing of a group is referenced here once it is handed on
+        for path, handle, group, want in tasks:
+            yield _arrays(read_group(path, handle, group, want), dims, path)
+        return
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(read_group, *tasks[0]) if tasks else None
         for index in range(len(tasks)):
             block = pending.result() if pending else {}
             pending = pool.submit(read_group, *tasks[index + 1]) if index + 1 < len(tasks) else None
-            yield {
-                k: (column_2d(v, dims[k], tasks[index][0], k) if k in dims else v.to_numpy())
-                for k, v in block.items()
-            }
+            yield _arrays(block, dims, tasks[index][0])
+            del block
+
+
+def _arrays(block: Mapping[str, Any], dims: Mapping[str, int], path: Path) -> dict[str, np.ndarray]:
+    return {k: (column_2d(v, dims[k], path, k) if k in dims else v.to_numpy()) for k, v in block.items()}

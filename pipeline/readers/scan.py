@@ -90,6 +90,7 @@ class Scan:
                 if first[0]:
                     self.observe(block)
                 yield block
+                del block  # not held while the next block is decoded
             first[0] = False
 
         return compute_stats(

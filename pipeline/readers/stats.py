@@ -11,11 +11,13 @@ How, in one pass: per dim, a histogram of the top 16 bits of an order-preserving
 float32 value (65536 buckets spanning the whole float range, so no range is needed up front). A quantile
 whose bucket holds at most `rank_error * count` values is interpolated inside its bucket (rank error <=
 the bucket's mass). For the buckets that are too heavy (peaked joints, atoms like a binary gripper), the
-sketch starts, as soon as such a bucket holds a quantile, a second-level histogram of the low 16 bits of
-the values falling in it: that pins the quantile to an exact float32 value, up to the values the bucket
-received before tracking began (`missed`, itself a bound on the rank error). Only when `missed` exceeds
-the budget (the distribution moved a lot after the first blocks) does a second pass re-read the data for
-those buckets. Memory: 65536 counters per dim, a few 65536-counter sub-histograms, and one block.
+sketch (`pipeline.readers.sketch`) starts, as soon as such a bucket holds a quantile, 256 counters for the
+next 8 bits, and for a cell of those that is heavy too, 256 for the last 8: that pins the quantile to an
+exact float32 value, up to the values a cell received before tracking began (`missed`, itself a bound on
+the rank error). Only when `missed` exceeds the budget (the distribution moved a lot after the first
+blocks) does a second pass re-read the data for those buckets. Each block is reduced in one pass in its
+stored layout (`pipeline.readers.sketch_kernel`: numba when installed, else numpy). Memory: 65536
+counters per dim, 2 KiB per tracked cell, and one block.
 """
 
 from __future__ import annotations
@@ -26,128 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.normalization import QUANTILE_LEVELS
-from pipeline.readers.moments import Moments
+from pipeline.readers.moments import Moments, block_moments
+from pipeline.readers.sketch import QUANTILES, QuantileSketch, keys_to_float, order_keys
+from pipeline.readers.sketch_kernel import BUCKETS, kernels, warm
 
-QUANTILES: dict[str, float] = dict(QUANTILE_LEVELS)  # the vocabulary's levels, by stat name
-BUCKETS = 1 << 16
-MAX_TRACKED = 24  # second-level histograms per dim (512 KiB each): <= 12 MiB per dim
-WINDOW = 1  # buckets tracked on each side of a quantile's current bucket
+KERNEL: str | None = None  # "numba" | "numpy" | None (numba when installed): see `sketch_kernel.kernels`
 MIN_BLOCK = 1 << 16  # rows: smaller blocks are joined before they reach the sketch
 THREADS = 2  # features reduced in parallel per block
 Blocks = Callable[[], Iterable[Mapping[str, np.ndarray]]]
-
-
-def order_keys(values: np.ndarray) -> np.ndarray:
-    """float32 -> int32 whose signed order is the float order (NaN excluded by the caller)."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.int32)
-    return bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))
-
-
-def keys_to_float(keys: np.ndarray) -> np.ndarray:
-    """Inverse of `order_keys` (the transform is an involution)."""
-    keys = np.asarray(keys, dtype=np.int32)
-    return (keys ^ ((keys >> 31) & np.int32(0x7FFFFFFF))).view(np.float32)
-
-
-class QuantileSketch:
-    """Top-16-bit histograms for `dim` dims plus low-16-bit histograms of the heavy quantile buckets."""
-
-    def __init__(
-        self, dim: int, rank_error: float = 1e-3, quantiles: Mapping[str, float] = QUANTILES
-    ) -> None:
-        self.dim = dim
-        self.rank_error = rank_error
-        self.levels = tuple(quantiles.values())
-        self.hist = np.zeros((dim, BUCKETS), dtype=np.int64)
-        self.total = np.zeros(dim, dtype=np.int64)
-        self.lut = np.full((dim, BUCKETS), -1, dtype=np.int16)
-        self.tracked: list[dict[int, int]] = [{} for _ in range(dim)]  # bucket -> count missed before
-        self.sub: list[np.ndarray | None] = [None] * dim  # 1-D: slot * BUCKETS + low 16 bits
-
-    def update(self, keys: np.ndarray, dims: Sequence[int]) -> None:
-        """`keys`: [k, n] order keys, row i belonging to dim `dims[i]`."""
-        top = (keys >> 16) + np.int32(BUCKETS // 2)
-        for i, d in enumerate(dims):
-            counts = np.bincount(top[i], minlength=BUCKETS)
-            self.hist[d] += counts
-            self.total[d] += keys.shape[1]
-            self._track(d, counts)
-            if self.tracked[d]:
-                self._update_sub(d, keys[i], top[i])
-
-    def _track(self, d: int, block_counts: np.ndarray) -> None:
-        """Start second-level histograms for heavy buckets that now hold a quantile.
-
-        A bucket that no longer holds any quantile may be evicted to make room; should it hold one again,
-        it comes back with everything it saw meanwhile counted as `missed` (and pass 2 if that is too much).
-        """
-        n = int(self.total[d])
-        hist, heavy = self.hist[d], self.rank_error * n / 2
-        cum = np.cumsum(hist)
-        found = {min(int(np.searchsorted(cum, p * (n - 1), side="right")), BUCKETS - 1) for p in self.levels}
-        # the quantile may still move a bucket or two as data arrives: watch the neighbourhood too
-        targets = {b + k for b in found for k in range(-WINDOW, WINDOW + 1) if 0 <= b + k < BUCKETS}
-        for bucket in sorted(targets, key=lambda b: min(abs(b - f) for f in found)):
-            if hist[bucket] > heavy and bucket not in self.tracked[d]:
-                self._start(d, bucket, int(hist[bucket] - block_counts[bucket]), targets)
-
-    def _start(self, d: int, bucket: int, missed: int, targets: set[int]) -> None:
-        tracked = self.tracked[d]
-        if len(tracked) < MAX_TRACKED:
-            slot = len(tracked)
-            current = self.sub[d]
-            if current is None or current.size < (slot + 1) * BUCKETS:  # grow by doubling
-                grown = np.zeros(min(2 * slot + 1, MAX_TRACKED) * BUCKETS, dtype=np.int64)
-                if current is not None:
-                    grown[: current.size] = current
-                self.sub[d] = grown
-        else:
-            idle = [b for b in tracked if b not in targets]
-            if not idle:
-                return
-            slot = int(self.lut[d, idle[0]])
-            del tracked[idle[0]]
-            self.lut[d, idle[0]] = -1
-            self.sub[d][slot * BUCKETS : (slot + 1) * BUCKETS] = 0  # type: ignore[index]
-        tracked[bucket] = missed
-        self.lut[d, bucket] = slot
-
-    def _update_sub(self, d: int, keys: np.ndarray, top: np.ndarray) -> None:
-        slots = self.lut[d][top]
-        sel = slots >= 0
-        if not sel.any():
-            return
-        index = slots[sel].astype(np.int64) * BUCKETS + (keys[sel] & 0xFFFF)
-        sub = self.sub[d]
-        assert sub is not None
-        if index.size * 16 < sub.size:  # few values: scatter-add beats counting into a fresh big array
-            np.add.at(sub, index, 1)
-        else:
-            sub += np.bincount(index, minlength=sub.size)
-
-    def locate(self, dim: int, rank: float) -> tuple[int, int, int]:
-        """The bucket holding 0-based `rank`, the count below it, and its own count."""
-        counts = self.hist[dim]
-        cum = np.cumsum(counts)
-        bucket = min(int(np.searchsorted(cum, rank, side="right")), BUCKETS - 1)
-        below = int(cum[bucket - 1]) if bucket else 0
-        return bucket, below, int(counts[bucket])
-
-    def resolved(self, dim: int, bucket: int, rank_in_bucket: float) -> tuple[float, int] | None:
-        """The value at `rank_in_bucket` from the bucket's second-level histogram, and its error bound."""
-        if bucket not in self.tracked[dim] or self.sub[dim] is None:
-            return None
-        missed = self.tracked[dim][bucket]
-        slot = int(self.lut[dim, bucket])
-        low = self.sub[dim][slot * BUCKETS : (slot + 1) * BUCKETS]
-        seen = int(low.sum())
-        if seen == 0:
-            return None
-        target = min(max(rank_in_bucket - missed / 2, 0.0), seen - 1)
-        idx = min(int(np.searchsorted(np.cumsum(low), target, side="right")), BUCKETS - 1)
-        key = np.int32(((bucket - BUCKETS // 2) << 16) | idx)
-        return float(keys_to_float(np.array([key]))[0]), missed
 
 
 def rank_of(fs: FeatureStats, values: np.ndarray) -> np.ndarray:
@@ -194,54 +82,54 @@ class FeatureStats:
     """Streaming stats of one vector feature (blocks of shape [n, dim])."""
 
     def __init__(
-        self, dim: int, rank_error: float = 1e-3, quantiles: Mapping[str, float] = QUANTILES
+        self,
+        dim: int,
+        rank_error: float = 1e-3,
+        quantiles: Mapping[str, float] = QUANTILES,
+        kernel: str | None = None,
     ) -> None:
         self.dim = dim
         self.moments = Moments(dim)
         self.sketch = QuantileSketch(dim, rank_error, quantiles)
         self.nonfinite = np.zeros(dim, dtype=np.int64)
-        self._rows: np.ndarray | None = None
-        self._kbuf: np.ndarray | None = None
-
-    def _transposed(self, block: np.ndarray) -> np.ndarray:
-        """The block as [dim, n] float32 in a buffer reused across blocks of the same size."""
-        shape = (block.shape[1], block.shape[0])
-        if self._rows is None or self._rows.shape != shape:
-            self._rows = np.empty(shape, dtype=np.float32)
-        np.copyto(self._rows, block.T, casting="unsafe")
-        return self._rows
-
-    def _keys(self, rows: np.ndarray) -> np.ndarray:
-        if self._kbuf is None or self._kbuf.shape != rows.shape:
-            self._kbuf = np.empty(rows.shape, dtype=np.int32)
-        bits = rows.view(np.int32)
-        np.right_shift(bits, 31, out=self._kbuf)
-        np.bitwise_and(self._kbuf, np.int32(0x7FFFFFFF), out=self._kbuf)
-        np.bitwise_xor(bits, self._kbuf, out=self._kbuf)
-        return self._kbuf
+        self.kernel = kernel or KERNEL
+        self._out = np.zeros((5, dim))
 
     def update(self, block: np.ndarray) -> None:
+        """One pass over the block in its stored [n, dim] layout (`sketch_kernel`), then per-dim upkeep."""
         block = np.asarray(block)
         block = block[:, None] if block.ndim == 1 else block
-        rows = self._transposed(block)  # one row per dim: contiguous reductions
-        lo, hi = rows.min(axis=1), rows.max(axis=1)  # NaN propagates: doubles as the finiteness check
-        bad = ~(np.isfinite(lo) & np.isfinite(hi))
-        good = np.where(~bad)[0]
-        if good.size == rows.shape[0]:
-            self.moments.update(rows, lo, hi, good)
-            self.sketch.update(self._keys(rows), range(self.dim))
+        values = np.ascontiguousarray(block, dtype=np.float32)
+        if values.shape[0] == 0:
             return
-        if good.size:
-            part = rows[good]
-            self.moments.update(part, lo[good], hi[good], good)
-            self.sketch.update(order_keys(part), good.tolist())
-        for d in np.where(bad)[0]:  # rare: per dim, finite values only
-            col = rows[d][np.isfinite(rows[d])]
-            self.nonfinite[d] += rows.shape[1] - col.size
-            if col.size:
-                one = col[None, :]
-                self.moments.update(one, one.min(axis=1), one.max(axis=1), np.array([d]))
-                self.sketch.update(order_keys(one), [int(d)])
+        bits = values.view(np.int32)
+        reduce, count = kernels(self.kernel)
+        shift = self.moments.shift(values)
+        out, sk = self._out, self.sketch
+        reduce(values, bits, shift, sk.hist, sk.lut, sk.mid.counts, sk.mid.children, sk.low.counts, out)
+        finite = out[0].astype(np.int64)
+        self.nonfinite += values.shape[0] - finite
+        mean, m2 = block_moments(values, shift, finite, out[1], out[2])
+        self.moments.merge(finite, mean, m2, out[3].astype(np.float32), out[4].astype(np.float32))
+        sk.total += finite
+        for _ in range(2):  # a level-2 cell started now may need level 3 in this same block
+            if not self._start_cells(bits, np.flatnonzero(finite).tolist(), count):
+                break
+
+    def _start_cells(self, bits: np.ndarray, dims: list[int], count: Callable[..., None]) -> bool:
+        """Start the cells the sketch now wants and count this block into them (rare after the first
+        blocks); False when none was started."""
+        sk = self.sketch
+        new = {d: sk.track(d) for d in dims}
+        rows2 = [(d, b, -1, s) for d, (n2, _) in new.items() for b, s in n2]
+        rows3 = [(d, b, c, s) for d, (_, n3) in new.items() for b, c, s in n3]
+        for rows, table in ((rows2, sk.mid.counts), (rows3, sk.low.counts)):
+            if rows:
+                d, b, c, s = (np.array(col, dtype=np.int64) for col in zip(*rows, strict=True))
+                count(bits, d, b, c, s, table)
+        for d, (n2, n3) in new.items():
+            sk.settle(d, n2, n3)
+        return bool(rows2 or rows3)
 
 
 def compute_stats(
@@ -260,11 +148,16 @@ def compute_stats(
     if keep is not None:
         keep.update(feats)
     with ThreadPoolExecutor(max_workers=min(len(feats), THREADS) or 1) as pool:
+        warming = pool.submit(warm) if feats and KERNEL is None else None  # overlaps the first decode
         for block in coalesce(blocks()):
+            if warming is not None:
+                warming.result()
+                warming = None
             # features are independent: reduce them side by side (numpy releases the GIL in its loops)
             jobs = [pool.submit(fs.update, block[name]) for name, fs in feats.items() if name in block]
             for job in jobs:
                 job.result()
+            del block, jobs  # not held while the next block is decoded
     out: dict[str, dict[str, np.ndarray]] = {}
     pending: list[_Refine] = []
     for name, fs in feats.items():
@@ -299,7 +192,8 @@ def _finish_pass1(
             rank = p * (counts[d] - 1)
             bucket, below, inside = fs.sketch.locate(d, rank)
             budget = rank_error * counts[d]
-            resolved = fs.sketch.resolved(d, bucket, rank - below) if inside > budget else None
+            span = (float(m.lo[d]), float(m.hi[d]))
+            resolved = fs.sketch.resolved(d, bucket, rank - below, span) if inside > budget else None
             if inside <= budget:
                 lo, hi = _bucket_bounds(bucket)
                 lo, hi = max(lo, m.lo[d]), min(hi, m.hi[d])
@@ -357,6 +251,7 @@ def coalesce(
         n = max((len(v) for v in block.values()), default=0)
         if not pending and n >= min_rows:
             yield dict(block)
+            del block  # not held while the next block is decoded
             continue
         pending.append(block)
         rows += n

@@ -25,12 +25,18 @@ def _rank_error(column: np.ndarray, value: float, p: float) -> float:
     return 0.0 if lo <= target <= hi else min(abs(lo - target), abs(hi - target)) / len(col)
 
 
-@pytest.fixture(autouse=True)
-def _no_coalescing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks reach the sketch as given, so the per-block merge and tracking paths are exercised."""
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def _no_coalescing(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
+    """Blocks reach the sketch as given, so the per-block merge and tracking paths are exercised; every
+    test runs with the compiled kernel and with the numpy formulation."""
+    from pipeline.readers import sketch_kernel
     from pipeline.readers import stats as module
 
+    if request.param == "numba" and not sketch_kernel.AVAILABLE:
+        pytest.skip("numba is not installed: the compiled kernel cannot run")
     monkeypatch.setattr(module, "MIN_BLOCK", 1)
+    monkeypatch.setattr(module, "KERNEL", request.param)
+    return request.param
 
 
 def _stats(x: np.ndarray, rows: int = 997) -> dict[str, np.ndarray]:
@@ -154,3 +160,110 @@ def test_small_blocks_are_joined(monkeypatch: pytest.MonkeyPatch) -> None:
     out = list(module.coalesce(blocks))
     assert [len(b["a"]) for b in out] == [120, 90] and [len(b["b"]) for b in out] == [116, 87]
     assert out[0]["a"][:, 0].tolist() == [0] * 30 + [1] * 30 + [2] * 30 + [3] * 30
+
+
+def _check_all(x: np.ndarray, stats: dict[str, np.ndarray]) -> None:
+    """Moments against float64 over the finite values, every quantile within the rank error."""
+    for d in range(x.shape[1]):
+        col = x[np.isfinite(x[:, d]), d]
+        assert int(stats["nonfinite"][d]) == len(x) - len(col), d
+        ref = col.astype(np.float64)
+        assert stats["mean"][d] == pytest.approx(ref.mean(), rel=1e-9, abs=1e-9), d
+        assert stats["std"][d] == pytest.approx(ref.std(), rel=1e-7, abs=1e-12), d
+        assert stats["min"][d] == ref.min() and stats["max"][d] == ref.max(), d
+        for name, p in QUANTILES.items():
+            assert _rank_error(col, stats[name][d], p) <= 1e-3, (name, d)
+
+
+def test_adversarial_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heavy ties, a huge outlier, a constant column, NaN/inf, and a mean that dwarfs the spread."""
+    rng = np.random.default_rng(11)
+    n = 50_000
+    ties = np.round(rng.normal(0, 1, n), 1)  # ~40 atoms
+    ties[rng.random(n) < 1 / 3] = 0.25  # one atom with a third of the mass
+    outlier = rng.normal(0, 1, n)
+    outlier[n // 2] = 3e38
+    constant = np.full(n, -7.5)
+    holes = rng.normal(5, 2, n)
+    holes[rng.random(n) < 0.01] = np.nan
+    holes[::977] = np.inf
+    holes[::1999] = -np.inf
+    offset = 1e4 + rng.normal(0, 1e-3, n)  # float32 spacing ~1e-3: cancellation without the shift
+    x = np.stack([ties, outlier, constant, holes, offset], axis=1).astype(np.float32)
+    calls = _count_refines(monkeypatch)
+    stats = _stats(x, 4_999)
+    _check_all(x, stats)
+    assert calls["n"] == 0
+    assert stats["q50"][2] == -7.5 and stats["std"][2] == 0.0
+    assert stats["max"][1] == np.float32(3e38)
+
+
+def test_atom_among_neighbours_is_pinned_by_level_three(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An atom with values a few ULPs away (same top-16 bucket, same level-2 cell): only the level-3
+    counters can return it exactly, in one pass."""
+    from pipeline.readers import stats as module
+
+    kept: dict[str, module.FeatureStats] = {}
+    rng = np.random.default_rng(12)
+    near = np.nextafter(np.float32(1.0), np.float32(2.0)) + rng.integers(0, 40, 60_000) * np.float32(1.2e-7)
+    x = np.concatenate([np.full(40_000, 1.0, dtype=np.float32), near.astype(np.float32)])
+    x = rng.permutation(x)[:, None]
+    calls = _count_refines(monkeypatch)
+    stats = compute_stats(lambda: iter_array_blocks(x, "f", 7_000), {"f": 1}, keep=kept)["f"]
+    assert calls["n"] == 0
+    assert kept["f"].sketch.low.counts.shape[0] > 0  # level 3 was used
+    assert stats["q10"][0] == 1.0 and stats["q01"][0] == 1.0
+    _check_all(x, stats)
+
+
+def test_tracked_cells_stay_small() -> None:
+    """Robot-like random walks over 14 dims: levels 2 and 3 cost KiBs, not the 512 KiB per tracked bucket
+    of a 16-bit sub-histogram (256 MiB per feature in bench_stats before)."""
+    from pipeline.readers.stats import FeatureStats
+
+    rng = np.random.default_rng(13)
+    walks = np.cumsum(rng.normal(0, 0.01, (100, 500, 14)), axis=1) + rng.normal(0, 0.3, (100, 1, 14))
+    x = walks.reshape(-1, 14).astype(np.float32)
+    fs = FeatureStats(14)
+    for start in range(0, len(x), 10_000):
+        fs.update(x[start : start + 10_000])
+    assert fs.sketch.mid.counts.nbytes + fs.sketch.low.counts.nbytes <= 2 * 2**20
+    assert sum(len(t) for t in fs.sketch.tracked) > 0
+
+
+def test_compiled_and_numpy_kernels_agree() -> None:
+    """The same block and sketch state through both kernels: identical counters, min/max and counts."""
+    from pipeline.readers import sketch_kernel
+
+    if not sketch_kernel.AVAILABLE:
+        pytest.skip("numba is not installed: nothing to compare the numpy kernel with")
+    rng = np.random.default_rng(14)
+    values = rng.normal(0, 1, (5_000, 3)).astype(np.float32)
+    values[:, 0] = rng.normal(0.1, 1e-4, 5_000)  # mostly inside the tracked bucket of 0.1
+    values[::7, 1] = np.nan
+    values[::11, 2] = -np.inf
+    bits = values.view(np.int32)
+    shift = np.array([0.5, -1.0, 0.0])
+    lut = np.full((3, sketch_kernel.BUCKETS), -1, dtype=np.int32)
+    top = (int(sketch_kernel.order_keys_scalar(0.1)) >> 16) + sketch_kernel.BUCKETS // 2
+    lut[0, top] = 0
+    lut2 = np.full((1, sketch_kernel.CELLS), -1, dtype=np.int32)
+    lut2[0, :] = 0  # every level-2 cell of that bucket feeds level-3 row 0
+    results = []
+    for name in ("numba", "numpy"):
+        reduce, count = sketch_kernel.kernels(name)
+        hist = np.zeros((3, sketch_kernel.BUCKETS), dtype=np.int64)
+        mid = np.zeros((1, sketch_kernel.CELLS), dtype=np.int64)
+        low = np.zeros((1, sketch_kernel.CELLS), dtype=np.int64)
+        out = np.zeros((5, 3))
+        reduce(values, bits, shift, hist, lut, mid, lut2, low, out)
+        extra = np.zeros((2, sketch_kernel.CELLS), dtype=np.int64)
+        ids = np.array([0, 0], dtype=np.int64)
+        count(bits, ids, np.array([top, top]), np.array([-1, 3]), np.array([0, 1]), extra)
+        results.append((hist, mid, low, out, extra))
+    (h1, m1, l1, o1, e1), (h2, m2, l2, o2, e2) = results
+    assert np.array_equal(h1, h2) and np.array_equal(m1, m2) and np.array_equal(l1, l2)
+    assert np.array_equal(e1, e2) and np.array_equal(e1[0], m1[0]) and m1.sum() > 0
+    assert np.array_equal(o1[[0, 3, 4]], o2[[0, 3, 4]])
+    np.testing.assert_allclose(o1[1:3], o2[1:3], rtol=1e-12)
+    assert o1[0].tolist() == [5_000, 5_000 - len(values[::7]), 5_000 - len(values[::11])]
