@@ -136,7 +136,9 @@ def stream(files: Sequence[Path], dims: Mapping[str, int]) -> Iterator[dict[str,
     for path in files:
         handle = open_parquet(path, columns)
         want = columns + (["episode_index"] if "episode_index" in handle.schema_arrow.names else [])
-        tasks += [(path, handle, i, want) for i in range(handle.num_row_groups)]
+        # an empty row group (a zero-row file) has nothing to reduce: skip it rather than hand on 0 rows
+        groups = [i for i in range(handle.num_row_groups) if handle.metadata.row_group(i).num_rows > 0]
+        tasks += [(path, handle, i, want) for i in groups]
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(read_group, *tasks[0]) if tasks else None
         for index in range(len(tasks)):
