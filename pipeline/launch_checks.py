@@ -35,7 +35,8 @@ def number(value: Any, key: str, low: float, high: float, integer: bool, nullabl
     """`value` is a finite number in [low, high] (an int where `integer`), else a ConfigError."""
     if value is None and nullable:
         return
-    expected = f"{'an integer' if integer else 'a number'} in [{low}, {high}]" + (" or null" if nullable else "")
+    kind = "an integer" if integer else "a number"
+    expected = f"{kind} in [{low}, {high}]" + (" or null" if nullable else "")
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not is_number or not math.isfinite(value) or not low <= value <= high:
         raise ConfigError(key, f"expected {expected}, got {value!r}")

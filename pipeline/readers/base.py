@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from pipeline.errors import InputError
-from pipeline.readers.files import MAX_JSONL_BYTES, MAX_METADATA_BYTES, load_yaml, read_text, regular_file
 from pipeline.normalization import ROLE_OF_TYPE, ROLES, TYPE_OF_ROLE  # noqa: F401  (re-exported)
+from pipeline.readers.files import MAX_JSONL_BYTES, MAX_METADATA_BYTES, load_yaml, read_text, regular_file
 
 # Keys that mean "the robot state" or "the action" across ecosystems (LeRobot, openpi, OpenVLA, robomimic).
 STATE_ALIASES = (
@@ -141,7 +142,8 @@ def parse_json(text: str, path: Path, what: str, where: str | None = None) -> An
             f"{path}:{at} JSON nested too deep to parse (expected {what})", path=path, field=where
         ) from exc
     except ValueError as exc:
-        raise InputError(f"{path}:{at} invalid JSON: {exc} (expected {what})", path=path, field=where) from exc
+        message = f"{path}:{at} invalid JSON: {exc} (expected {what})"
+        raise InputError(message, path=path, field=where) from exc
 
 
 def read_jsonl(path: Path, what: str = "JSON lines") -> list[Any]:

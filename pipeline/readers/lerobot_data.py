@@ -29,7 +29,15 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 from pipeline.normalization import unflatten_stats
-from pipeline.readers.base import dims_of, inside, read_json, read_jsonl, read_safetensors, require, stats_block
+from pipeline.readers.base import (
+    declared_shape,
+    inside,
+    read_json,
+    read_jsonl,
+    read_safetensors,
+    require,
+    stats_block,
+)
 from pipeline.readers.files import regular_file
 from pipeline.readers.parquet_columns import read_columns, stream
 
@@ -128,7 +136,10 @@ class LeRobotData:
         path = self._maybe("meta/episodes.jsonl", "meta/episodes.jsonl")
         if path is not None:
             rows = [r for r in read_jsonl(path, "per-episode metadata") if isinstance(r, dict)]
-            index = [count(r.get("episode_index", i), path, f"line {i + 1}.episode_index") for i, r in enumerate(rows)]
+            index = [
+                count(r.get("episode_index", i), path, f"line {i + 1}.episode_index")
+                for i, r in enumerate(rows)
+            ]
             length = [count(r.get("length", 0), path, f"line {i + 1}.length") for i, r in enumerate(rows)]
             return Episodes(np.array(index, dtype=np.int64), np.array(length, dtype=np.int64))
         files = self._files("meta/episodes", "episodes file")
@@ -181,7 +192,8 @@ class LeRobotData:
         out: dict[str, int | None] = {}
         for column in columns:
             spec = self.features.get(column)
-            shape = shape_of(spec, self.root / INFO, column) if isinstance(spec, dict) and "shape" in spec else ()
+            has_shape = isinstance(spec, dict) and "shape" in spec
+            shape = shape_of(spec, self.root / INFO, column) if has_shape else ()
             out[column] = shape[0] if len(shape) == 1 else None
         return out
 
@@ -218,14 +230,7 @@ def _episodes_table(path: Path) -> pa.Table:
 def shape_of(spec: Any, path: Path, key: str) -> tuple[int, ...]:
     """`features.<key>.shape` from info.json as non-negative ints, else an InputError naming the field."""
     shape = require(spec, "shape", path, "a list of non-negative ints", f"features.{key}")
-    try:
-        return dims_of(shape)
-    except ValueError as exc:
-        raise InputError(
-            f"{path}: field 'features.{key}.shape' must be a list of non-negative ints; got {shape!r} ({exc})",
-            path=path,
-            field=f"features.{key}.shape",
-        ) from exc
+    return declared_shape(shape, path, f"features.{key}.shape")
 
 
 def count(value: Any, path: Path, field: str) -> int:

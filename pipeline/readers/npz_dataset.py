@@ -9,8 +9,8 @@ file's, is an InputError naming the file and the array.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.readers.files import regular_file
 from pipeline.readers.base import (
     Contract,
     Feature,
@@ -28,6 +27,7 @@ from pipeline.readers.base import (
     role_of,
     typed_features,
 )
+from pipeline.readers.files import regular_file
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
 
@@ -111,7 +111,9 @@ def _declared_names(contract: Contract, raw: Any, path: Path) -> None:
         names = (spec or {}).get("names")
         if names is not None and not isinstance(names, list):
             raise InputError(
-                f"{path}: field 'features.{key}.names' must be a list", path=path, field=f"features.{key}.names"
+                f"{path}: field 'features.{key}.names' must be a list",
+                path=path,
+                field=f"features.{key}.names",
             )
         feature = contract.features.get(key)
         if feature is None:

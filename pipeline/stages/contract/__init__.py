@@ -53,6 +53,7 @@ GLOBAL = (
     reload.processor_rows,
     reload.placeholder_rows,
     reload.mask_rows,
+    __import__("pipeline.stages.contract.finite", fromlist=["nonfinite_rows"]).nonfinite_rows,  # NaN/inf
 )
 
 
