@@ -82,7 +82,12 @@ def check_container(cfg: DictConfig) -> None:
 
 def check_resources(cfg: DictConfig, jobs: list[tuple[str, str | None]]) -> None:
     """Every job's effective resources (part -> stage -> resources_default) inside the stage configs'
-    bounds: a value from `resources_default` is checked where it lands, naming the key it came from."""
+    bounds, naming the key each value came from; `resources_default` itself too, even where every
+    stage overrides a value (it is the layer a new stage or a plugin inherits)."""
+    default = cfg.get("resources_default") or {}
+    for key, low, high in RESOURCE_BOUNDS:
+        if default.get(key) is not None:
+            number(default.get(key), f"resources_default.{key}", low, high, integer=key != "mem_gb")
     for name, part in jobs:
         res = resources(cfg, name, part)
         for key, low, high in RESOURCE_BOUNDS:

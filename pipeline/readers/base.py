@@ -139,11 +139,13 @@ def parse_json(text: str, path: Path, what: str, where: str | None = None) -> An
         ) from exc
     except RecursionError as exc:
         raise InputError(
-            f"{path}:{at} JSON nested too deep to parse (expected {what})", path=path, field=where
+            f"{path}:{at} JSON nested too deep to parse (expected {what})",
+            path=path,
+            field=where or path.name,
         ) from exc
     except ValueError as exc:
         message = f"{path}:{at} invalid JSON: {exc} (expected {what})"
-        raise InputError(message, path=path, field=where) from exc
+        raise InputError(message, path=path, field=where or path.name) from exc
 
 
 def read_jsonl(path: Path, what: str = "JSON lines") -> list[Any]:
@@ -227,8 +229,13 @@ def norm_map_of(raw: Any, path: Path, where: str) -> dict[str, str]:
 
 def inside(root: Path, relative: str | Path, what: str = "path") -> Path:
     """Resolve a manifest-supplied path and refuse one that escapes `root` (.., absolute, symlinks)."""
-    root = Path(root).resolve()
-    candidate = (root / relative).resolve()
+    try:
+        root = Path(root).resolve()
+        candidate = (root / relative).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise InputError(
+            f"{root}: {what} '{relative}' cannot be resolved: {exc}", path=root, field=what
+        ) from exc
     if candidate != root and root not in candidate.parents:
         raise InputError(
             f"{root}: {what} '{relative}' resolves to {candidate}, outside the dataset root",

@@ -45,9 +45,11 @@ def regular_file(path: Path, what: str, max_bytes: int | None = None) -> os.stat
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise InputError(f"{path}: file not found (expected {what})", path=path) from None
+        raise InputError(f"{path}: file not found (expected {what})", path=path, field=path.name) from None
     except OSError as exc:  # a symlink loop, a name too long, no permission on a folder
-        raise InputError(f"{path}: cannot stat it (expected {what}): {exc}", path=path) from exc
+        raise InputError(
+            f"{path}: cannot stat it (expected {what}): {exc}", path=path, field=path.name
+        ) from exc
     if not stat.S_ISREG(info.st_mode):
         raise InputError(
             f"{path}: is {kind_of(info.st_mode)}, expected a regular file ({what}); not opened",
@@ -70,13 +72,16 @@ def read_text(path: Path, what: str, max_bytes: int = MAX_METADATA_BYTES) -> str
         with open(path, "rb") as handle:
             raw = handle.read(max_bytes + 1)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc}", path=path) from exc
+        raise InputError(f"{path}: cannot read {what}: {exc}", path=path, field=path.name) from exc
     if len(raw) > max_bytes:  # grew since the stat
-        raise InputError(f"{path}: more than {max_bytes} bytes (a {what}); refused", path=path)
+        raise InputError(
+            f"{path}: more than {max_bytes} bytes (a {what}); refused", path=path, field=path.name
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (expected {what}): {exc}", path=path) from exc
+        message = f"{path}: not UTF-8 text (expected {what}): {exc}"
+        raise InputError(message, path=path, field=path.name) from exc
 
 
 class BoundedLoader(yaml.SafeLoader):
@@ -145,8 +150,12 @@ def load_yaml(path: Path, what: str = "YAML", max_bytes: int = MAX_METADATA_BYTE
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - BoundedLoader derives from SafeLoader
     except yaml.YAMLError as exc:
         message = " ".join(str(exc).split())
-        raise InputError(f"{path}: invalid YAML (expected {what}): {message}", path=path) from exc
+        raise InputError(
+            f"{path}: invalid YAML (expected {what}): {message}", path=path, field=path.name
+        ) from exc
     except (RecursionError, ValueError, TypeError, OverflowError) as exc:
         raise InputError(
-            f"{path}: YAML that cannot be loaded (expected {what}): {type(exc).__name__}: {exc}", path=path
+            f"{path}: YAML that cannot be loaded (expected {what}): {type(exc).__name__}: {exc}",
+            path=path,
+            field=path.name,
         ) from exc

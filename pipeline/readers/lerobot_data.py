@@ -17,6 +17,7 @@ Every file, metadata and data alike, is opened through `file()`, the one contain
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -80,7 +81,7 @@ class LeRobotData:
         path = self.file(INFO, "meta/info.json")
         info = read_json(path, "LeRobot meta/info.json")
         if not isinstance(info, dict):
-            raise InputError(f"{path}: expected a JSON object", path=path)
+            raise InputError(f"{path}: expected a JSON object", path=path, field="<root>")
         return info
 
     @property
@@ -119,7 +120,9 @@ class LeRobotData:
         if path is not None:
             raw = read_json(path, "LeRobot meta/stats.json")
             if not isinstance(raw, dict):
-                raise InputError(f"{path}: expected an object of per-feature stats", path=path)
+                raise InputError(
+                    f"{path}: expected an object of per-feature stats", path=path, field="<root>"
+                )
             return {key: stats_block(block, path, key) for key, block in raw.items()}
         path = self._maybe("meta/episodes_stats.jsonl", "meta/episodes_stats.jsonl")
         if path is not None:
@@ -235,7 +238,8 @@ def shape_of(spec: Any, path: Path, key: str) -> tuple[int, ...]:
 
 def count(value: Any, path: Path, field: str) -> int:
     """A count or index from metadata: a non-negative integer, else an InputError naming the field."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or value < 0 or value != int(value):
         raise InputError(
             f"{path}: field '{field}' must be a non-negative integer, got {value!r}", path=path, field=field
         )

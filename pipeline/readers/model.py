@@ -135,7 +135,10 @@ def read_processor(path: Path, root: Path | None = None) -> dict[str, Any]:
             "stats": None,
         }
         if entry["state_file"]:
-            state = inside(root or path.parent, entry["state_file"], f"steps[{index}].state_file")
+            try:
+                state = inside(root or path.parent, entry["state_file"], f"steps[{index}].state_file")
+            except InputError as exc:  # name the processor file whose field points out
+                raise InputError(f"{path}: {exc}", path=path, field=exc.field) from exc
             if state.exists() or state.is_symlink():
                 entry["stats"] = unflatten_stats(read_safetensors(state))
         found.append(entry)

@@ -63,7 +63,9 @@ def read_openvla(target: Path, options: dict[str, Any], data: Any = None) -> Con
     if data is None:
         data = read_json(target, "OpenVLA-style dataset_statistics.json")
     if not isinstance(data, dict) or not data:
-        raise InputError(f"{target}: expected an object of per-dataset statistics", path=target)
+        raise InputError(
+            f"{target}: expected an object of per-dataset statistics", path=target, field="<root>"
+        )
     if "action" in data:  # single-dataset file (ACT/ALOHA style: action, qpos)
         key, entry = None, data
     else:
@@ -106,7 +108,7 @@ def read_card(target: Path, options: dict[str, Any]) -> Contract:
     """A user-written contract card: expectations plus where they come from; every row is inferred."""
     card = read_yaml(target, "a contract card")
     if not isinstance(card, dict):
-        raise InputError(f"{target}: a contract card must be a mapping", path=target)
+        raise InputError(f"{target}: a contract card must be a mapping", path=target, field="<root>")
     source = require(card, "source", target, "where these expectations come from (a repo, doc or person)")
     contract = Contract("A", "contract_card", str(target), inferred=True)
     contract.hints["source"] = source

@@ -57,7 +57,9 @@ def read_training(path: str | Path) -> Contract:
             f"{path}: expected a .json or .yaml training config", path=path, field="training.path"
         )
     if not isinstance(data, dict):
-        raise InputError(f"{path}: a training config must be a mapping at the top level", path=path)
+        raise InputError(
+            f"{path}: a training config must be a mapping at the top level", path=path, field="<root>"
+        )
     return _contract(path, data, kind)
 
 
