@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -1012,3 +1013,93 @@ def test_launch_config_is_refused(name: str, compose: Callable[[list[str]], Any]
         launch.validate(cfg, launch.load_registry(cfg))
     assert key in info.value.key, one_line(info.value)
     assert "\n" not in str(info.value) and "Traceback" not in str(info.value)
+
+
+# ------------------------------------------------- a representative subset through `pipeline.launch`
+
+LAUNCH_TIMEOUT_S = 300
+
+
+def _launch(t: Triple, *overrides: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    from tests.conftest import launch
+
+    paths = [
+        f"{k}.path={getattr(t, k) if k != 'model' else t.model}" for k in ("model", "training", "dataset")
+    ]
+    proc = launch(t.root, "stage=contract", "launcher=local", *paths, *overrides, timeout=LAUNCH_TIMEOUT_S)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    leftovers = [p for p in t.root.rglob("*") if "tmp" in p.name and p.suffix != ".sif" and p.is_file()]
+    assert not leftovers, f"half-written files left: {leftovers}"
+    return proc, t.root / "preflight" / "runs"
+
+
+def _plugin(t: Triple) -> str:
+    (t.root / "boom_plugin.py").write_text("raise RuntimeError('boom at import')\n")
+    return "plugins=[boom_plugin]"
+
+
+EXIT_2 = {
+    "launch_max_parallel_negative": (lambda t: "launcher.max_parallel=-1", "launcher.max_parallel"),
+    "launch_container_binary_shell_string": (
+        lambda t: (
+            (t.root / "i.sif").write_bytes(b"x") and f"container=apptainer container.image={t.root / 'i.sif'}"
+        ),
+        "container.binary",
+    ),
+    "launch_waiver_date_2026_13_45": (
+        lambda t: (
+            put(t.root / "waivers.yaml", WAIVER % "2026-13-45") or f"waivers_file={t.root / 'waivers.yaml'}"
+        ),
+        "waivers[0].date",
+    ),
+    "launch_plugin_raises_at_import": (_plugin, "plugins"),
+}
+
+
+@pytest.mark.parametrize("name", list(EXIT_2))
+def test_launch_refuses_with_one_line(name: str, tmp_path: Path) -> None:
+    t = make_triple(tmp_path)
+    make, key = EXIT_2[name]
+    overrides = make(t).split(" ")
+    if name == "launch_container_binary_shell_string":
+        overrides.append("container.binary='apptainer --foo; id'")
+    proc, runs = _launch(t, *overrides)
+    lines = [line for line in proc.stdout.splitlines() if "error" in line]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(lines) == 1 and key in lines[0] and "nothing was submitted" in lines[0], proc.stdout
+    assert not runs.exists() or not any(runs.iterdir()), "a refused launch left a run folder"
+
+
+def _name_not_utf8_parquet(t: Triple) -> None:
+    (t.parquet.parent / os.fsdecode(b"episode_\xff\xfe.parquet")).write_bytes(b"not parquet")
+
+
+EXIT_3 = {
+    "launch_nan_in_rows": (ROW_CASES["data_nan_rows"][0], "contract.finite:action", "action", None),
+    "launch_stats_json_fifo": (lambda t: fifo(t.stats), "contract.error", "stats.json", "stats.json"),
+    "launch_file_name_not_utf8": (
+        _name_not_utf8_parquet,
+        "contract.error",
+        "episode_\\xff\\xfe",
+        "data file",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EXIT_3))
+def test_launch_records_a_named_row(name: str, tmp_path: Path) -> None:
+    t = make_triple(tmp_path)
+    breaks, check_id, file, field = EXIT_3[name]
+    breaks(t)
+    proc, runs = _launch(t)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (run,) = list(runs.iterdir())
+    result = json.loads((run / "stages" / "contract.json").read_text())
+    rows = {c["id"]: c for c in result["checks"]}
+    assert check_id in rows, sorted(rows)
+    row = rows[check_id]
+    assert file in row["message"] and "Traceback" not in json.dumps(result), row
+    if field is not None:
+        assert field in (row["evidence"].get("field") or ""), row
+    gate = json.loads((run / "gate.json").read_text())
+    assert gate["gate"] == "blocked"

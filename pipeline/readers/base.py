@@ -24,7 +24,15 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.normalization import ROLE_OF_TYPE, ROLES, TYPE_OF_ROLE  # noqa: F401  (re-exported)
-from pipeline.readers.files import MAX_JSONL_BYTES, MAX_METADATA_BYTES, load_yaml, read_text, regular_file
+from pipeline.readers.files import (
+    MAX_JSONL_BYTES,
+    MAX_METADATA_BYTES,
+    load_yaml,
+    parse_json,
+    read_text,
+    regular_file,
+    utf8_name,
+)
 
 # Keys that mean "the robot state" or "the action" across ecosystems (LeRobot, openpi, OpenVLA, robomimic).
 STATE_ALIASES = (
@@ -124,30 +132,6 @@ def read_json(path: Path, what: str = "JSON", max_bytes: int = MAX_METADATA_BYTE
     return parse_json(read_text(path, what, max_bytes), path, what)
 
 
-def parse_json(text: str, path: Path, what: str, where: str | None = None) -> Any:
-    """`json.loads` whose every failure (syntax, nesting past Python's recursion limit, an integer too
-    long to convert) is an InputError naming the file and, for JSON lines, the line."""
-    at = f" {where}" if where else ""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        line = where or f"line {exc.lineno}"
-        raise InputError(
-            f"{path}:{at} invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} (expected {what})",
-            path=path,
-            field=line,
-        ) from exc
-    except RecursionError as exc:
-        raise InputError(
-            f"{path}:{at} JSON nested too deep to parse (expected {what})",
-            path=path,
-            field=where or path.name,
-        ) from exc
-    except ValueError as exc:
-        message = f"{path}:{at} invalid JSON: {exc} (expected {what})"
-        raise InputError(message, path=path, field=where or path.name) from exc
-
-
 def read_jsonl(path: Path, what: str = "JSON lines") -> list[Any]:
     """JSON lines; each non-empty line parsed on its own so an error names its line."""
     lines = read_text(path, what, MAX_JSONL_BYTES).splitlines()
@@ -229,6 +213,7 @@ def norm_map_of(raw: Any, path: Path, where: str) -> dict[str, str]:
 
 def inside(root: Path, relative: str | Path, what: str = "path") -> Path:
     """Resolve a manifest-supplied path and refuse one that escapes `root` (.., absolute, symlinks)."""
+    utf8_name(root, relative, what)
     try:
         root = Path(root).resolve()
         candidate = (root / relative).resolve()

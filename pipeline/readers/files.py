@@ -9,6 +9,7 @@ Python's limit. Each of these becomes an `InputError` naming the file, before th
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -65,6 +66,18 @@ def regular_file(path: Path, what: str, max_bytes: int | None = None) -> os.stat
     return info
 
 
+def utf8_name(root: Path, relative: str | Path, what: str) -> None:
+    """A file name whose bytes are not UTF-8 is refused with the bytes shown as escapes: records
+    (JSON) and consoles cannot carry it, and a reader that met it would crash writing its error."""
+    try:
+        str(relative).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(relative).decode("utf-8", "backslashreplace")
+        raise InputError(
+            f"{root}: {what} '{shown}' has a file name that is not UTF-8; rename it", path=root, field=what
+        ) from None
+
+
 def read_text(path: Path, what: str, max_bytes: int = MAX_METADATA_BYTES) -> str:
     """A small text file as UTF-8, checked to be a regular file under `max_bytes` before it is opened."""
     regular_file(path, what, max_bytes)
@@ -82,6 +95,30 @@ def read_text(path: Path, what: str, max_bytes: int = MAX_METADATA_BYTES) -> str
     except UnicodeDecodeError as exc:
         message = f"{path}: not UTF-8 text (expected {what}): {exc}"
         raise InputError(message, path=path, field=path.name) from exc
+
+
+def parse_json(text: str, path: Path, what: str, where: str | None = None) -> Any:
+    """`json.loads` whose every failure (syntax, nesting past Python's recursion limit, an integer too
+    long to convert) is an InputError naming the file and, for JSON lines, the line."""
+    at = f" {where}" if where else ""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        line = where or f"line {exc.lineno}"
+        raise InputError(
+            f"{path}:{at} invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} (expected {what})",
+            path=path,
+            field=line,
+        ) from exc
+    except RecursionError as exc:
+        raise InputError(
+            f"{path}:{at} JSON nested too deep to parse (expected {what})",
+            path=path,
+            field=where or path.name,
+        ) from exc
+    except ValueError as exc:
+        message = f"{path}:{at} invalid JSON: {exc} (expected {what})"
+        raise InputError(message, path=path, field=where or path.name) from exc
 
 
 class BoundedLoader(yaml.SafeLoader):
