@@ -53,7 +53,7 @@ def _entry(root: Path, inner: Path, file: Path, hasher: Any) -> None:
     if stat.S_ISLNK(info.st_mode):
         target = os.readlink(file)
         hasher.update(rel + b"\0link\0" + os.fsencode(target) + b"\0")
-        resolved = file.resolve()
+        resolved = file.resolve(strict=True)  # a dangling link or a loop: OSError/RuntimeError, named
         if resolved != inner and inner not in resolved.parents:
             return  # outside the input: the readers refuse it; the link text is its fingerprint
         info = resolved.stat()
