@@ -12,11 +12,13 @@ import functools
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.readers.files import kind_of
 
 SMALL_FILE_BYTES = 4 * 1024 * 1024
 EDGE_BYTES = 1024 * 1024
@@ -31,14 +33,42 @@ def digest_value(value: Any) -> str:
 
 
 def _hash_file(path: Path, size: int, hasher: Any) -> None:
+    """Small files whole, large ones by their edges; never more than `size` bytes (a file that grows
+    while it is read, or a /proc-style file, cannot keep the read going)."""
     with open(path, "rb") as handle:
         if size <= SMALL_FILE_BYTES:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                hasher.update(chunk)
+            hasher.update(handle.read(size))
             return
         hasher.update(handle.read(EDGE_BYTES))
         handle.seek(size - EDGE_BYTES)
         hasher.update(handle.read(EDGE_BYTES))
+
+
+def _entry(root: Path, inner: Path, file: Path, hasher: Any) -> None:
+    """One file's contribution: its name and size, then its bytes if it is a regular file inside the
+    root. A FIFO or device is recorded by kind and never opened (opening a FIFO blocks, a device never
+    ends); a symlink is recorded by its target text and followed only while it stays inside the root."""
+    rel = b"." if file == root else os.fsencode(file.relative_to(root))  # non-UTF-8 names hash as bytes
+    info = file.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(file)
+        hasher.update(rel + b"\0link\0" + os.fsencode(target) + b"\0")
+        resolved = file.resolve(strict=True)  # a dangling link or a loop: OSError/RuntimeError, named
+        if resolved != inner and inner not in resolved.parents:
+            return  # outside the input: the readers refuse it; the link text is its fingerprint
+        info = resolved.stat()
+        file = resolved
+    if not stat.S_ISREG(info.st_mode):
+        hasher.update(rel + f"\0{kind_of(info.st_mode)}\0".encode())
+        return
+    hasher.update(rel + f"\0{info.st_size}\0".encode())
+    _hash_file(file, info.st_size, hasher)
+
+
+def printable(path: Path | str) -> str:
+    """A path for a message: a non-UTF-8 name (bytes Python keeps as surrogates) shown as \\x escapes,
+    so printing it cannot raise UnicodeEncodeError on the console."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def digest_path(path: str | Path | None) -> str:
@@ -48,24 +78,28 @@ def digest_path(path: str | Path | None) -> str:
     root = Path(path)
     if not root.exists():
         return f"missing:{root}"
+    inner = root.resolve()
     hasher = hashlib.sha256()
-    files = [root] if root.is_file() else _walk(root)
+    files = _walk(root) if root.is_dir() else [root]
     for file in files:
         try:
-            size = file.stat().st_size
-            rel = "." if file == root else file.relative_to(root).as_posix()
-            hasher.update(f"{rel}\0{size}\0".encode())
-            _hash_file(file, size, hasher)
-        except OSError as exc:  # unreadable file (permissions, a dangling link): name it
-            raise InputError(f"{file}: cannot read it to fingerprint the input: {exc}", path=file) from exc
+            _entry(root, inner, file, hasher)
+        except (OSError, RuntimeError) as exc:  # unreadable, a dangling link, a symlink loop: name it
+            name = printable(file)
+            raise InputError(
+                f"{name}: cannot read it to fingerprint the input: {exc}", path=name, field="fingerprint"
+            ) from exc
     return "sha256:" + hasher.hexdigest()
 
 
 def _walk(root: Path) -> list[Path]:
+    """Every file under `root` except dot files, not descending into symlinked folders (os.walk's
+    default), so a link to `/` cannot turn the walk into a crawl of the machine."""
     found: list[Path] = []
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(Path(folder) / n for n in sorted(names) if not n.startswith("."))
+        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in links)
+        found.extend(Path(folder) / n for n in sorted([*names, *links]) if not n.startswith("."))
         if len(found) > MAX_FILES:
             raise InputError(
                 f"{root}: more than {MAX_FILES} files to fingerprint; point the input at a narrower folder",

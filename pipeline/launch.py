@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.live import Live
 
-from pipeline import stages
+from pipeline import launch_checks, stages
 from pipeline.errors import ConfigError, InputError, PreflightError, SubmissionError, one_line
 from pipeline.executors import (
     TERMINAL,
@@ -72,6 +72,7 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     if unknown:
         raise ConfigError("skip", f"unknown stage(s) {unknown}; registered: {', '.join(registry)}")
     _validate_resources(cfg, registry)
+    _validate_limits(cfg, registry)
     if cfg.container.kind == "apptainer":
         if not cfg.container.image:
             raise ConfigError(
@@ -120,6 +121,13 @@ def _validate_resources(cfg: DictConfig, registry: dict[str, stages.Stage]) -> N
         for key, floor in (("time_min", 1), ("cpus_per_task", 1), ("mem_gb", 0.001), ("gpus_per_node", 0)):
             if not isinstance(res[key], (int, float)) or res[key] < floor:
                 raise ConfigError(f"{where}.{key}", f"expected a number >= {floor}, got {res[key]!r}")
+
+
+def _validate_limits(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    """Ranges of the launcher numbers, argv-only container programs, resource bounds (launch_checks)."""
+    jobs = [(name, None) for name in [*registry, "gate"]]
+    jobs += [(name, part) for name, stage in registry.items() for part in stage.parts]
+    launch_checks.check_all(cfg, jobs)
 
 
 def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:

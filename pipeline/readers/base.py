@@ -21,10 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from pipeline.errors import InputError
 from pipeline.normalization import ROLE_OF_TYPE, ROLES, TYPE_OF_ROLE  # noqa: F401  (re-exported)
+from pipeline.readers.files import (
+    MAX_JSONL_BYTES,
+    MAX_METADATA_BYTES,
+    load_yaml,
+    parse_json,
+    read_text,
+    regular_file,
+    utf8_name,
+)
 
 # Keys that mean "the robot state" or "the action" across ecosystems (LeRobot, openpi, OpenVLA, robomimic).
 STATE_ALIASES = (
@@ -119,52 +127,20 @@ def role_of(key: str, shape: tuple[int, ...] | None = None, dtype: str | None = 
     return "other"
 
 
-def read_json(path: Path, what: str = "JSON") -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found (expected {what})", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc}", path=path) from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} (expected {what})",
-            path=path,
-            field=f"line {exc.lineno}",
-        ) from exc
+def read_json(path: Path, what: str = "JSON", max_bytes: int = MAX_METADATA_BYTES) -> Any:
+    """A JSON file (a regular file under `max_bytes`); any parse failure names the file."""
+    return parse_json(read_text(path, what, max_bytes), path, what)
 
 
 def read_jsonl(path: Path, what: str = "JSON lines") -> list[Any]:
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found (expected {what})", path=path) from None
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                f"{path}: line {number} is not valid JSON: {exc.msg} (expected {what})",
-                path=path,
-                field=f"line {number}",
-            ) from exc
-    return out
+    """JSON lines; each non-empty line parsed on its own so an error names its line."""
+    lines = read_text(path, what, MAX_JSONL_BYTES).splitlines()
+    return [parse_json(line, path, what, f"line {n}") for n, line in enumerate(lines, 1) if line.strip()]
 
 
 def read_yaml(path: Path, what: str = "YAML") -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found (expected {what})", path=path) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: invalid YAML: {exc} (expected {what})", path=path) from exc
+    """YAML through the bounded safe loader (no bombs, no deep nesting, dates as strings)."""
+    return load_yaml(path, what)
 
 
 def require(mapping: Any, key: str, path: Path, expected: str, where: str = "") -> Any:
@@ -193,15 +169,33 @@ def typed_features(raw: Any, path: Path, where: str) -> dict[str, Feature]:
         ftype = require(spec, "type", path, "STATE | ACTION | VISUAL | ENV", f"{where}.{key}")
         shape = require(spec, "shape", path, "a list of ints", f"{where}.{key}")
         role = ROLE_OF_TYPE.get(str(ftype), "other")
-        try:
-            out[key] = Feature(key, role, tuple(int(s) for s in shape), spec.get("names"))
-        except (TypeError, ValueError) as exc:
-            raise InputError(
-                f"{path}: field '{where}.{key}.shape' must be a list of ints; got {shape!r}",
-                path=path,
-                field=f"{where}.{key}.shape",
-            ) from exc
+        out[key] = Feature(key, role, declared_shape(shape, path, f"{where}.{key}.shape"), spec.get("names"))
     return out
+
+
+def dims_of(shape: Any) -> tuple[int, ...]:
+    """A declared shape as non-negative ints (6, 6.0 and "6" are 6); ValueError for "six", -1, 2.5, {}."""
+    if not isinstance(shape, (list, tuple)):
+        raise ValueError(f"expected a list of ints, got {type(shape).__name__}")
+    out = []
+    for s in shape:
+        ok = isinstance(s, int) or (isinstance(s, float) and s.is_integer()) or str(s).isdigit()
+        if isinstance(s, bool) or not ok or int(s) < 0:
+            raise ValueError(f"{s!r} is not a non-negative integer")
+        out.append(int(s))
+    return tuple(out)
+
+
+def declared_shape(shape: Any, path: Path, where: str) -> tuple[int, ...]:
+    """`dims_of` for a field of `path`: anything but non-negative ints is an InputError naming it."""
+    try:
+        return dims_of(shape)
+    except ValueError as exc:
+        raise InputError(
+            f"{path}: field '{where}' must be a list of non-negative ints; got {shape!r} ({exc})",
+            path=path,
+            field=where,
+        ) from exc
 
 
 def norm_map_of(raw: Any, path: Path, where: str) -> dict[str, str]:
@@ -219,8 +213,14 @@ def norm_map_of(raw: Any, path: Path, where: str) -> dict[str, str]:
 
 def inside(root: Path, relative: str | Path, what: str = "path") -> Path:
     """Resolve a manifest-supplied path and refuse one that escapes `root` (.., absolute, symlinks)."""
-    root = Path(root).resolve()
-    candidate = (root / relative).resolve()
+    utf8_name(root, relative, what)
+    try:
+        root = Path(root).resolve()
+        candidate = (root / relative).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise InputError(
+            f"{root}: {what} '{relative}' cannot be resolved: {exc}", path=root, field=what
+        ) from exc
     if candidate != root and root not in candidate.parents:
         raise InputError(
             f"{root}: {what} '{relative}' resolves to {candidate}, outside the dataset root",
@@ -247,8 +247,8 @@ _DTYPES = {
 def safetensors_header(path: Path) -> dict[str, Any]:
     """Parse and validate a safetensors header ourselves before any library maps the file."""
     path = Path(path)
+    size = regular_file(path, "safetensors").st_size
     try:
-        size = path.stat().st_size
         with path.open("rb") as handle:
             head = handle.read(8)
             if len(head) < 8:
@@ -271,9 +271,11 @@ def safetensors_header(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: file not found (expected safetensors)", path=path) from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputError(
-            f"{path}: safetensors header is not valid JSON: {exc}", path=path, field="header"
+            f"{path}: safetensors header is not valid JSON: {type(exc).__name__}: {exc}",
+            path=path,
+            field="header",
         ) from exc
     if not isinstance(header, dict):
         raise InputError(f"{path}: safetensors header must be a JSON object", path=path, field="header")
@@ -292,6 +294,12 @@ def _check_offsets(path: Path, header: dict[str, Any], body: int) -> None:
             raise InputError(
                 f"{path}: tensor '{name}' has no valid dtype/shape/data_offsets", path=path, field=name
             ) from exc
+        if any(s < 0 for s in shape):
+            raise InputError(
+                f"{path}: tensor '{name}' has a negative dimension in shape {shape}",
+                path=path,
+                field=f"{name}.shape",
+            )
         if not 0 <= start <= end <= body:
             raise InputError(
                 f"{path}: tensor '{name}' data_offsets [{start}, {end}] exceed the "

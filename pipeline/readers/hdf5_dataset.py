@@ -17,7 +17,8 @@ import h5py
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.readers.base import DatasetContract, Feature, role_of
+from pipeline.readers.base import DatasetContract, Feature, inside, role_of
+from pipeline.readers.files import regular_file
 from pipeline.readers.scan import ScanOptions, finish, image_summary
 
 CHUNK = 65536
@@ -58,12 +59,18 @@ def read(path: Path, options: ScanOptions) -> DatasetContract:
         files = sorted(path.glob("*.hdf5"))
         if len(files) != 1:
             raise InputError(f"{path}: expected exactly one .hdf5 file, found {len(files)}", path=path)
-        path = files[0]
+        path = inside(path, files[0].name, "hdf5 file")
+    regular_file(path, "an HDF5 file")
     try:
-        handle = h5py.File(path, "r")
-    except OSError as exc:
-        raise InputError(f"{path}: not a readable HDF5 file: {exc}", path=path, field="hdf5") from exc
-    with handle:
+        return _read(path, options)
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as exc:  # h5py's errors on bad bytes
+        raise InputError(
+            f"{path}: not a readable HDF5 file: {type(exc).__name__}: {exc}", path=path, field="hdf5"
+        ) from exc
+
+
+def _read(path: Path, options: ScanOptions) -> DatasetContract:
+    with h5py.File(path, "r") as handle:
         demos = _demos(handle, path)
         first = _datasets(handle["data"][demos[0]])
         contract = DatasetContract(
@@ -71,7 +78,7 @@ def read(path: Path, options: ScanOptions) -> DatasetContract:
         )
         attrs = dict(handle["data"].attrs)
         contract.claimed = {
-            "total_frames": int(attrs["total"]) if "total" in attrs else None,
+            "total_frames": _total(attrs, path),
             "total_episodes": len(demos),
             "env": _text(attrs.get("env")),
             "has_env_args": "env_args" in attrs,
@@ -118,6 +125,20 @@ def _check_demos(handle: h5py.File, path: Path, demos: list[str], contract: Data
                     path=path,
                     field=f"data/{demo}/{key}",
                 )
+
+
+def _total(attrs: dict[str, Any], path: Path) -> int | None:
+    """`data.attrs["total"]`, the frame count robomimic records; a non-integer names the attribute."""
+    if "total" not in attrs:
+        return None
+    value = attrs["total"]
+    if not np.issubdtype(np.asarray(value).dtype, np.integer) or np.asarray(value).size != 1:
+        raise InputError(
+            f"{path}: attribute data.attrs['total'] must be an integer frame count, got {value!r}",
+            path=path,
+            field="data.attrs.total",
+        )
+    return int(np.asarray(value).reshape(-1)[0])
 
 
 def _text(value: Any) -> str | None:

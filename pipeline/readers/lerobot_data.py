@@ -17,6 +17,7 @@ Every file, metadata and data alike, is opened through `file()`, the one contain
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,7 +30,16 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 from pipeline.normalization import unflatten_stats
-from pipeline.readers.base import inside, read_json, read_jsonl, read_safetensors, require, stats_block
+from pipeline.readers.base import (
+    declared_shape,
+    inside,
+    read_json,
+    read_jsonl,
+    read_safetensors,
+    require,
+    stats_block,
+)
+from pipeline.readers.files import regular_file
 from pipeline.readers.parquet_columns import read_columns, stream
 
 Stats = dict[str, dict[str, np.ndarray]]
@@ -55,8 +65,12 @@ class LeRobotData:
         self.root = Path(root)
 
     def file(self, relative: str | Path, what: str = "path") -> Path:
-        """`root / relative`, resolved and refused if it leaves the root (the one containment rule)."""
-        return inside(self.root, relative, what)
+        """`root / relative`, resolved and refused if it leaves the root (the one containment rule), or
+        if it exists and is not a regular file (a FIFO or device would hang the read)."""
+        path = inside(self.root, relative, what)
+        if path.exists() or path.is_symlink():
+            regular_file(path, what)
+        return path
 
     def _maybe(self, relative: str, what: str) -> Path | None:
         path = self.file(relative, what)
@@ -67,7 +81,7 @@ class LeRobotData:
         path = self.file(INFO, "meta/info.json")
         info = read_json(path, "LeRobot meta/info.json")
         if not isinstance(info, dict):
-            raise InputError(f"{path}: expected a JSON object", path=path)
+            raise InputError(f"{path}: expected a JSON object", path=path, field="<root>")
         return info
 
     @property
@@ -96,7 +110,7 @@ class LeRobotData:
                 path=self.root / INFO,
                 field=f"features.{name}.shape",
             )
-        return int(spec["shape"][0])
+        return shape_of(spec, self.root / INFO, name)[0]
 
     # ------------------------------------------------------------------------------------- stats
 
@@ -106,7 +120,9 @@ class LeRobotData:
         if path is not None:
             raw = read_json(path, "LeRobot meta/stats.json")
             if not isinstance(raw, dict):
-                raise InputError(f"{path}: expected an object of per-feature stats", path=path)
+                raise InputError(
+                    f"{path}: expected an object of per-feature stats", path=path, field="<root>"
+                )
             return {key: stats_block(block, path, key) for key, block in raw.items()}
         path = self._maybe("meta/episodes_stats.jsonl", "meta/episodes_stats.jsonl")
         if path is not None:
@@ -123,8 +139,12 @@ class LeRobotData:
         path = self._maybe("meta/episodes.jsonl", "meta/episodes.jsonl")
         if path is not None:
             rows = [r for r in read_jsonl(path, "per-episode metadata") if isinstance(r, dict)]
-            index = np.array([int(r.get("episode_index", i)) for i, r in enumerate(rows)], dtype=np.int64)
-            return Episodes(index, np.array([int(r.get("length", 0)) for r in rows], dtype=np.int64))
+            index = [
+                count(r.get("episode_index", i), path, f"line {i + 1}.episode_index")
+                for i, r in enumerate(rows)
+            ]
+            length = [count(r.get("length", 0), path, f"line {i + 1}.length") for i, r in enumerate(rows)]
+            return Episodes(np.array(index, dtype=np.int64), np.array(length, dtype=np.int64))
         files = self._files("meta/episodes", "episodes file")
         if not files:
             return None
@@ -174,8 +194,10 @@ class LeRobotData:
         """Declared widths of vector columns; None for scalars and columns info.json does not declare."""
         out: dict[str, int | None] = {}
         for column in columns:
-            shape = (self.features.get(column) or {}).get("shape")
-            out[column] = int(shape[0]) if isinstance(shape, list) and len(shape) == 1 else None
+            spec = self.features.get(column)
+            has_shape = isinstance(spec, dict) and "shape" in spec
+            shape = shape_of(spec, self.root / INFO, column) if has_shape else ()
+            out[column] = shape[0] if len(shape) == 1 else None
         return out
 
     def frames(
@@ -208,14 +230,42 @@ def _episodes_table(path: Path) -> pa.Table:
         ) from exc
 
 
+def shape_of(spec: Any, path: Path, key: str) -> tuple[int, ...]:
+    """`features.<key>.shape` from info.json as non-negative ints, else an InputError naming the field."""
+    shape = require(spec, "shape", path, "a list of non-negative ints", f"features.{key}")
+    return declared_shape(shape, path, f"features.{key}.shape")
+
+
+def count(value: Any, path: Path, field: str) -> int:
+    """A count or index from metadata: a non-negative integer, else an InputError naming the field."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or value < 0 or value != int(value):
+        raise InputError(
+            f"{path}: field '{field}' must be a non-negative integer, got {value!r}", path=path, field=field
+        )
+    return int(value)
+
+
 def aggregate_episode_stats(rows: list[Any], path: Path) -> Stats:
     """v2.1 per-episode stats -> dataset stats: exact pooled mean/std from counts, min of mins, ..."""
     acc: dict[str, dict[str, Any]] = {}
     for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise InputError(
+                f"{path}: line {number} must be a JSON object with 'stats', got {type(row).__name__}",
+                path=path,
+                field=f"line {number}",
+            )
         stats = require(row, "stats", path, "per-episode stats", f"line {number}")
+        if not isinstance(stats, dict):
+            raise InputError(
+                f"{path}: field 'line {number}.stats' must be an object of per-feature stats",
+                path=path,
+                field=f"line {number}.stats",
+            )
         for key, block in stats.items():
             s = stats_block(block, path, f"line {number}.stats.{key}")
-            if not {"mean", "std", "count"} <= set(s):
+            if not {"mean", "std", "count", "min", "max"} <= set(s):
                 continue
             n = float(np.asarray(s["count"]).reshape(-1)[0])
             a = acc.setdefault(key, {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": None, "max": None})

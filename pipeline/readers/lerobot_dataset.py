@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers.base import DatasetContract, Feature, require, role_of
-from pipeline.readers.lerobot_data import LeRobotData, aggregate_episode_stats
+from pipeline.readers.lerobot_data import LeRobotData, aggregate_episode_stats, count, shape_of
 from pipeline.readers.parquet_columns import column_2d
 from pipeline.readers.scan import INDEX_COLUMNS, ScanOptions, finish
 
 __all__ = ["aggregate_episode_stats", "column_2d", "flat_names", "read"]
+TOTALS = ("total_frames", "total_episodes", "total_tasks")
 NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
@@ -43,7 +44,7 @@ def _features(data: LeRobotData) -> dict[str, Feature]:
     out = {}
     for key, spec in data.features.items():
         dtype = str(require(spec, "dtype", info_path, "a dtype", f"features.{key}"))
-        shape = tuple(int(s) for s in require(spec, "shape", info_path, "a list of ints", f"features.{key}"))
+        shape = shape_of(spec, info_path, key)
         role = (
             "other"
             if key in INDEX_COLUMNS
@@ -57,14 +58,14 @@ def _claimed(data: LeRobotData) -> dict[str, Any]:
     """What the metadata says about the data, for the counts checks to compare with the data itself."""
     info = data.info
     episodes = data.episodes()
+    path = data.root / "meta" / "info.json"
+    totals = {k: count(info[k], path, k) if info.get(k) is not None else None for k in TOTALS}
     return {
-        "total_frames": info.get("total_frames"),
-        "total_episodes": info.get("total_episodes"),
+        **totals,
         "fps": info.get("fps"),
         "codebase_version": data.version,
         "robot_type": info.get("robot_type"),
         "episode_lengths_total": episodes.total if episodes is not None else None,
-        "total_tasks": info.get("total_tasks"),
         "tasks": data.tasks(),
     }
 

@@ -21,6 +21,7 @@ from pipeline.readers.base import (
     Contract,
     Feature,
     as_vector,
+    declared_shape,
     inside,
     norm_map_of,
     read_json,
@@ -29,6 +30,7 @@ from pipeline.readers.base import (
     role_of,
     typed_features,
 )
+from pipeline.readers.files import regular_file
 from pipeline.readers.model_formats import apply_mode_option, read_card, read_openpi, read_openvla
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
@@ -59,10 +61,16 @@ def read_model(path: str | Path, options: dict[str, Any] | None = None) -> Contr
 
 
 def _find(path: Path, names: tuple[str, ...]) -> Path | None:
-    if path.is_file():
-        return path if path.name in names else None
+    """The first of `names` in `path` (or `path` itself); one that exists but is a directory, FIFO or
+    device is an InputError naming it, not "not found" (and is never opened)."""
+    if not path.is_dir():
+        if path.name in names:
+            regular_file(path, path.name)
+            return path
+        return None
     for name in names:
-        if (path / name).is_file():
+        if (path / name).exists() or (path / name).is_symlink():
+            regular_file(path / name, name)
             return path / name
     return None
 
@@ -73,7 +81,7 @@ def _detect_card(path: Path) -> Path | None:
 
 def _detect_lerobot(path: Path) -> Path | None:
     if (
-        path.is_file()
+        not path.is_dir()
         and path.suffix == ".json"
         and ("processor" in path.name or path.stem.endswith(("_pre", "_post")))
     ):
@@ -127,8 +135,11 @@ def read_processor(path: Path, root: Path | None = None) -> dict[str, Any]:
             "stats": None,
         }
         if entry["state_file"]:
-            state = inside(root or path.parent, entry["state_file"], f"steps[{index}].state_file")
-            if state.is_file():
+            try:
+                state = inside(root or path.parent, entry["state_file"], f"steps[{index}].state_file")
+            except InputError as exc:  # name the processor file whose field points out
+                raise InputError(f"{path}: {exc}", path=path, field=exc.field) from exc
+            if state.exists() or state.is_symlink():
                 entry["stats"] = unflatten_stats(read_safetensors(state))
         found.append(entry)
     return {
@@ -229,8 +240,9 @@ def _read_legacy(target: Path, config: dict[str, Any], options: dict[str, Any]) 
         **(config.get("output_normalization_modes") or {}),
     }
     for key, shape in shapes.items():
-        role = "action" if key in (config.get("output_shapes") or {}) else role_of(key, tuple(shape))
-        contract.features[key] = Feature(key, role, tuple(int(s) for s in shape))
+        dims = declared_shape(shape, path, f"input_shapes.{key}")
+        role = "action" if key in (config.get("output_shapes") or {}) else role_of(key, dims)
+        contract.features[key] = Feature(key, role, dims)
     for key, mode in modes.items():
         feature = contract.features.get(key) or Feature(key, role_of(key))
         contract.norm_map.setdefault(feature.type, LEGACY_MODES.get(str(mode).lower(), str(mode).upper()))

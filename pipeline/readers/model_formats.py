@@ -16,6 +16,7 @@ from pipeline.normalization import ROLE_OF_TYPE
 from pipeline.readers.base import (
     Contract,
     Feature,
+    declared_shape,
     norm_map_of,
     read_json,
     read_yaml,
@@ -62,7 +63,9 @@ def read_openvla(target: Path, options: dict[str, Any], data: Any = None) -> Con
     if data is None:
         data = read_json(target, "OpenVLA-style dataset_statistics.json")
     if not isinstance(data, dict) or not data:
-        raise InputError(f"{target}: expected an object of per-dataset statistics", path=target)
+        raise InputError(
+            f"{target}: expected an object of per-dataset statistics", path=target, field="<root>"
+        )
     if "action" in data:  # single-dataset file (ACT/ALOHA style: action, qpos)
         key, entry = None, data
     else:
@@ -105,22 +108,27 @@ def read_card(target: Path, options: dict[str, Any]) -> Contract:
     """A user-written contract card: expectations plus where they come from; every row is inferred."""
     card = read_yaml(target, "a contract card")
     if not isinstance(card, dict):
-        raise InputError(f"{target}: a contract card must be a mapping", path=target)
+        raise InputError(f"{target}: a contract card must be a mapping", path=target, field="<root>")
     source = require(card, "source", target, "where these expectations come from (a repo, doc or person)")
     contract = Contract("A", "contract_card", str(target), inferred=True)
     contract.hints["source"] = source
     contract.norm_map = norm_map_of(card.get("normalization_mapping"), target, "normalization_mapping")
     raw = require(card, "features", target, "features with type, shape and optional names")
+    if not isinstance(raw or {}, dict):
+        raise InputError(f"{target}: field 'features' must be a mapping", path=target, field="features")
     for key, spec in (raw or {}).items():
         ftype = str(require(spec, "type", target, "STATE | ACTION | VISUAL | ENV", f"features.{key}"))
         shape = spec.get("shape")
         role = ROLE_OF_TYPE.get(ftype, "other")
-        contract.features[key] = Feature(key, role, tuple(shape) if shape else None, spec.get("names"))
+        dims = declared_shape(shape, target, f"features.{key}.shape") if shape is not None else None
+        contract.features[key] = Feature(key, role, dims or None, spec.get("names"))
         if "stats" in spec:
             contract.stats[key] = stats_block(spec["stats"], target, f"features.{key}.stats")
     for key in ("action_mode", "image_order", "image_scale", "channel_order", "units"):
         if key in card:
             contract.hints[key] = card[key]
+    if not isinstance(card.get("stats") or {}, dict):
+        raise InputError(f"{target}: field 'stats' must be a mapping", path=target, field="stats")
     for key, value in (card.get("stats") or {}).items():
         contract.stats[key] = stats_block(value, target, f"stats.{key}")
     return contract

@@ -9,6 +9,7 @@ file's, is an InputError naming the file and the array.
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
+from pipeline.readers.files import regular_file
 from pipeline.readers.scan import ScanOptions, finish, image_summary
 
 ROLES = {
@@ -29,9 +31,13 @@ ROLES = {
 
 
 def _files(path: Path) -> list[Path]:
-    if path.is_file():
+    if not path.is_dir():
+        regular_file(path, "an .npz episode")
         return [path]
-    return [inside(path, p.relative_to(path), "episode file") for p in sorted(path.rglob("*.npz"))]
+    found = [inside(path, p.relative_to(path), "episode file") for p in sorted(path.rglob("*.npz"))]
+    for file in found:
+        regular_file(file, "an .npz episode")
+    return found
 
 
 def _load(path: Path) -> dict[str, np.ndarray]:
@@ -42,15 +48,18 @@ def _load(path: Path) -> dict[str, np.ndarray]:
         raise InputError(
             f"{path}: holds an object array that would need pickle ({exc}); refused", path=path, field="npz"
         ) from exc
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:  # truncated or not a zip
         raise InputError(f"{path}: not a readable .npz archive: {exc}", path=path, field="npz") from exc
 
 
-def _episode_meta(first: Path) -> dict | None:
-    """A `meta.json` beside an episode (e.g. its step count and success flag), when there is one."""
+def _episode_meta(root: Path, first: Path) -> dict | None:
+    """A `meta.json` beside an episode (e.g. its step count and success flag), when there is one; it is
+    inside the dataset root like every other file (a symlink out is refused)."""
     meta = first.parent / "meta.json"
-    if not meta.is_file():
+    if not (meta.exists() or meta.is_symlink()):
         return None
+    if root.is_dir():
+        inside(root, meta.relative_to(root.resolve()), "meta.json")
     data = read_json(meta, "episode metadata")
     return data if isinstance(data, dict) else None
 
@@ -67,7 +76,7 @@ def read(path: Path, options: ScanOptions) -> DatasetContract:
         raise InputError(f"{path}: no .npz episodes", path=path, field="dataset.path")
     first = _load(files[0])
     contract = DatasetContract("C", "npz_episodes", str(path))
-    contract.claimed = {"total_episodes": len(files), "episode_meta": _episode_meta(files[0])}
+    contract.claimed = {"total_episodes": len(files), "episode_meta": _episode_meta(path, files[0])}
     for key, arr in first.items():
         if (
             arr.ndim == 0

@@ -141,7 +141,15 @@ def stream(files: Sequence[Path], dims: Mapping[str, int]) -> Iterator[dict[str,
     for path in files:
         handle = open_parquet(path, columns)
         want = columns + (["episode_index"] if "episode_index" in handle.schema_arrow.names else [])
-        tasks += [(path, handle, i, want) for i in range(handle.num_row_groups)]
+        # an empty row group (a zero-row file) has nothing to reduce: skip it rather than hand on 0 rows
+        if handle.metadata.num_rows == 0:
+            raise InputError(
+                f"{path}: holds no rows (an empty episode file; expected the frames meta/info.json declares)",
+                path=path,
+                field="rows",
+            )
+        groups = [i for i in range(handle.num_row_groups) if handle.metadata.row_group(i).num_rows > 0]
+        tasks += [(path, handle, i, want) for i in groups]
     if not READ_AHEAD:  # nothing of a group is referenced here once it is handed on
         for path, handle, group, want in tasks:
             yield _arrays(read_group(path, handle, group, want), dims, path)

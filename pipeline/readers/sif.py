@@ -161,7 +161,7 @@ class SifImage:
             return None
         try:
             data = json.loads(self.read_object(obj))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, nested past the recursion limit
             raise InputError(
                 f"{self.path}: object {obj.id} ({INSPECT_METADATA}) at offset {obj.offset}: "
                 f"expected JSON: {exc}",
@@ -184,7 +184,11 @@ class SifImage:
         if "labels" not in attrs:
             labels = next((o for o in self.objects if o.datatype == DATA_LABELS), None)
             if labels is not None:
-                attrs["labels"] = json.loads(self.read_object(labels))
+                try:
+                    attrs["labels"] = json.loads(self.read_object(labels))
+                except (ValueError, RecursionError) as exc:
+                    message = f"{self.path}: labels object {labels.id}: expected JSON: {type(exc).__name__}"
+                    raise InputError(message, path=self.path, field="labels") from exc
         if "deffile" not in attrs:
             deffile = next((o for o in self.objects if o.datatype == DATA_DEFFILE), None)
             if deffile is not None:

@@ -20,12 +20,14 @@ from pipeline.errors import InputError
 from pipeline.readers.base import (
     Contract,
     Feature,
+    declared_shape,
     norm_map_of,
     read_json,
     read_yaml,
     role_of,
     typed_features,
 )
+from pipeline.readers.files import regular_file
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
 
@@ -44,6 +46,8 @@ def read_training(path: str | Path) -> Contract:
                 path=path,
                 field="training.path",
             )
+    if path.exists() or path.is_symlink():
+        regular_file(path, "the training config")
     if path.suffix == ".json":
         data, kind = read_json(path, "LeRobot train_config.json"), "lerobot_train_config"
     elif path.suffix in (".yaml", ".yml"):
@@ -53,7 +57,9 @@ def read_training(path: str | Path) -> Contract:
             f"{path}: expected a .json or .yaml training config", path=path, field="training.path"
         )
     if not isinstance(data, dict):
-        raise InputError(f"{path}: a training config must be a mapping at the top level", path=path)
+        raise InputError(
+            f"{path}: a training config must be a mapping at the top level", path=path, field="<root>"
+        )
     return _contract(path, data, kind)
 
 
@@ -98,11 +104,24 @@ def _declared_names(contract: Contract, raw: Any, path: Path) -> None:
             f"{path}: field 'features' must map feature keys to {{names, shape}}", path=path, field="features"
         )
     for key, spec in raw.items():
+        if not isinstance(spec or {}, dict):
+            raise InputError(
+                f"{path}: field 'features.{key}' must be a mapping with names/shape",
+                path=path,
+                field=f"features.{key}",
+            )
         names = (spec or {}).get("names")
+        if names is not None and not isinstance(names, list):
+            raise InputError(
+                f"{path}: field 'features.{key}.names' must be a list",
+                path=path,
+                field=f"features.{key}.names",
+            )
         feature = contract.features.get(key)
         if feature is None:
             shape = (spec or {}).get("shape") or ([len(names)] if names else None)
-            feature = Feature(key, role_of(key), tuple(shape) if shape else None)
+            dims = declared_shape(shape, path, f"features.{key}.shape") if shape else None
+            feature = Feature(key, role_of(key), dims)
             contract.features[key] = feature
         if names is not None:
             feature.names = [str(n) for n in names]

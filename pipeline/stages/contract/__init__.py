@@ -30,6 +30,7 @@ from pipeline.stages.contract import (
     conventions,
     drift,
     encoding,
+    finite,
     layout,
     normalization,
     relation,
@@ -64,6 +65,7 @@ GLOBAL = (
     reload.processor_rows,
     reload.placeholder_rows,
     reload.mask_rows,
+    finite.nonfinite_rows,  # NaN/inf in the data rows
 )
 
 

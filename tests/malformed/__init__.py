@@ -1,0 +1,1 @@
+"""Malformed-input cases for tests/test_malformed_inputs.py (issue 14), built in the test's tmp folder."""
