@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.storage import atomic_write_bytes
+
 BLUE, ORANGE, INK, RED, GRID = (52, 101, 164), (245, 121, 0), (30, 30, 30), (204, 0, 0), (225, 225, 225)
 DIGITS = {  # 3x5 bitmap font, rows top to bottom
     "0": "111101101101111",
@@ -46,8 +48,7 @@ def write_png(path: Path, image: np.ndarray) -> Path:
         + chunk(b"IDAT", zlib.compress(raw, 6))
         + chunk(b"IEND", b"")
     )
-    path.write_bytes(blob)
-    return path
+    return atomic_write_bytes(path, blob)  # a reader (the audit record) never sees half a plot
 
 
 def _text(img: np.ndarray, x: int, y: int, text: str, color: tuple[int, int, int], scale: int = 2) -> None:
