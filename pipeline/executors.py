@@ -323,12 +323,21 @@ def run_dag(
                 on_change(states)
             time.sleep(float(cfg.launcher.poll_s))
     except BaseException:  # Ctrl-C included: leave no orphaned stage process behind
-        for item in states.values():
-            if item.state == "RUNNING" and item.job is not None:
-                item.job.cancel(check=False)
+        _cancel_running(states)
         raise
     on_change(states)
     return states
+
+
+def _cancel_running(states: dict[str, LocalState], grace_s: float = 15.0) -> None:
+    """Interrupt every running job and give it a moment to end, so that what it writes as it ends
+    (submitit's result file) is done before the launcher cleans up after it."""
+    running = [s.job for s in states.values() if s.state == "RUNNING" and s.job is not None]
+    for job in running:
+        job.cancel(check=False)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and not all(job.done() for job in running):
+        time.sleep(0.1)
 
 
 def _initial(spec: JobSpec, adopted: AdoptedJob | None) -> LocalState:

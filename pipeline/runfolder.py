@@ -258,10 +258,20 @@ class RunFolder:
                 return NO_GATE_EXIT, [f"gate: no complete record: {failure}"]
             return NO_GATE_EXIT, [
                 f"gate: no record at {self.gate_file}; the gate job itself failed (see {self.root}/submitit)"
+                + self._full_hint()
             ]
         return record.exit_code, [f"gate: {record.gate} ({record.verdict})"] + [
             f"  - {reason}" for reason in record.reasons
         ]
+
+    def _full_hint(self) -> str:
+        """Where the run folder's own filesystem is full, the gate's log may be empty too: say so."""
+        try:
+            stat = os.statvfs(self.root)
+        except OSError:
+            return ""
+        free = stat.f_bavail * stat.f_frsize
+        return f"; {self.root} is on a full filesystem ({free // 1024} KiB free)" if free < 2**20 else ""
 
     def report_gate(self, say: Callable[[str], Any] = print) -> int:
         """Print the gate's result (one line, then one per reason) and return its exit code."""
@@ -276,7 +286,7 @@ class RunFolder:
         `*.save_tmp` files and 0-byte pickles, which submitit would later fail to read."""
         removed = []
         base = self.root / "submitit"
-        for path in [*base.glob("*/*.save_tmp"), *base.glob("*/*.pkl")]:
+        for path in [*base.glob("**/*.save_tmp"), *base.glob("**/*.pkl")]:
             with contextlib.suppress(OSError):
                 if path.suffix == ".save_tmp" or path.stat().st_size == 0:
                     path.unlink()
