@@ -121,10 +121,11 @@ def test_sigkilled_launcher_job_is_adopted_not_duplicated_and_the_lock_keeps_lau
         assert f"config error: run_id: run k1 is being launched by pid {first.pid}" in second.stdout
         first.send_signal(signal.SIGKILL)
         first.wait()
-        assert alive(job_pid)  # the stage job outlived its launcher
+        assert alive(job_pid)  # the stage outlived its launcher
         run = tmp_path / "preflight" / "runs" / "k1"
         recorded = json.loads((run / "jobs.json").read_text())["slow"]
-        assert recorded["pid"] == str(job_pid) and isinstance(recorded["started"], int)
+        assert recorded["pid"] == recorded["job_id"] and isinstance(recorded["started"], int)
+        assert alive(int(recorded["pid"]))  # submitit's job process, the stage's parent
         third = popen_launch(tmp_path, *args)
         wait_for(
             lambda: "adopted" in json.loads((run / "jobs.json").read_text())["slow"]["state"],
@@ -133,7 +134,7 @@ def test_sigkilled_launcher_job_is_adopted_not_duplicated_and_the_lock_keeps_lau
         (control / "release").touch()
         out, _ = third.communicate(timeout=600)
         assert third.returncode == 0, out
-        assert f"slow: adopting job {job_pid}" in out and "gate: clear" in out
+        assert f"slow: adopting job {recorded['pid']}" in out and "gate: clear" in out
         assert starts.read_text().split() == [str(job_pid)]  # one copy of the stage ever ran
         assert json.loads((run / "gate.json").read_text())["gate"] == "clear"
         assert json.loads((run / "stages" / "slow.json").read_text())["status"] == "pass"

@@ -43,9 +43,11 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> Path
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno and exc.filename is None:  # ENOSPC names no file
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     _fsync_dir(path.parent)
     return path

@@ -14,7 +14,7 @@ from pipeline.stages.config import StageConfig
 @dataclass
 class SlowConfig(StageConfig):
     control: str = ""  # folder: the stage logs its starts here and ends when `release` appears there
-    wait_s: float = 300.0
+    wait_s: float = 1800.0  # a safety net only: the test releases it
 
 
 def run(cfg, ctx):
