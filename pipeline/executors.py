@@ -318,6 +318,8 @@ def run_dag(
     states = {spec.name: _initial(spec, (adopt or {}).get(spec.name)) for spec in jobs}
     max_parallel = int(cfg.launcher.max_parallel or os.cpu_count() or 1)
     try:
+        if adopt:  # record the adoption at once: jobs.json names the live jobs this launch follows
+            on_change(states)
         while any(s.state not in TERMINAL for s in states.values()):
             if _advance(states, executor, kind, folder, max_parallel):
                 on_change(states)

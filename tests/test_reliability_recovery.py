@@ -127,10 +127,13 @@ def test_sigkilled_launcher_job_is_adopted_not_duplicated_and_the_lock_keeps_lau
         assert recorded["pid"] == recorded["job_id"] and isinstance(recorded["started"], int)
         assert alive(int(recorded["pid"]))  # submitit's job process, the stage's parent
         third = popen_launch(tmp_path, *args)
-        wait_for(
-            lambda: "adopted" in json.loads((run / "jobs.json").read_text())["slow"]["state"],
-            "the relaunch to adopt the running job",
-        )
+
+        def adopted() -> bool:
+            if third.poll() is not None:
+                raise AssertionError(f"the relaunch ended early: {third.communicate()[0]}")
+            return "adopted" in json.loads((run / "jobs.json").read_text())["slow"]["state"]
+
+        wait_for(adopted, "the relaunch to adopt the running job", timeout_s=900)
         (control / "release").touch()
         out, _ = third.communicate(timeout=600)
         assert third.returncode == 0, out
