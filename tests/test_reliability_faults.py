@@ -156,3 +156,27 @@ def test_output_root_filled_mid_run_is_one_line_exit_1_and_leaves_no_partial_fil
     assert "No space left on device" in text or "full filesystem" in text, text
     assert not (root / "runs" / "r1" / "gate.json").exists()
     assert not leftovers(root), leftovers(root)
+
+
+@pytest.mark.slurm
+def test_on_slurm_a_gate_without_its_audit_record_fails_so_afterok_never_fires(tmp_path, tmpfs, slurm):
+    """The one Slurm case: the gate job's own exit code (what `afterok` reads) is 1, not 0."""
+    from tests.test_slurm import final
+
+    audit = tmpfs("audit", 2048)
+    proc = launch(
+        tmp_path,
+        "launcher=slurm",
+        "wait=true",
+        *BASE[1:],
+        f"audit_dir={audit}",
+        "run_id=s1",
+        "plugins=[preflight_fill_stage]",
+        f"+stages.fill.target={audit}",
+        other_stages("container_check"),
+    )
+    text = one_line_error(proc)
+    assert proc.returncode == 1 and "gate: no complete record" in text and "gate: clear" not in text, text
+    gate_id = json.loads((tmp_path / "preflight" / "runs" / "s1" / "jobs.json").read_text())["gate"]["job_id"]
+    row = final(str(gate_id))
+    assert row["State"] == "FAILED" and row["ExitCode"] == "1:0", row
