@@ -6,14 +6,21 @@ minutes unless told otherwise), so for `local` and `debug` `run_dag` plays the s
 job when its dependencies ended, applies `afterok`/`afterany` the way Slurm does with
 `kill_invalid_depend` (a dependant of a failed `afterok` job is cancelled), runs independent jobs in
 parallel up to `max_parallel`, and gives every job an explicit time limit.
+
+A local job is a child process whose id is its pid; `jobs.json` records the pid and the kernel's start
+time of each one. If the launcher dies (SIGKILL), its jobs run on; a relaunch of the same run id adopts
+a job that is still alive (same pid, same start time, so never a reused pid) and waits for it instead of
+starting a duplicate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +31,7 @@ from typing import Any
 
 import submitit
 from omegaconf import DictConfig
+from submitit.local.local import LocalJob
 
 from pipeline.errors import SubmissionError, one_line
 from pipeline.jobs import ArrayTaskJob, GateJob, StageJob
@@ -236,6 +244,54 @@ class LocalState:
     job: Any = None
     job_id: str | None = None
     reason: str = ""
+    started: int | None = None  # the process's start time (clock ticks after boot): pid + this = one job
+
+    def row(self) -> dict[str, Any]:
+        """The job's line in `jobs.json`: what `status` shows and what a relaunch adopts."""
+        state = self.state + (f" ({self.reason})" if self.reason else "")
+        return {"job_id": self.job_id, "state": state, "pid": self.job_id, "started": self.started}
+
+
+def process_start(pid: int) -> int | None:
+    """A live process's start time from /proc (field 22 of stat); None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+class AdoptedJob(LocalJob):
+    """A local job started by an earlier launch of this run: not our child, so followed through /proc;
+    its outcome is the result file submitit's own job process writes."""
+
+    def __init__(self, folder: Path, job_id: str, started: int):
+        super().__init__(folder, job_id)
+        self.started = started
+
+    def alive(self) -> bool:
+        return process_start(int(self.job_id)) == self.started
+
+    def get_info(self, mode: str = "force") -> dict[str, str]:  # noqa: ARG002 - submitit's signature
+        if self.alive():
+            return {"jobState": "RUNNING"}
+        return {"jobState": "FINISHED" if self.paths.result_pickle.exists() else "INTERRUPTED"}
+
+    def cancel(self, check: bool = True) -> None:  # noqa: ARG002
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(self.job_id), signal.SIGINT)
+
+
+def adoptable(previous: dict[str, dict[str, Any]], folder: RunFolder) -> dict[str, AdoptedJob]:
+    """The jobs of an earlier local launch of this run that are still running, by job name."""
+    found = {}
+    for name, row in previous.items():
+        pid, started = str(row.get("pid") or ""), row.get("started")
+        if pid.isdigit() and isinstance(started, int) and process_start(int(pid)) == started:
+            found[name] = AdoptedJob(folder.submitit_dir, pid, started)
+    return found
 
 
 def _local_executor(kind: str, cfg: DictConfig, folder: RunFolder) -> submitit.Executor:
@@ -267,6 +323,8 @@ def _start(executor: submitit.Executor, kind: str, item: LocalState, folder: Run
     else:
         item.job = executor.submit(job_callable(item.spec, folder))
     item.job_id, item.state = str(item.job.job_id), "RUNNING"
+    if kind == "local":
+        item.started = process_start(int(item.job_id))
     if kind == "debug":  # DebugExecutor runs the call in this process when asked for its result
         try:
             for job in item.job.jobs if item.spec.array else [item.job]:
@@ -294,26 +352,44 @@ def run_dag(
     folder: RunFolder,
     kind: str,
     on_change: Callable[[dict[str, LocalState]], None],
+    adopt: dict[str, AdoptedJob] | None = None,
 ) -> dict[str, LocalState]:
-    """Run the plan here, in dependency order, until every job has ended."""
+    """Run the plan here, in dependency order, until every job has ended; `adopt`: jobs of an earlier
+    launch of this run that are still running, followed instead of started again."""
     executor = _local_executor(kind, cfg, folder)
-    states = {
-        spec.name: LocalState(spec, state=FINAL_OK, reason="reused") if spec.reused else LocalState(spec)
-        for spec in jobs
-    }
+    states = {spec.name: _initial(spec, (adopt or {}).get(spec.name)) for spec in jobs}
     max_parallel = int(cfg.launcher.max_parallel or os.cpu_count() or 1)
     try:
+        if adopt:  # record the adoption at once: jobs.json names the live jobs this launch follows
+            on_change(states)
         while any(s.state not in TERMINAL for s in states.values()):
             if _advance(states, executor, kind, folder, max_parallel):
                 on_change(states)
             time.sleep(float(cfg.launcher.poll_s))
     except BaseException:  # Ctrl-C included: leave no orphaned stage process behind
-        for item in states.values():
-            if item.state == "RUNNING" and item.job is not None:
-                item.job.cancel(check=False)
+        _cancel_running(states)
         raise
     on_change(states)
     return states
+
+
+def _cancel_running(states: dict[str, LocalState], grace_s: float = 15.0) -> None:
+    """Interrupt every running job and give it a moment to end, so that what it writes as it ends
+    (submitit's result file) is done before the launcher cleans up after it."""
+    running = [s.job for s in states.values() if s.state == "RUNNING" and s.job is not None]
+    for job in running:
+        job.cancel(check=False)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and not all(job.done() for job in running):
+        time.sleep(0.1)
+
+
+def _initial(spec: JobSpec, adopted: AdoptedJob | None) -> LocalState:
+    if spec.reused:
+        return LocalState(spec, state=FINAL_OK, reason="reused")
+    if adopted is not None:
+        return LocalState(spec, "RUNNING", adopted, adopted.job_id, "adopted", adopted.started)
+    return LocalState(spec)
 
 
 def _advance(

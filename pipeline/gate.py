@@ -2,12 +2,18 @@
 
 The gate runs `afterany` on the stages, so it also runs when a stage crashed or was cancelled; a
 stage without a readable result becomes an `error` check, never a silent pass.
+
+"clear" never stands without a record: the gate first removes any earlier decision of this run, writes
+the audit record (JSON twin, markdown, timeline row), and only then `gate.json`. A write that fails
+(a full or read-only filesystem) ends the job with exit 1 and one line naming the write and the files
+that did get written; the decision itself is kept as `gate.incomplete.json` where that is possible.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,19 +22,35 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import audit
 from pipeline.records import GateRecord, RecordError, Rows, StageResult
-from pipeline.runfolder import RunFolder
+from pipeline.runfolder import NO_GATE_EXIT, RunFolder
 from pipeline.status import sacct_states
 from pipeline.waivers import apply_waivers
 
 
 def run_gate(run_dir: Path) -> int:
+    """The gate job: 0 clear, 3 blocked, 1 when the complete record could not be written."""
     folder = RunFolder(run_dir)
+    folder.clear_gate()
     cfg = folder.load_config()
     plan = folder.load_plan()
     record = merge(cfg, plan, collect_results(folder, plan))
-    folder.write_gate(record)
-    audit.write_record(Path(cfg.audit_dir), record)
+    try:
+        markdown = audit.write_record(Path(cfg.audit_dir), record, audit.audit_mode(cfg.get("audit_mode")))
+    except audit.AuditWriteError as exc:
+        return _failed(folder, record, str(exc), exc.written)
+    written = [markdown.with_suffix(".json"), markdown, markdown.parent / audit.TIMELINE]
+    try:
+        folder.write_gate(record)
+    except OSError as exc:
+        return _failed(folder, record, f"writing {folder.gate_file} failed: {exc.strerror or exc}", written)
+    print(f"record: {markdown}")
     return folder.report_gate()
+
+
+def _failed(folder: RunFolder, record: GateRecord, message: str, written: list[Path]) -> int:
+    line = folder.record_gate_failure(record, message, written)
+    print(f"gate: no complete record: {line}", file=sys.stderr, flush=True)
+    return NO_GATE_EXIT
 
 
 def stage_names(plan: dict[str, Any]) -> list[str]:

@@ -22,9 +22,10 @@ from rich.console import Console
 from rich.live import Live
 
 from pipeline import launch_checks, stages
-from pipeline.errors import ConfigError, InputError, PreflightError, SubmissionError, one_line
+from pipeline.errors import ConfigError, InputError, PreflightError, RecordError, SubmissionError, one_line
 from pipeline.executors import (
     TERMINAL,
+    adoptable,
     chain_sbatch,
     run_dag,
     sbatch_preview,
@@ -34,7 +35,8 @@ from pipeline.executors import (
 from pipeline.fingerprint import digest_path
 from pipeline.plan import JobSpec, build_plan, plan_document, resources
 from pipeline.readers.sif import sha256_file
-from pipeline.runfolder import RunFolder, demo_dir
+from pipeline.runfolder import NO_GATE_EXIT, RunFolder, demo_dir
+from pipeline.runguard import run_lock, validate_run_folders
 from pipeline.stages import container_image
 from pipeline.stages.config import RESOURCE_KEYS, GateConfig, typed
 from pipeline.status import build_table, table_rows
@@ -210,6 +212,7 @@ def launch(cfg: DictConfig) -> int:
     executor = resolve_launcher(cfg.launcher.name)
     registry = load_registry(cfg)
     validate(cfg, registry)
+    validate_run_folders(cfg)
     try:
         waivers = load_waivers(Path(cfg.waivers_file) if cfg.waivers_file else None)
     except InputError as exc:
@@ -228,18 +231,42 @@ def launch(cfg: DictConfig) -> int:
     if cfg.dry_run:
         return dry_run(jobs, rcfg, folder)
     created = folder.missing_parents()
+    with run_lock(folder, created):
+        return _launch_locked(jobs, rcfg, folder, executor, extra, created)
+
+
+def _launch_locked(
+    jobs: list[JobSpec],
+    rcfg: DictConfig,
+    folder: RunFolder,
+    executor: str,
+    extra: dict[str, Any],
+    created: list[Path],
+) -> int:
+    """Write the run folder and run or submit the jobs, holding the run's lock. A write that fails
+    (full or read-only filesystem) is one line; before any job was queued nothing is left behind."""
     try:
+        adopt = adoptable(_previous_jobs(folder), folder) if executor == "local" else {}
+        folder.clear_gate()  # an earlier decision of this run id never stands for this launch
         folder.write_config(rcfg)
         container_image.make_bind_sources(rcfg)  # apptainer refuses a --bind whose source does not exist
         folder.write_plan(plan_document(jobs, **extra))
         console.print(f"run {rcfg.run_id}: {folder.root} ({executor})")
         if executor == "slurm":
             return launch_slurm(jobs, rcfg, folder, extra)
-        return launch_local(jobs, rcfg, folder, executor)
+        return launch_local(jobs, rcfg, folder, executor, adopt)
     except PreflightError:
-        if not folder.jobs_file.exists():  # no job was ever queued: leave nothing behind
+        if not _queued(folder):  # no job was ever queued: leave nothing behind
             folder.discard(created)
         raise
+    except OSError as exc:
+        folder.sweep_partial()
+        where = f"{exc.filename}: " if exc.filename else ""
+        if not _queued(folder):
+            folder.discard(created)
+            raise InputError(f"cannot write the run folder: {where}{exc.strerror or exc}") from None
+        what = f"run folder write failed: {where}{exc.strerror or exc}"
+        raise RecordError(what, path=exc.filename) from None
 
 
 def dry_run(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder) -> int:
@@ -313,23 +340,37 @@ def follow_slurm(
     return folder.report_gate(_say)
 
 
-def launch_local(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, executor: str) -> int:
+def launch_local(
+    jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, executor: str, adopt: dict[str, Any]
+) -> int:
+    for name, job in adopt.items():
+        console.print(f"{name}: adopting job {job.job_id} of an earlier launch of this run (still running)")
     with Live(console=console, auto_refresh=False) as live:
 
         def on_change(states: dict[str, Any]) -> None:
-            rows = {
-                n: {"job_id": s.job_id, "state": s.state + (f" ({s.reason})" if s.reason else "")}
-                for n, s in states.items()
-            }
+            rows = {n: s.row() for n, s in states.items()}
             folder.write_jobs(rows)
             live.update(
                 build_table(folder, _rows(jobs, rows), f"run {cfg.run_id} ({executor})"), refresh=True
             )
 
-        states = run_dag(jobs, cfg, folder, executor, on_change)
+        states = run_dag(jobs, cfg, folder, executor, on_change, adopt)
+    folder.sweep_partial()
     console.print()
     console.print(f"gate job: {states['gate'].job_id}")
     return folder.report_gate(_say)
+
+
+def _previous_jobs(folder: RunFolder) -> dict[str, dict[str, Any]]:
+    """The jobs an earlier launch of this run recorded; an unreadable jobs.json means none to adopt."""
+    try:
+        return folder.load_jobs()
+    except RecordError:
+        return {}
+
+
+def _queued(folder: RunFolder) -> bool:
+    return folder.jobs_file.exists() or (folder.root / "submitit").exists()
 
 
 def _say(line: str) -> None:
@@ -337,7 +378,7 @@ def _say(line: str) -> None:
 
 
 def main_code(cfg: DictConfig) -> int:
-    """The launch's exit code: the gate's (0 clear, 3 blocked, 1 no gate record), or 2 with one line
+    """The launch's exit code: the gate's (0 clear, 3 blocked, 1 no complete record), or 2 with one line
     naming the key or file when the config, an input or the scheduler refused the run."""
     try:
         return launch(cfg)
@@ -345,6 +386,9 @@ def main_code(cfg: DictConfig) -> int:
         _say(f"config error: {one_line(exc)} (nothing was submitted)")
     except SubmissionError as exc:
         _say(f"submission failed: {one_line(exc)}")
+    except RecordError as exc:
+        _say(f"error: {one_line(exc)} (no complete gate record)")
+        return NO_GATE_EXIT
     except PreflightError as exc:
         _say(f"error: {one_line(exc)} (nothing was submitted)")
     return 2

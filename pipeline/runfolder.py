@@ -7,15 +7,21 @@ path, wraps it with `RunFolder(path)`. The gate's exit code and the lines that r
 here too, so the launcher, the gate job and `status` say the same thing.
 
     <output_root>/runs/<run_id>/
-        config.yaml  plan.json  jobs.json  gate.json
+        config.yaml  plan.json  jobs.json  gate.json  .launch.lock
         stages/<stage>.json        submitit/<job id>/
         artifacts/<stage>/         state/<stage>/<part|main>/      parts/<stage>/<part>/
+        gate.incomplete.json  gate_failure.json   (only when the gate could not write its records)
+
+`gate.json` is the gate's last write, after the audit record (markdown, JSON twin, timeline row): its
+presence means the whole record exists, so the launcher never says "clear" without one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,13 +31,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.errors import InputError, RecordError
+from pipeline.errors import ConfigError, InputError, RecordError
 from pipeline.records import GateRecord, StageResult
 from pipeline.storage import atomic_write_json, atomic_write_text
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 PART_DONE = "done.json"  # a part job's last write: the part ran to its end
-NO_GATE_EXIT = 1  # the gate job itself failed: no record, so neither clear (0) nor blocked (3)
+NO_GATE_EXIT = 1  # no complete record (the gate job or one of its writes failed): neither 0 nor 3
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def default_output_root() -> Path:
@@ -57,7 +64,14 @@ class RunFolder:
 
     @classmethod
     def of(cls, output_root: str | Path, run_id: str) -> RunFolder:
-        """The one place a run's path is built from the launch's `output_root` and the run id."""
+        """The one place a run's path is built from the launch's `output_root` and the run id; a run
+        id is a name (letters, digits, `._-`, not starting with a dot), never a path."""
+        if not RUN_ID.fullmatch(str(run_id)):
+            raise ConfigError(
+                "run_id",
+                f"{str(run_id)!r} is not a run id: expected a name of letters, digits, '.', '_', '-' "
+                "(up to 128, starting with a letter or digit), not a path",
+            )
         return cls((Path(output_root) / "runs" / str(run_id)).resolve())
 
     @classmethod
@@ -88,6 +102,21 @@ class RunFolder:
     @property
     def gate_file(self) -> Path:
         return self.root / "gate.json"
+
+    @property
+    def incomplete_gate_file(self) -> Path:
+        """The decision of a gate whose audit record could not be written: evidence, never a record."""
+        return self.root / "gate.incomplete.json"
+
+    @property
+    def gate_failure_file(self) -> Path:
+        """Which of the gate's writes failed, and where the files that did get written are."""
+        return self.root / "gate_failure.json"
+
+    @property
+    def lock_file(self) -> Path:
+        """Held by the launch of this run id for as long as it runs (one launch per run at a time)."""
+        return self.root / ".launch.lock"
 
     @property
     def submitit_dir(self) -> Path:
@@ -140,20 +169,33 @@ class RunFolder:
         return self._json(self.jobs_file, "jobs") if self.jobs_file.exists() else {}
 
     def load_result(self, stage: str) -> StageResult:
-        """Raises FileNotFoundError when the stage left nothing, RecordError/ValueError when unreadable."""
-        return StageResult.from_dict(json.loads(self.result_file(stage).read_text(encoding="utf-8")))
+        """Raises FileNotFoundError when the stage left nothing, RecordError when it is unreadable
+        (truncated, corrupt, not a stage result): a result to redo, not a crash."""
+        path = self.result_file(stage)
+        if not path.exists():
+            raise FileNotFoundError(path)
+        data = self._json(path, "stage result")
+        try:
+            return StageResult.from_dict(data)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise RecordError(f"{path}: not a stage result: {exc}", path=path) from None
 
     def result_status(self, stage: str) -> str:
-        """A stage's status for tables; empty while it has no readable result."""
+        """A stage's status for tables; empty while it has no result, `corrupt` when it is unreadable."""
         try:
             return self.load_result(stage).status
-        except (OSError, ValueError, TypeError):
+        except FileNotFoundError:
             return ""
+        except (OSError, ValueError, TypeError):
+            return "corrupt"
 
     def load_gate(self) -> GateRecord | None:
         if not self.gate_file.exists():
             return None
-        return GateRecord.from_dict(self._json(self.gate_file, "gate record"))
+        try:
+            return GateRecord.from_dict(self._json(self.gate_file, "gate record"))
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise RecordError(f"{self.gate_file}: not a gate record: {exc}", path=self.gate_file) from None
 
     def _json(self, path: Path, what: str) -> Any:
         try:
@@ -179,6 +221,30 @@ class RunFolder:
     def write_gate(self, record: GateRecord) -> Path:
         return atomic_write_json(self.gate_file, record.to_dict())
 
+    def clear_gate(self) -> None:
+        """Before the gate (re)decides: no earlier decision may stand for this one if a write fails."""
+        for path in (self.gate_file, self.incomplete_gate_file, self.gate_failure_file):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def record_gate_failure(self, record: GateRecord | None, message: str, written: list[Path]) -> str:
+        """Best effort (the disk may be full): keep the decision as `gate.incomplete.json` and say which
+        write failed and what was written; returns the one line to print."""
+        with contextlib.suppress(OSError, ValueError):
+            if record is not None:
+                written = [*written, atomic_write_json(self.incomplete_gate_file, record.to_dict())]
+        files = ", ".join(map(str, written)) or "none"
+        line = f"{message}; no gate.json, so no clear; files written: {files}"
+        with contextlib.suppress(OSError, ValueError):
+            atomic_write_json(self.gate_failure_file, {"message": line, "written": [str(p) for p in written]})
+        return line
+
+    def gate_failure(self) -> str | None:
+        try:
+            return str(json.loads(self.gate_failure_file.read_text(encoding="utf-8"))["message"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     # ------------------------------------------------------------------------------------- gate
     def gate_outcome(self) -> tuple[int, list[str]]:
         """The gate's exit code (0 clear, 3 blocked, 1 no record) and the lines that report it."""
@@ -187,12 +253,25 @@ class RunFolder:
         except (RecordError, ValueError, TypeError) as exc:
             return NO_GATE_EXIT, [f"gate: unreadable record {self.gate_file}: {exc}"]
         if record is None:
+            failure = self.gate_failure()
+            if failure:
+                return NO_GATE_EXIT, [f"gate: no complete record: {failure}"]
             return NO_GATE_EXIT, [
                 f"gate: no record at {self.gate_file}; the gate job itself failed (see {self.root}/submitit)"
+                + self._full_hint()
             ]
         return record.exit_code, [f"gate: {record.gate} ({record.verdict})"] + [
             f"  - {reason}" for reason in record.reasons
         ]
+
+    def _full_hint(self) -> str:
+        """Where the run folder's own filesystem is full, the gate's log may be empty too: say so."""
+        try:
+            stat = os.statvfs(self.root)
+        except OSError:
+            return ""
+        free = stat.f_bavail * stat.f_frsize
+        return f"; {self.root} is on a full filesystem ({free // 1024} KiB free)" if free < 2**20 else ""
 
     def report_gate(self, say: Callable[[str], Any] = print) -> int:
         """Print the gate's result (one line, then one per reason) and return its exit code."""
@@ -200,6 +279,19 @@ class RunFolder:
         for line in lines:
             say(line)
         return code
+
+    # --------------------------------------------------------------------------------- lifecycle
+    def sweep_partial(self) -> list[Path]:
+        """Remove what a job killed mid-write (a full disk) leaves in submitit's folder: its
+        `*.save_tmp` files and 0-byte pickles, which submitit would later fail to read."""
+        removed = []
+        base = self.root / "submitit"
+        for path in [*base.glob("**/*.save_tmp"), *base.glob("**/*.pkl")]:
+            with contextlib.suppress(OSError):
+                if path.suffix == ".save_tmp" or path.stat().st_size == 0:
+                    path.unlink()
+                    removed.append(path)
+        return removed
 
     # --------------------------------------------------------------------------------- lifecycle
     def missing_parents(self) -> list[Path]:

@@ -19,13 +19,14 @@ from pipeline.runfolder import RunFolder
 
 
 def stage_status(folder: RunFolder, stage: str | None) -> str:
-    """A stage's result status, or for the gate row the gate's decision; empty while there is none."""
+    """A stage's result status, or for the gate row the gate's decision; empty while there is none,
+    `corrupt` when the file is unreadable (a relaunch of the run id redoes it)."""
     if stage is not None:
         return folder.result_status(stage)
     try:
         record = folder.load_gate()
     except (RecordError, ValueError, TypeError):
-        return ""
+        return "corrupt"
     return record.gate if record else ""
 
 
@@ -81,7 +82,11 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
 def show(folder: RunFolder) -> None:
     """The run's job table (states from `sacct` on Slurm, else from `jobs.json`) and its gate."""
     plan = folder.load_plan()
-    jobs = folder.load_jobs()
+    try:
+        jobs = folder.load_jobs()
+    except RecordError as exc:  # a torn jobs.json: show the plan without job ids
+        print(f"status: {one_line(exc)}", file=sys.stderr)
+        jobs = {}
     live = sacct_states([str(j["job_id"]) for j in jobs.values()]) if plan.get("executor") == "slurm" else {}
     for job in jobs.values():
         job["state"] = live.get(str(job.get("job_id")), job.get("state", ""))

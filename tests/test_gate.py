@@ -118,3 +118,29 @@ def test_bad_waivers_name_the_file_and_field(tmp_path, text, field):
     with pytest.raises(InputError) as info:
         load_waivers(path)
     assert info.value.field == field and str(path) in str(info.value)
+
+
+def test_gate_without_its_audit_record_exits_1_and_never_leaves_a_clear(tmp_path, capsys):
+    """A write of the audit record fails (its folder is a file): no gate.json, exit 1, one line naming
+    the write; an earlier run's "clear" does not stand for this one."""
+    from pipeline.gate import run_gate
+
+    folder = RunFolder.of(tmp_path / "out", "r1")
+    audit_dir = tmp_path / "audit"
+    audit_dir.write_text("a file where the audit folder should be")
+    folder.write_config(OmegaConf.merge(CFG, {"audit_dir": str(audit_dir)}))
+    folder.write_plan({"jobs": {"s": {"kind": "stage"}}})
+    folder.write_result("s", StageResult.from_checks("s", [row("a", "match")]))
+    folder.write_gate(gate_for(row("a", "match")))  # an earlier decision, clear
+    assert run_gate(folder.root) == 1
+    assert not folder.gate_file.exists()
+    assert json.loads(folder.incomplete_gate_file.read_text())["gate"] == "clear"
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gate: no complete record: audit record: writing ") and "\n" not in err
+    assert f"files written: {folder.incomplete_gate_file}" in err
+    code, lines = folder.gate_outcome()
+    assert code == 1 and lines == [err]
+    audit_dir.unlink()
+    assert run_gate(folder.root) == 0
+    assert folder.gate_file.exists() and not folder.gate_failure_file.exists()
+    assert not folder.incomplete_gate_file.exists() and len(list(audit_dir.glob("*_audit.md"))) == 1

@@ -7,10 +7,13 @@ other locations when the primary is full or over quota, and records where each o
 """
 
 from pipeline.storage.atomic import (
+    LockHeld,
     _fsync_dir,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    current_umask,
+    exclusive_lock,
     file_lock,
 )
 from pipeline.storage.checkpoint import CheckpointSaveError, Saved, save_checkpoint
@@ -25,6 +28,7 @@ from pipeline.storage.maintain import (
 
 __all__ = [
     "CheckpointSaveError",
+    "LockHeld",
     "Found",
     "Saved",
     "_fsync_dir",
@@ -32,6 +36,8 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "current_umask",
+    "exclusive_lock",
     "file_lock",
     "latest_checkpoint",
     "load_checkpoint",

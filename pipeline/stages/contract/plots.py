@@ -10,9 +10,7 @@ run folder never sees half a PNG.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
+import io
 from pathlib import Path
 
 import matplotlib
@@ -22,6 +20,8 @@ import numpy as np  # noqa: E402  (after the backend is chosen)
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+
+from pipeline.storage import atomic_write_bytes  # noqa: E402
 
 BASE, DATA, FLAG = "#3465a4", "#f57900", "#cc0000"
 
@@ -87,17 +87,8 @@ def range_plot(
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    """Render to a temp file in the target folder, then `os.replace` it into place (atomic)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    """Render in memory, then the one atomic writer (temp file, fsync, rename; the umask's permissions):
+    a reader (the audit record) never sees half a plot."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return atomic_write_bytes(path, buffer.getvalue())
