@@ -23,16 +23,9 @@ from rich.live import Live
 
 from pipeline import launch_checks, stages
 from pipeline.errors import ConfigError, InputError, PreflightError, RecordError, SubmissionError, one_line
-from pipeline.executors import (
-    TERMINAL,
-    adoptable,
-    chain_sbatch,
-    run_dag,
-    sbatch_preview,
-    slurm_available,
-    submit_slurm,
-)
+from pipeline.executors import TERMINAL, chain_sbatch, sbatch_preview, slurm_available, submit_slurm
 from pipeline.fingerprint import digest_path
+from pipeline.local_runner import adoptable, run_dag
 from pipeline.plan import JobSpec, build_plan, plan_document, resources
 from pipeline.readers.sif import sha256_file
 from pipeline.runfolder import NO_GATE_EXIT, RunFolder, demo_dir
@@ -370,7 +363,9 @@ def _previous_jobs(folder: RunFolder) -> dict[str, dict[str, Any]]:
 
 
 def _queued(folder: RunFolder) -> bool:
-    return folder.jobs_file.exists() or (folder.root / "submitit").exists()
+    """A job was started or queued: jobs.json, or a submitit `<id>_submitted.pkl` (written once a job
+    really started; an sbatch refusal leaves only the pickled call and the script)."""
+    return folder.jobs_file.exists() or any(folder.submitit_dir.parent.glob("*/*_submitted.pkl"))
 
 
 def _say(line: str) -> None:

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from pipeline.executors import ArrayJobs, dependency_clause, sbatch_preview
 from pipeline.plan import build_plan
 from pipeline.records import StageResult
+from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage
 from pipeline.stages.config import StageConfig
 
@@ -45,18 +46,20 @@ def config(shards: int):
 
 
 def test_array_size_is_decided_at_launch_and_the_merge_waits_afterany(tmp_path: Path) -> None:
-    jobs = {j.name: j for j in build_plan(config(3), registry(), tmp_path)}
+    jobs = {j.name: j for j in build_plan(config(3), registry(), RunFolder(tmp_path))}
     assert list(jobs) == ["sharded.task", "sharded", "gate"]
     assert jobs["sharded.task"].array == 6 and jobs["sharded.task"].part == "task"
     assert jobs["sharded"].deps == (("sharded.task", "afterany"),)
     assert dependency_clause(jobs["sharded"], {"sharded.task": "41"}) == "afterany:41"
-    script = sbatch_preview(jobs["sharded.task"], config(3), tmp_path, {})
+    script = sbatch_preview(jobs["sharded.task"], config(3), RunFolder(tmp_path), {})
     assert "#SBATCH --array=0-5" in script
-    assert "--array" not in sbatch_preview(jobs["sharded"], config(3), tmp_path, {"sharded.task": "41"})
+    assert "--array" not in sbatch_preview(
+        jobs["sharded"], config(3), RunFolder(tmp_path), {"sharded.task": "41"}
+    )
 
 
 def test_one_shard_is_no_array(tmp_path: Path) -> None:
-    jobs = {j.name: j for j in build_plan(config(0), registry(), tmp_path)}
+    jobs = {j.name: j for j in build_plan(config(0), registry(), RunFolder(tmp_path))}
     assert list(jobs) == ["sharded", "gate"] and jobs["sharded"].array == 0
 
 
