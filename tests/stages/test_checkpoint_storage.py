@@ -127,6 +127,7 @@ def test_launch_blocks_a_run_whose_checkpoints_do_not_fit_on_a_small_filesystem(
             "launcher=local",
             "~demo",
             "stage=checkpoint_storage",
+            "min_free_mb=1",  # the launch's own floor (64 MiB) would refuse the 4 MiB tmpfs first
             f"checkpoint_dir={mount / 'ckpt'}",
             f"stages.checkpoint_storage.size_bytes={2 * MIB}",
         )
