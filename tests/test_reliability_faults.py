@@ -2,8 +2,8 @@
 launcher ends in one line with a documented exit code, never says "clear" without the whole record,
 and leaves nothing half-written."""
 
+import contextlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -14,40 +14,18 @@ from pipeline.errors import ConfigError
 from pipeline.runfolder import RunFolder
 from pipeline.runguard import validate_run_folders
 from tests.conftest import launch, other_stages
+from tests.storage.conftest import fill
+from tests.storage.conftest import tmpfs as mounted_tmpfs
 
 BASE = ("launcher=local", "~demo", "min_free_mb=1", "stages.container_check.min_free_gb=0.001")
 
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """Mount real tmpfs filesystems of a given size under tmp_path; unmounted at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted: list[Path] = []
-
-    def mount(name: str, size_kib: int) -> Path:
-        path = tmp_path / name
-        path.mkdir()
-        proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(path)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-        mounted.append(path)
-        return path
-
-    yield mount
-    for path in reversed(mounted):
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(path: Path, keep: int = 0) -> None:
-    stat = os.statvfs(path)
-    with open(path / "filler.bin", "wb") as handle:
-        handle.write(b"\0" * max(stat.f_bavail * stat.f_frsize - keep, 0))
+    """`tmpfs(name, size_kib)`: a real tmpfs of that size under tmp_path (tests/storage/conftest.py
+    mounts it, or skips naming what is missing); unmounted at the end."""
+    with contextlib.ExitStack() as stack:
+        yield lambda name, size_kib: stack.enter_context(mounted_tmpfs(tmp_path / name, f"{size_kib}k"))
 
 
 def leftovers(root: Path) -> list[Path]:
