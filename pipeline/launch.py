@@ -22,7 +22,14 @@ from rich.live import Live
 
 from pipeline import launch_inputs, stages
 from pipeline.errors import ConfigError, InputError, PreflightError, RecordError, SubmissionError, one_line
-from pipeline.executors import TERMINAL, chain_sbatch, sbatch_preview, slurm_available, submit_slurm
+from pipeline.executors import (
+    TERMINAL,
+    chain_sbatch,
+    require_slurm,
+    sbatch_preview,
+    slurm_available,
+    submit_slurm,
+)
 from pipeline.fingerprint import digest_path
 from pipeline.launch_checks import validate
 from pipeline.local_runner import adoptable, run_dag
@@ -137,6 +144,8 @@ def launch(cfg: DictConfig) -> int:
     executor = resolve_launcher(cfg.launcher.name)
     registry = load_registry(cfg)
     validate(cfg, registry)
+    if executor == "slurm" and not cfg.dry_run:
+        require_slurm()  # before the demo is built or any folder is made: nothing left behind
     validate_run_folders(cfg)
     try:
         waivers = load_waivers(Path(cfg.waivers_file) if cfg.waivers_file else None)
