@@ -152,9 +152,9 @@ def launch(cfg: DictConfig) -> int:
     except InputError as exc:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
     rcfg = resolved_config(cfg, executor)
-    launch_inputs.check_inputs(rcfg, registry)  # demo paths filled; nothing on disk for this run yet
     folder = RunFolder(Path(rcfg.run_dir))
     jobs = build_plan(rcfg, registry, folder)
+    launch_inputs.check_inputs(rcfg, registry)  # demo paths filled; nothing on disk for this run yet
     extra = {
         "run_id": rcfg.run_id,
         "executor": executor,

@@ -33,8 +33,15 @@ def _folder(path: Path) -> None:
 
 
 def _exists(path: Path) -> None:
+    """A plugin stage reads its inputs with its own code: launch can only say whether they exist."""
     if not path.exists():
-        raise InputError(f"{path}: does not exist (expected the model checkpoint, a file or a folder)")
+        raise InputError(f"{path}: does not exist", path=path)
+
+
+def _checkpoint(path: Path) -> None:
+    """A teacher-forced model is loaded by its own loader (`module:function`): a file or a folder."""
+    if not path.exists():
+        raise InputError(f"{path}: does not exist (expected the checkpoint file or folder)", path=path)
 
 
 def _script(path: Path) -> None:
@@ -59,11 +66,13 @@ def _path(cfg: Any, key: str) -> str | None:
 
 
 def stage_inputs(cfg: DictConfig, stage: stages.Stage) -> Iterator[tuple[str, str, Callable[[Path], Any]]]:
-    """(config key, path, checker) for every input `stage` reads that the config sets."""
+    """(config key, path, checker) for every input `stage` reads that the config sets; a built-in
+    stage's inputs must suit the built-in readers, a plugin's need only exist."""
+    builtin = stage.run.__module__.startswith("pipeline.stages.")
     for kind in stage.inputs:
         path = _path(cfg, kind)
         if path:
-            yield f"{kind}.path", path, CHECKS[kind]
+            yield f"{kind}.path", path, CHECKS[kind] if builtin else _exists
     section: Mapping[str, Any] = (cfg.get("stages") or {}).get(stage.name) or {}
     if stage.name == "contract" and _path(cfg, "known_good"):
         yield "known_good.path", str(_path(cfg, "known_good")), detect_model
@@ -74,7 +83,7 @@ def stage_inputs(cfg: DictConfig, stage: stages.Stage) -> Iterator[tuple[str, st
     if stage.name == "teacher_forced":
         for index, model in enumerate(section.get("models") or ()):
             if (model or {}).get("path"):
-                yield f"stages.teacher_forced.models[{index}].path", str(model["path"]), _exists
+                yield f"stages.teacher_forced.models[{index}].path", str(model["path"]), _checkpoint
 
 
 def check(key: str, path: str, checker: Callable[[Path], Any]) -> None:
