@@ -12,7 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,12 +189,13 @@ def sbatch_preview(spec: JobSpec, cfg: DictConfig, folder: RunFolder, ids: dict[
     return _make_sbatch_string(command=command, folder=folder.submitit_dir, **params)
 
 
-def chain_sbatch(script: Path, gate_job_id: str) -> str:
-    """Queue the user's training job `afterok` on the gate; a refusal is a SubmissionError that carries
+def chain_sbatch(script: Path, gate_job_id: str, args: Sequence[str] = ()) -> str:
+    """Queue the user's training job `afterok` on the gate, with the user's own sbatch options (`args`,
+    argv items: resources such as `--partition=gpu`); a refusal is a SubmissionError that carries
     sbatch's own stderr (the gate and the stages are already queued: the caller says so)."""
     try:
         out = subprocess.run(
-            ["sbatch", "--parsable", f"--dependency=afterok:{gate_job_id}", str(script)],
+            ["sbatch", "--parsable", *args, f"--dependency=afterok:{gate_job_id}", str(script)],
             capture_output=True,
             text=True,
             check=True,

@@ -229,19 +229,20 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra:
     gate_id = submitted["gate"].job_id
     folder.write_plan(plan_document(jobs, **extra, gate_job_id=gate_id))
     console.print(f"gate job: {gate_id}")
-    chain = (cfg.get("chain") or {}).get("sbatch")
-    if chain:
-        console.print(f"chained job: {_chain(Path(chain), submitted)} (afterok:{gate_id})")
+    chain = cfg.get("chain") or {}
+    if chain.get("sbatch"):
+        args = [str(a) for a in chain.get("args") or ()]
+        console.print(f"chained job: {_chain(Path(chain.sbatch), submitted, args)} (afterok:{gate_id})")
     if not cfg.wait:
         return 0
     return follow_slurm(jobs, submitted, folder, rows, cfg)
 
 
-def _chain(script: Path, submitted: dict[str, Any]) -> str:
+def _chain(script: Path, submitted: dict[str, Any], args: list[str]) -> str:
     """Chain the user's job on the gate. If sbatch refuses it, the checks already queued keep running
     (they still write the gate record, which is worth having); the error says how to stop them."""
     try:
-        return chain_sbatch(script, submitted["gate"].job_id)
+        return chain_sbatch(script, submitted["gate"].job_id, args)
     except SubmissionError as exc:
         queued = " ".join(str(job.job_id) for job in submitted.values())
         raise SubmissionError(

@@ -140,9 +140,7 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     elif cfg.container.kind != "none":
         raise ConfigError("container.kind", f"{cfg.container.kind!r} is not one of none, apptainer")
     container_image.validate(cfg)  # pins parse; the apptainer binary exists before anything is submitted
-    chain = (cfg.get("chain") or {}).get("sbatch")
-    if chain and not Path(chain).is_file():
-        raise ConfigError("chain.sbatch", f"{chain} does not exist")
+    check_chain(cfg)
     _validate_stage_configs(cfg, registry)
 
 
@@ -185,3 +183,22 @@ def _validate_limits(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None
     jobs = [(name, None) for name in [*registry, "gate"]]
     jobs += [(name, part) for name, stage in registry.items() for part in stage.parts]
     check_all(cfg, jobs)
+
+
+def check_chain(cfg: DictConfig) -> None:
+    """`chain.sbatch` names a script; `chain.args` (optional) are sbatch options, one argv item each
+    (`--partition=gpu`), never a shell string: they reach sbatch as given."""
+    chain = cfg.get("chain") or {}
+    if chain.get("sbatch") and not Path(str(chain.sbatch)).is_file():
+        raise ConfigError("chain.sbatch", f"{chain.sbatch} does not exist")
+    args = chain.get("args")
+    if args is None:
+        return
+    items = list(args) if not isinstance(args, str) and hasattr(args, "__iter__") else None
+    if items is None or not all(isinstance(a, str) and a.startswith("-") and " " not in a for a in items):
+        raise ConfigError(
+            "chain.args",
+            f"expected a list of sbatch options like [--partition=gpu,--gpus-per-node=8], got {args!r}",
+        )
+    if not chain.get("sbatch"):
+        raise ConfigError("chain.args", "sbatch options without chain.sbatch: set +chain.sbatch=<script>")
