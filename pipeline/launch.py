@@ -35,7 +35,7 @@ from pipeline.launch_checks import validate
 from pipeline.local_runner import adoptable, run_dag
 from pipeline.plan import JobSpec, build_plan, plan_document
 from pipeline.readers.sif import sha256_file
-from pipeline.runfolder import NO_GATE_EXIT, RunFolder, demo_dir
+from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder, demo_dir
 from pipeline.runguard import run_lock, validate_run_folders
 from pipeline.stages import container_image
 from pipeline.status import build_table, table_rows
@@ -332,7 +332,9 @@ def main_code(cfg: DictConfig) -> int:
     return 2
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+# an absolute path: a console script (`preflight-launch`) calls `main` from outside the package, where
+# Hydra would look for a relative "conf" as the Python package `pipeline.conf` (it has no __init__.py)
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     sys.exit(main_code(cfg))
 
