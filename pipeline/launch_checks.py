@@ -198,7 +198,8 @@ def check_chain(cfg: DictConfig) -> None:
     if items is None or not all(isinstance(a, str) and a.startswith("-") and " " not in a for a in items):
         raise ConfigError(
             "chain.args",
-            f"expected a list of sbatch options like [--partition=gpu,--gpus-per-node=8], got {args!r}",
+            "expected a list of sbatch options, one item each, quoted for Hydra: "
+            f'\'+chain.args=["--partition=gpu","--gpus-per-node=8"]\', got {args!r}',
         )
     if not chain.get("sbatch"):
         raise ConfigError("chain.args", "sbatch options without chain.sbatch: set +chain.sbatch=<script>")
