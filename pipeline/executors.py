@@ -7,11 +7,12 @@ scheduler orders the jobs; a stage's job array is one `sbatch --array` (submitit
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,9 @@ def submit_slurm(
         except Exception as exc:  # noqa: BLE001 - submitit raises several types for an sbatch refusal
             for job in submitted.values():
                 job.cancel(check=False)
+            why = None if submitted else slurm_unreachable()
+            if why is not None:  # not the job's resources: the controller went away (or never was)
+                raise SubmissionError(unreachable_message(f"sbatch: {one_line(exc)}; {why}")) from exc
             raise SubmissionError(
                 f"sbatch refused job {spec.name} (resources {spec.resources}): {exc}; "
                 f"cancelled the {len(submitted)} job(s) already queued"
@@ -185,12 +189,13 @@ def sbatch_preview(spec: JobSpec, cfg: DictConfig, folder: RunFolder, ids: dict[
     return _make_sbatch_string(command=command, folder=folder.submitit_dir, **params)
 
 
-def chain_sbatch(script: Path, gate_job_id: str) -> str:
-    """Queue the user's training job `afterok` on the gate; a refusal is a SubmissionError that carries
+def chain_sbatch(script: Path, gate_job_id: str, args: Sequence[str] = ()) -> str:
+    """Queue the user's training job `afterok` on the gate, with the user's own sbatch options (`args`,
+    argv items: resources such as `--partition=gpu`); a refusal is a SubmissionError that carries
     sbatch's own stderr (the gate and the stages are already queued: the caller says so)."""
     try:
         out = subprocess.run(
-            ["sbatch", "--parsable", f"--dependency=afterok:{gate_job_id}", str(script)],
+            ["sbatch", "--parsable", *args, f"--dependency=afterok:{gate_job_id}", str(script)],
             capture_output=True,
             text=True,
             check=True,
@@ -204,16 +209,39 @@ def chain_sbatch(script: Path, gate_job_id: str) -> str:
     return out.strip().split(";")[0]
 
 
+def slurm_unreachable() -> str | None:
+    """Why this machine cannot submit to Slurm, quoting `sinfo`'s own stderr; None when it answers."""
+    if shutil.which("sinfo") is None:
+        return "sinfo is not on PATH (no Slurm client on this machine)"
+    try:
+        proc = subprocess.run(
+            ["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sinfo did not answer: {exc}"
+    if proc.returncode == 0:
+        return None
+    return f"sinfo exited {proc.returncode}: {one_line(proc.stderr or proc.stdout or 'no message')}"
+
+
+def unreachable_message(why: str) -> str:
+    """The one line for "no controller answers": the client's own words, then where its address comes
+    from (`SLURM_CONF`), so nobody goes looking at resources or partitions first."""
+    conf = os.environ.get("SLURM_CONF")
+    where = f"SLURM_CONF={conf}" if conf else "SLURM_CONF is unset, so the default slurm.conf is used"
+    return (
+        f"Slurm is not reachable: {why}; check that {where} names a running slurmctld "
+        "(`scontrol ping`), or run here with launcher=local; nothing was submitted"
+    )
+
+
+def require_slurm() -> None:
+    """launcher=slurm: a SubmissionError before anything is written when no controller answers."""
+    why = slurm_unreachable()
+    if why is not None:
+        raise SubmissionError(unreachable_message(why))
+
+
 def slurm_available() -> bool:
     """`launcher=auto` submits to Slurm only where a controller answers."""
-    if shutil.which("sinfo") is None:
-        return False
-    try:
-        return (
-            subprocess.run(
-                ["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=15, check=False
-            ).returncode
-            == 0
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    return slurm_unreachable() is None

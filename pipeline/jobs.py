@@ -22,7 +22,8 @@ import submitit
 from omegaconf import DictConfig
 
 from pipeline import stages
-from pipeline.errors import InputError
+from pipeline.errors import InputError, one_line
+from pipeline.launch_inputs import check_stage
 from pipeline.records import Check, StageResult
 from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage, StageContext, error_check
@@ -100,11 +101,21 @@ def run_stage(run_dir: Path, name: str) -> str:
 
 
 def run_part(run_dir: Path, name: str, part: str) -> str:
-    """Run one part of a stage (e.g. a determinism twin); the stage's main job merges the parts."""
+    """Run one part of a stage (e.g. a determinism twin); the stage's main job merges the parts. A bad
+    input (the stage's inputs are checked again first) leaves `input_error.json` instead of `done.json`."""
     folder = RunFolder(run_dir)
     cfg, plan, stage, ctx = _prepare(folder, name, part)
     assert stage.run_part is not None
-    stage.run_part(cfg, ctx)
+    folder.part_input_error_file(name, part).unlink(missing_ok=True)  # a requeue or relaunch asks again
+    try:
+        check_stage(cfg, stage)  # an input changed since launch: every part says so, none "crashes"
+        stage.run_part(cfg, ctx)
+    except InputError as exc:
+        # like a stage's InputError, a result rather than a crash: the merge reads this one line
+        failed = folder.part_input_error_file(name, part)
+        error = {"message": one_line(exc), "path": exc.path, "field": exc.field}
+        atomic_write_json(failed, {"part": part, "input_error": error, "provenance": provenance(plan)})
+        return str(failed)
     done = folder.part_done_file(name, part)
     atomic_write_json(done, {"part": part, "provenance": provenance(plan), "finished": time.time()})
     return str(done)

@@ -17,21 +17,27 @@ from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.live import Live
 
-from pipeline import launch_checks, stages
+from pipeline import launch_inputs, stages
 from pipeline.errors import ConfigError, InputError, PreflightError, RecordError, SubmissionError, one_line
-from pipeline.executors import TERMINAL, chain_sbatch, sbatch_preview, slurm_available, submit_slurm
+from pipeline.executors import (
+    TERMINAL,
+    chain_sbatch,
+    require_slurm,
+    sbatch_preview,
+    slurm_available,
+    submit_slurm,
+)
 from pipeline.fingerprint import digest_path
+from pipeline.launch_checks import validate
 from pipeline.local_runner import adoptable, run_dag
-from pipeline.plan import JobSpec, build_plan, plan_document, resources
+from pipeline.plan import JobSpec, build_plan, plan_document
 from pipeline.readers.sif import sha256_file
-from pipeline.runfolder import NO_GATE_EXIT, RunFolder, demo_dir
+from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder, demo_dir
 from pipeline.runguard import run_lock, validate_run_folders
 from pipeline.stages import container_image
-from pipeline.stages.config import RESOURCE_KEYS, GateConfig, typed
 from pipeline.status import build_table, table_rows
 from pipeline.waivers import load_waivers
 
@@ -56,73 +62,6 @@ def resolve_launcher(name: str) -> str:
     if name == "auto":
         return "slurm" if slurm_available() else "local"
     return name
-
-
-def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
-    if cfg.stage.name != "full" and cfg.stage.name not in registry:
-        raise ConfigError(
-            "stage", f"unknown stage {cfg.stage.name!r}; use full or one of {', '.join(registry)}"
-        )
-    unknown = [name for name in cfg.get("skip") or () if name not in registry]
-    if unknown:
-        raise ConfigError("skip", f"unknown stage(s) {unknown}; registered: {', '.join(registry)}")
-    _validate_resources(cfg, registry)
-    _validate_limits(cfg, registry)
-    if cfg.container.kind == "apptainer":
-        if not cfg.container.image:
-            raise ConfigError(
-                "container.image", "container=apptainer needs container.image=/path/to/image.sif"
-            )
-        if not Path(cfg.container.image).is_file():
-            raise ConfigError("container.image", f"{cfg.container.image} does not exist or is not a file")
-    elif cfg.container.kind != "none":
-        raise ConfigError("container.kind", f"{cfg.container.kind!r} is not one of none, apptainer")
-    container_image.validate(cfg)  # pins parse; the apptainer binary exists before anything is submitted
-    chain = (cfg.get("chain") or {}).get("sbatch")
-    if chain and not Path(chain).is_file():
-        raise ConfigError("chain.sbatch", f"{chain} does not exist")
-    _validate_stage_configs(cfg, registry)
-
-
-def _validate_stage_configs(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
-    """Every registered stage's section as its typed dataclass: types and ranges, once, at launch."""
-    try:
-        plain = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    except OmegaConfBaseException as exc:
-        raise ConfigError(str(getattr(exc, "full_key", None) or "config"), one_line(exc)) from None
-    assert isinstance(plain, DictConfig)
-    for name in registry:
-        stages.stage_config(plain, name)
-    typed(GateConfig, plain.stages.get("gate"), "stages.gate")
-
-
-def _validate_resources(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
-    for name, section in cfg.stages.items():
-        blocks = {"resources": (section or {}).get("resources") or {}}
-        blocks |= {
-            f"part_resources.{p}": r or {} for p, r in ((section or {}).get("part_resources") or {}).items()
-        }
-        for where, block in blocks.items():
-            extra = set(block) - set(RESOURCE_KEYS)
-            if extra:
-                raise ConfigError(
-                    f"stages.{name}.{where}", f"unknown key(s) {sorted(extra)}; known: {RESOURCE_KEYS}"
-                )
-    jobs = [(name, None) for name in [*registry, "gate"]]
-    jobs += [(name, part) for name, stage in registry.items() for part in stage.parts]
-    for name, part in jobs:
-        res = resources(cfg, name, part)
-        where = f"stages.{name}.part_resources.{part}" if part else f"stages.{name}.resources"
-        for key, floor in (("time_min", 1), ("cpus_per_task", 1), ("mem_gb", 0.001), ("gpus_per_node", 0)):
-            if not isinstance(res[key], (int, float)) or res[key] < floor:
-                raise ConfigError(f"{where}.{key}", f"expected a number >= {floor}, got {res[key]!r}")
-
-
-def _validate_limits(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
-    """Ranges of the launcher numbers, argv-only container programs, resource bounds (launch_checks)."""
-    jobs = [(name, None) for name in [*registry, "gate"]]
-    jobs += [(name, part) for name, stage in registry.items() for part in stage.parts]
-    launch_checks.check_all(cfg, jobs)
 
 
 def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
@@ -205,6 +144,8 @@ def launch(cfg: DictConfig) -> int:
     executor = resolve_launcher(cfg.launcher.name)
     registry = load_registry(cfg)
     validate(cfg, registry)
+    if executor == "slurm" and not cfg.dry_run:
+        require_slurm()  # before the demo is built or any folder is made: nothing left behind
     validate_run_folders(cfg)
     try:
         waivers = load_waivers(Path(cfg.waivers_file) if cfg.waivers_file else None)
@@ -213,6 +154,7 @@ def launch(cfg: DictConfig) -> int:
     rcfg = resolved_config(cfg, executor)
     folder = RunFolder(Path(rcfg.run_dir))
     jobs = build_plan(rcfg, registry, folder)
+    launch_inputs.check_inputs(rcfg, registry)  # demo paths filled; nothing on disk for this run yet
     extra = {
         "run_id": rcfg.run_id,
         "executor": executor,
@@ -287,19 +229,20 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra:
     gate_id = submitted["gate"].job_id
     folder.write_plan(plan_document(jobs, **extra, gate_job_id=gate_id))
     console.print(f"gate job: {gate_id}")
-    chain = (cfg.get("chain") or {}).get("sbatch")
-    if chain:
-        console.print(f"chained job: {_chain(Path(chain), submitted)} (afterok:{gate_id})")
+    chain = cfg.get("chain") or {}
+    if chain.get("sbatch"):
+        args = [str(a) for a in chain.get("args") or ()]
+        console.print(f"chained job: {_chain(Path(chain.sbatch), submitted, args)} (afterok:{gate_id})")
     if not cfg.wait:
         return 0
     return follow_slurm(jobs, submitted, folder, rows, cfg)
 
 
-def _chain(script: Path, submitted: dict[str, Any]) -> str:
+def _chain(script: Path, submitted: dict[str, Any], args: list[str]) -> str:
     """Chain the user's job on the gate. If sbatch refuses it, the checks already queued keep running
     (they still write the gate record, which is worth having); the error says how to stop them."""
     try:
-        return chain_sbatch(script, submitted["gate"].job_id)
+        return chain_sbatch(script, submitted["gate"].job_id, args)
     except SubmissionError as exc:
         queued = " ".join(str(job.job_id) for job in submitted.values())
         raise SubmissionError(
@@ -389,7 +332,9 @@ def main_code(cfg: DictConfig) -> int:
     return 2
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+# an absolute path: a console script (`preflight-launch`) calls `main` from outside the package, where
+# Hydra would look for a relative "conf" as the Python package `pipeline.conf` (it has no __init__.py)
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     sys.exit(main_code(cfg))
 

@@ -1,4 +1,5 @@
-"""Launch-time limits on the numbers and strings a config can carry, so a typo fails before submission.
+"""Launch-time validation of the config (`validate`) and the limits on its numbers and strings, so a typo
+fails before submission.
 
 Hydra types these values but not their ranges: `launcher.max_parallel=-1` hangs the local runner,
 `launcher.poll_s=-1` crashes the follower after the jobs were queued, `resources_default.time_min=1e30`
@@ -11,13 +12,17 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.errors import ConfigError
+from pipeline import stages
+from pipeline.errors import ConfigError, one_line
 from pipeline.plan import resources
-from pipeline.stages.config import RESOURCE_BOUNDS
+from pipeline.stages import container_image
+from pipeline.stages.config import RESOURCE_BOUNDS, RESOURCE_KEYS, GateConfig, typed
 
 # (key, lowest, highest, integer?, may be null?)
 LAUNCHER_BOUNDS = (
@@ -113,3 +118,88 @@ def check_all(cfg: DictConfig, jobs: list[tuple[str, str | None]]) -> None:
     check_launcher(cfg)
     check_container(cfg)
     check_resources(cfg, jobs)
+
+
+def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    if cfg.stage.name != "full" and cfg.stage.name not in registry:
+        raise ConfigError(
+            "stage", f"unknown stage {cfg.stage.name!r}; use full or one of {', '.join(registry)}"
+        )
+    unknown = [name for name in cfg.get("skip") or () if name not in registry]
+    if unknown:
+        raise ConfigError("skip", f"unknown stage(s) {unknown}; registered: {', '.join(registry)}")
+    _validate_resources(cfg, registry)
+    _validate_limits(cfg, registry)
+    if cfg.container.kind == "apptainer":
+        if not cfg.container.image:
+            raise ConfigError(
+                "container.image", "container=apptainer needs container.image=/path/to/image.sif"
+            )
+        if not Path(cfg.container.image).is_file():
+            raise ConfigError("container.image", f"{cfg.container.image} does not exist or is not a file")
+    elif cfg.container.kind != "none":
+        raise ConfigError("container.kind", f"{cfg.container.kind!r} is not one of none, apptainer")
+    container_image.validate(cfg)  # pins parse; the apptainer binary exists before anything is submitted
+    check_chain(cfg)
+    _validate_stage_configs(cfg, registry)
+
+
+def _validate_stage_configs(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    """Every registered stage's section as its typed dataclass: types and ranges, once, at launch."""
+    try:
+        plain = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(getattr(exc, "full_key", None) or "config"), one_line(exc)) from None
+    assert isinstance(plain, DictConfig)
+    for name in registry:
+        stages.stage_config(plain, name)
+    typed(GateConfig, plain.stages.get("gate"), "stages.gate")
+
+
+def _validate_resources(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    for name, section in cfg.stages.items():
+        blocks = {"resources": (section or {}).get("resources") or {}}
+        blocks |= {
+            f"part_resources.{p}": r or {} for p, r in ((section or {}).get("part_resources") or {}).items()
+        }
+        for where, block in blocks.items():
+            extra = set(block) - set(RESOURCE_KEYS)
+            if extra:
+                raise ConfigError(
+                    f"stages.{name}.{where}", f"unknown key(s) {sorted(extra)}; known: {RESOURCE_KEYS}"
+                )
+    jobs = [(name, None) for name in [*registry, "gate"]]
+    jobs += [(name, part) for name, stage in registry.items() for part in stage.parts]
+    for name, part in jobs:
+        res = resources(cfg, name, part)
+        where = f"stages.{name}.part_resources.{part}" if part else f"stages.{name}.resources"
+        for key, floor in (("time_min", 1), ("cpus_per_task", 1), ("mem_gb", 0.001), ("gpus_per_node", 0)):
+            if not isinstance(res[key], (int, float)) or res[key] < floor:
+                raise ConfigError(f"{where}.{key}", f"expected a number >= {floor}, got {res[key]!r}")
+
+
+def _validate_limits(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    """Ranges of the launcher numbers, argv-only container programs, resource bounds (launch_checks)."""
+    jobs = [(name, None) for name in [*registry, "gate"]]
+    jobs += [(name, part) for name, stage in registry.items() for part in stage.parts]
+    check_all(cfg, jobs)
+
+
+def check_chain(cfg: DictConfig) -> None:
+    """`chain.sbatch` names a script; `chain.args` (optional) are sbatch options, one argv item each
+    (`--partition=gpu`), never a shell string: they reach sbatch as given."""
+    chain = cfg.get("chain") or {}
+    if chain.get("sbatch") and not Path(str(chain.sbatch)).is_file():
+        raise ConfigError("chain.sbatch", f"{chain.sbatch} does not exist")
+    args = chain.get("args")
+    if args is None:
+        return
+    items = list(args) if not isinstance(args, str) and hasattr(args, "__iter__") else None
+    if items is None or not all(isinstance(a, str) and a.startswith("-") and " " not in a for a in items):
+        raise ConfigError(
+            "chain.args",
+            "expected a list of sbatch options, one item each, quoted for Hydra: "
+            f'\'+chain.args=["--partition=gpu","--gpus-per-node=8"]\', got {args!r}',
+        )
+    if not chain.get("sbatch"):
+        raise ConfigError("chain.args", "sbatch options without chain.sbatch: set +chain.sbatch=<script>")

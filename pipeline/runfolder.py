@@ -37,6 +37,7 @@ from pipeline.storage import atomic_write_json, atomic_write_text
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 PART_DONE = "done.json"  # a part job's last write: the part ran to its end
+PART_INPUT_ERROR = "input_error.json"  # instead of done.json: the part stopped on a bad input (one line)
 NO_GATE_EXIT = 1  # no complete record (the gate job or one of its writes failed): neither 0 nor 3
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -144,6 +145,9 @@ class RunFolder:
 
     def part_done_file(self, stage: str, part: str) -> Path:
         return self.part_dir(stage, part) / PART_DONE
+
+    def part_input_error_file(self, stage: str, part: str) -> Path:
+        return self.part_dir(stage, part) / PART_INPUT_ERROR
 
     # ------------------------------------------------------------------------------------ reads
     def load_config(self) -> DictConfig:

@@ -19,24 +19,34 @@ from pipeline.readers.lerobot_dataset import read as read_lerobot
 from pipeline.readers.npz_dataset import read as read_npz
 from pipeline.readers.scan import ScanOptions
 
-__all__ = ["ScanOptions", "read_dataset"]
+__all__ = ["ScanOptions", "dataset_format", "read_dataset"]
 
 
 def read_dataset(path: str | Path, options: ScanOptions | Mapping[str, Any] | Any) -> DatasetContract:
     """(C) for the dataset at `path`, scanned with the caller's `options` (see `ScanOptions.of`)."""
     path = Path(path)
     opts = ScanOptions.of(options)
+    return _FORMATS[dataset_format(path)](path, opts)
+
+
+def dataset_format(path: str | Path) -> str:
+    """Which reader takes the dataset at `path` (`lerobot`, `hdf5`, `npz`), from names only, nothing
+    read: the cheap "can a reader take this" that launch asks; else the reader's own InputError."""
+    path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: dataset path does not exist", path=path, field="dataset.path")
     if path.is_dir() and (path / "meta" / "info.json").exists():
-        return read_lerobot(path, opts)
+        return "lerobot"
     if path.suffix in (".hdf5", ".h5") or (path.is_dir() and any(path.glob("*.hdf5"))):
-        return read_hdf5(path, opts)
+        return "hdf5"
     if path.suffix == ".npz" or (path.is_dir() and any(path.rglob("*.npz"))):
-        return read_npz(path, opts)
+        return "npz"
     raise InputError(
         f"{path}: not a dataset this stage reads (expected a LeRobot directory with "
         "meta/info.json, an .hdf5 file, or .npz episodes)",
         path=path,
         field="dataset.path",
     )
+
+
+_FORMATS = {"lerobot": read_lerobot, "hdf5": read_hdf5, "npz": read_npz}

@@ -39,8 +39,18 @@ CARD_NAMES = ("contract.yaml", "contract.yml")
 
 def read_model(path: str | Path, options: dict[str, Any] | None = None) -> Contract:
     """Dispatch on what the path holds; unknown layouts are an InputError listing what was looked for."""
-    path = Path(path)
-    options = options or {}
+    target, read = _dispatch(Path(path))
+    return read(target, options or {})
+
+
+def detect_model(path: str | Path) -> Path:
+    """What `read_model` would read at `path` (a file or the checkpoint directory), from names and stats
+    only, nothing parsed: the cheap "can a reader take this" that launch asks before queueing a job."""
+    return _dispatch(Path(path))[0]
+
+
+def _dispatch(path: Path) -> tuple[Path, Callable[[Path, dict[str, Any]], Contract]]:
+    """The first reader whose detector takes `path`, and its target; else the InputError listing all."""
     if not path.exists():
         raise InputError(
             f"{path}: model path does not exist (expected a checkpoint directory or a stats/contract file)",
@@ -50,7 +60,7 @@ def read_model(path: str | Path, options: dict[str, Any] | None = None) -> Contr
     for detect, read in _READERS:
         target = detect(path)
         if target is not None:
-            return read(target, options)
+            return target, read
     raise InputError(
         f"{path}: no base-checkpoint contract found (looked for config.json with "
         "input_features, policy_preprocessor*.json, model.safetensors with normalize_* buffers, "
@@ -294,4 +304,4 @@ _READERS: list[tuple[Callable[[Path], Path | None], Callable[[Path, dict[str, An
     (_detect_legacy_weights, _read_legacy_weights),
 ]
 
-__all__ = ["read_model", "read_processor", "unflatten_stats", "as_vector"]
+__all__ = ["detect_model", "read_model", "read_processor", "unflatten_stats", "as_vector"]

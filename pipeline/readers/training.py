@@ -33,6 +33,21 @@ HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "chann
 
 
 def read_training(path: str | Path) -> Contract:
+    path = training_file(path)
+    if path.suffix == ".json":
+        data, kind = read_json(path, "LeRobot train_config.json"), "lerobot_train_config"
+    else:
+        data, kind = read_yaml(path, "a training config"), "yaml"
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{path}: a training config must be a mapping at the top level", path=path, field="<root>"
+        )
+    return _contract(path, data, kind)
+
+
+def training_file(path: str | Path) -> Path:
+    """The file `read_training` would parse at `path` (a directory resolves to its training config), a
+    regular .json/.yaml file, checked by name and stat only: the cheap "can a reader take this"."""
     path = Path(path)
     if path.is_dir():
         for name in ("train_config.json", "train_config.yaml", "training.yaml", "config.yaml"):
@@ -46,21 +61,12 @@ def read_training(path: str | Path) -> Contract:
                 path=path,
                 field="training.path",
             )
-    if path.exists() or path.is_symlink():
-        regular_file(path, "the training config")
-    if path.suffix == ".json":
-        data, kind = read_json(path, "LeRobot train_config.json"), "lerobot_train_config"
-    elif path.suffix in (".yaml", ".yml"):
-        data, kind = read_yaml(path, "a training config"), "yaml"
-    else:
+    regular_file(path, "the training config")
+    if path.suffix not in (".json", ".yaml", ".yml"):
         raise InputError(
             f"{path}: expected a .json or .yaml training config", path=path, field="training.path"
         )
-    if not isinstance(data, dict):
-        raise InputError(
-            f"{path}: a training config must be a mapping at the top level", path=path, field="<root>"
-        )
-    return _contract(path, data, kind)
+    return path
 
 
 def _contract(path: Path, data: dict[str, Any], kind: str) -> Contract:

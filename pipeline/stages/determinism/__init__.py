@@ -30,7 +30,7 @@ from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, findings, reload, runner
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
-from pipeline.stages.determinism.outcome import Outcome, read_outcome
+from pipeline.stages.determinism.outcome import Outcome, failure_verb, read_outcome
 from pipeline.stages.determinism.runner import BARE, stage_config
 from pipeline.storage import atomic_write_json
 from pipeline.trainlog import metrics_name
@@ -47,7 +47,8 @@ def twins_check(
     if a.problem or b.problem:
         broken = "; ".join(f"{o.part} {o.problem}" for o in (a, b) if o.problem)
         evidence["advice"] = advice
-        message = f"twin run crashed: {broken}" + (f". {advice}" if advice else "")
+        verb = failure_verb([a, b])
+        message = f"twin run {verb}: {broken}" + (f". {advice}" if advice and verb == "crashed" else "")
         return ROWS("twins", "twins", "error", message, evidence=evidence), {}
     assert a.stream is not None and b.stream is not None
     found = compare.divergences(a.stream, b.stream, (*compare.METRICS, compare.DIGEST, compare.BATCH))
@@ -168,6 +169,8 @@ def nondeterministic_ops_check(outcomes: list[Outcome]) -> Check:
 def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Check:
     """Every rank finished, and the all-reduced loss, grad norm and weights agree across ranks."""
     evidence: dict[str, Any] = {"ddp": outcome.evidence(), "nproc": nproc}
+    if outcome.input_error:
+        return ROWS("ddp", "ddp", "error", f"ddp part {outcome.problem}", evidence=evidence)
     done = (outcome.folder / "done.json").exists() and outcome.record.get("returncode") == 0
     if not done:
         return ROWS(

@@ -9,7 +9,7 @@ from pipeline.records import Check, Rows
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.conditions import MEANING
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
-from pipeline.stages.determinism.outcome import Outcome
+from pipeline.stages.determinism.outcome import Outcome, failure_verb
 from pipeline.trainlog import KNOWN_EVENTS
 from pipeline.trainlog_workers import duplicates
 
@@ -61,7 +61,7 @@ def conditions_check(config: DeterminismConfig, twins: list[Outcome], bare: list
             "conditions",
             "conditions",
             "error",
-            f"run under the job's environment crashed: {broken}",
+            f"run under the job's environment {failure_verb(bare)}: {broken}",
             evidence=evidence,
         )
     assert bare[0].stream is not None and bare[1].stream is not None

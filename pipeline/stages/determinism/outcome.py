@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.runfolder import PART_DONE, PART_INPUT_ERROR
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.runner import PART_FILE
 from pipeline.trainlog import EVENTS_FILE, REPORT_FILE
@@ -41,6 +42,7 @@ class Outcome:
     stream: compare.Stream | None
     report: dict[str, Any]
     problem: str | None
+    input_error: str | None = None  # the part stopped on a bad input (its one line), not a crash
 
     @property
     def skipped(self) -> bool:
@@ -95,6 +97,13 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def failure_verb(outcomes: list[Outcome]) -> str:
+    """How the failed runs among `outcomes` ended: "crashed" only when one really did; runs that all
+    stopped on a bad input (checked again in the part job) say that, so the fix is the input."""
+    failed = [o for o in outcomes if o.problem]
+    return "stopped on a bad input" if failed and all(o.input_error for o in failed) else "crashed"
+
+
 def cause_text(record: dict[str, Any]) -> str:
     """`: torch refused ...` / `: <last exception>` for a crashed run's message; empty when unknown."""
     cause = record.get("cause") or {}
@@ -113,9 +122,12 @@ def read_outcome(folder: Path, part: str, metrics_file: str) -> Outcome:
     report = _read_json(run_dir / REPORT_FILE)
     stream_path = run_dir / metrics_file
     problem = None
+    failed = (_read_json(folder / PART_INPUT_ERROR).get("input_error") or {}).get("message")
+    if failed:  # checked first: a stale part.json or done.json of an earlier attempt does not count
+        return Outcome(part, folder, record, None, report, f"input error: {failed}", input_error=failed)
     if record.get("skipped"):
         return Outcome(part, folder, record, None, report, None)
-    if not (folder / "done.json").exists():
+    if not (folder / PART_DONE).exists():
         code = record.get("returncode")
         problem = (
             (f"exited {code}" if code not in (None, 0) else "did not finish")

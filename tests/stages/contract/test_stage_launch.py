@@ -103,7 +103,7 @@ def _bad_model(cwd: Path, name: str) -> Path:
         ("truncate", "exceed the"),
         ("header", "header length"),
         ("json", "invalid JSON"),
-        ("missing", "dataset path does not exist"),
+        # a missing dataset path is refused at launch now (exit 2): tests/test_launch_inputs.py
     ],
 )
 def test_malformed_inputs_give_an_error_row_and_a_gate_record(cwd: Path, corrupt: str, expected: str) -> None:
@@ -114,10 +114,8 @@ def test_malformed_inputs_give_an_error_row_and_a_gate_record(cwd: Path, corrupt
         state.write_bytes(state.read_bytes()[:-16])
     elif corrupt == "header":
         state.write_bytes((10**9).to_bytes(8, "little") + state.read_bytes()[8:])
-    elif corrupt == "json":
-        (model / "policy_preprocessor.json").write_text('{"steps": [')
     else:
-        overrides.append(f"dataset.path={cwd / 'no-such-dataset'}")
+        (model / "policy_preprocessor.json").write_text('{"steps": [')
     proc = launch(cwd, "launcher=debug", "stage=contract", *overrides)
     run_dir = run_dir_of(cwd, proc)
     assert proc.returncode == 3, proc.stdout + proc.stderr
