@@ -26,8 +26,13 @@ from pipeline import trainlog
 def loop(steps: int, hidden: int, out: Path | None, digest_every: int | None) -> float:
     torch.manual_seed(0)
     x, y = torch.randn(4096, 20), torch.randn(4096, 6)
-    model = torch.nn.Sequential(torch.nn.Linear(20, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
-                                torch.nn.ReLU(), torch.nn.Linear(hidden, 6))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(20, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 6),
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     log = None if out is None else trainlog.MetricsLog(out, digest_every=digest_every)
     start = time.perf_counter()
@@ -62,10 +67,15 @@ def main() -> int:
             times["stream"].append(loop(args.steps, args.hidden, Path(tmp) / "s", None))
             times["stream+digest"].append(loop(args.steps, args.hidden, Path(tmp) / "d", 1))
     median = {k: statistics.median(v) for k, v in times.items()}
-    result = {"steps": args.steps, "repeats": args.repeats, "hidden": args.hidden,
-              "median_s": median, "per_step_ms": {k: 1000 * v / args.steps for k, v in median.items()},
-              "ratio_stream": median["stream"] / median["bare"],
-              "ratio_stream_digest": median["stream+digest"] / median["bare"]}
+    result = {
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "hidden": args.hidden,
+        "median_s": median,
+        "per_step_ms": {k: 1000 * v / args.steps for k, v in median.items()},
+        "ratio_stream": median["stream"] / median["bare"],
+        "ratio_stream_digest": median["stream+digest"] / median["bare"],
+    }
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
