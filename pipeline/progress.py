@@ -65,10 +65,15 @@ class LineProgress:
         if self.total:
             pct = 100 * self.done // self.total
             text = f"{self.label}: {pct}% ({self.done}/{self.total}) {elapsed}"
-        else:
+        elif self.done:
             text = f"{self.label}: {self.done} {'done' if final else 'so far'} {elapsed}"
+        else:
+            text = f"{self.label}: {'done after' if final else 'running for'} {elapsed}"
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+_SHARED: list[Progress] = []  # the bar already on the terminal: nested work adds a row to it
 
 
 @contextmanager
@@ -81,20 +86,33 @@ def progress(
     terminal: bool | None = None,
 ) -> Iterator[Advance]:
     """`with progress("stats pass", n) as advance: ... advance()` - a transient bar on a terminal, lines
-    in a log. `terminal` forces one form (tests); `stream` is where the lines go (default stdout)."""
+    in a log. `terminal` forces one form (tests); `stream` is where the lines go (default stdout).
+    Nested calls on a terminal share one display (rich allows one live display per console)."""
     out = stream or sys.stdout
     on_terminal = out.isatty() if terminal is None else terminal
-    if on_terminal:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        console = Console(file=out, force_terminal=True) if stream is not None else None
-        with Progress(*columns, transient=True, console=console) as bar:
-            task = bar.add_task(label, total=total)
-            yield lambda steps=1: bar.advance(task, steps)
+    if not on_terminal:
+        lines = LineProgress(label, total, every_s, out)
+        lines.start()
+        yield lines.advance
+        lines.finish()
         return
-    lines = LineProgress(label, total, every_s, out)
-    lines.start()
-    yield lines.advance
-    lines.finish()
+    if _SHARED and stream is None:
+        outer = _SHARED[-1]
+        task = outer.add_task(label, total=total)
+        try:
+            yield lambda steps=1: outer.advance(task, steps)
+        finally:
+            outer.remove_task(task)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    console = Console(file=out, force_terminal=True) if stream is not None else None
+    with Progress(*columns, transient=True, console=console) as bar:
+        task = bar.add_task(label, total=total)
+        _SHARED.append(bar)
+        try:
+            yield lambda steps=1: bar.advance(task, steps)
+        finally:
+            _SHARED.remove(bar)
 
 
 def track(items: Iterable[T], label: str, total: int | None = None, **kwargs: object) -> Iterator[T]:
