@@ -41,16 +41,24 @@ def say(line: str) -> None:
 class Follower:
     """The live view of one run: `update(rows)` whenever jobs.json changes."""
 
-    def __init__(self, jobs: list[JobSpec], folder: RunFolder, title: str, out: Console | None = None):
+    def __init__(
+        self,
+        jobs: list[JobSpec],
+        folder: RunFolder,
+        title: str,
+        out: Console | None = None,
+        live: bool = True,
+    ) -> None:
         self.jobs, self.folder, self.title = jobs, folder, title
         self.console = out or console
+        self.use_live = live and self.console.is_terminal
         self.rows: list[dict[str, Any]] = job_rows(jobs, {})
         self.seen: dict[str, tuple[str, str]] = {}
         self.started = time.monotonic()
         self.live: Live | None = None
 
     def __enter__(self) -> Follower:
-        if self.console.is_terminal:
+        if self.use_live:
             self.live = Live(
                 get_renderable=self._table, console=self.console, refresh_per_second=2, auto_refresh=True
             )
@@ -117,7 +125,8 @@ def launch_local(
     """Run the plan on this machine (local_runner.run_dag), following it, then report the gate."""
     for name, job in adopt.items():
         console.print(f"{name}: adopting job {job.job_id} of an earlier launch of this run (still running)")
-    with Follower(jobs, folder, f"run {cfg.run_id} ({executor})") as view:
+    # debug runs the stages in this process: their own progress bars and pdb need the terminal, so lines
+    with Follower(jobs, folder, f"run {cfg.run_id} ({executor})", live=executor != "debug") as view:
 
         def on_change(states: dict[str, Any]) -> None:
             rows = {n: s.row() for n, s in states.items()}
