@@ -11,41 +11,30 @@ import datetime as dt
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
-from rich.console import Console
-from rich.live import Live
 
 from pipeline import launch_inputs, stages
 from pipeline.errors import ConfigError, InputError, PreflightError, RecordError, SubmissionError, one_line
-from pipeline.executors import (
-    TERMINAL,
-    chain_sbatch,
-    require_slurm,
-    sbatch_preview,
-    slurm_available,
-    submit_slurm,
-)
+from pipeline.executors import chain_sbatch, require_slurm, sbatch_preview, slurm_available, submit_slurm
 from pipeline.fingerprint import digest_path
+from pipeline.follow import console, follow_slurm, launch_local
+from pipeline.follow import job_rows as _rows
 from pipeline.launch_checks import validate
-from pipeline.local_runner import adoptable, run_dag
+from pipeline.local_runner import adoptable
 from pipeline.plan import JobSpec, build_plan, plan_document
 from pipeline.readers.sif import sha256_file
 from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder, demo_dir
 from pipeline.runguard import run_lock, validate_run_folders
 from pipeline.stages import container_image
-from pipeline.status import build_table, table_rows
+from pipeline.status import build_table
 from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
 stages.load()  # the built-in stages register their config dataclasses before Hydra composes
-console = Console(highlight=False, soft_wrap=True)
-if not console.is_terminal:  # logs and CI: a readable table rather than rich's 80-column default
-    console = Console(highlight=False, soft_wrap=True, width=max(console.width, 160))
 
 # The built-in stages register their typed configs in Hydra's ConfigStore when imported: that has to
 # happen before `@hydra.main` composes the config, so it happens here, at import.
@@ -250,51 +239,6 @@ def _chain(script: Path, submitted: dict[str, Any], args: list[str]) -> str:
             f"({submitted['gate'].job_id}) will still write its record; to stop them: scancel {queued}",
             path=exc.path,
         ) from exc
-
-
-def _rows(jobs: list[JobSpec], rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    return table_rows([job.to_dict() for job in jobs], rows)
-
-
-def follow_slurm(
-    jobs: list[JobSpec],
-    submitted: dict[str, Any],
-    folder: RunFolder,
-    rows: dict[str, dict[str, Any]],
-    cfg: DictConfig,
-) -> int:
-    with Live(console=console, auto_refresh=False) as live:
-        while True:
-            for name, job in submitted.items():
-                rows[name]["state"] = job.state
-            live.update(build_table(folder, _rows(jobs, rows), f"run {cfg.run_id}"), refresh=True)
-            if all(r["state"].split()[0] in TERMINAL for r in rows.values()):
-                break
-            time.sleep(float(cfg.launcher.poll_s))
-    console.print()
-    folder.write_jobs(rows)
-    return folder.report_gate(_say)
-
-
-def launch_local(
-    jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, executor: str, adopt: dict[str, Any]
-) -> int:
-    for name, job in adopt.items():
-        console.print(f"{name}: adopting job {job.job_id} of an earlier launch of this run (still running)")
-    with Live(console=console, auto_refresh=False) as live:
-
-        def on_change(states: dict[str, Any]) -> None:
-            rows = {n: s.row() for n, s in states.items()}
-            folder.write_jobs(rows)
-            live.update(
-                build_table(folder, _rows(jobs, rows), f"run {cfg.run_id} ({executor})"), refresh=True
-            )
-
-        states = run_dag(jobs, cfg, folder, executor, on_change, adopt)
-    folder.sweep_partial()
-    console.print()
-    console.print(f"gate job: {states['gate'].job_id}")
-    return folder.report_gate(_say)
 
 
 def _previous_jobs(folder: RunFolder) -> dict[str, dict[str, Any]]:

@@ -6,21 +6,28 @@ The same table is what `launch wait=true` shows live while it follows a run.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from pipeline.errors import PreflightError, one_line
+from pipeline.progress import make_console
 from pipeline.records import RecordError
 from pipeline.runfolder import RunFolder
 
 
-def stage_status(folder: RunFolder, stage: str | None) -> str:
-    """A stage's result status, or for the gate row the gate's decision; empty while there is none,
-    `corrupt` when the file is unreadable (a relaunch of the run id redoes it)."""
+def stage_status(folder: RunFolder, stage: str | None, row: dict[str, Any] | None = None) -> str:
+    """A stage's result status, or for the gate row the gate's decision; empty while there is none
+    (or while the file there is an earlier job's: see `produced_by`), `corrupt` when the file is
+    unreadable (a relaunch of the run id redoes it)."""
+    path = folder.gate_file if stage is None else folder.result_file(stage)
+    if row is not None and not produced_by(folder, path, row):
+        return ""
     if stage is not None:
         return folder.result_status(stage)
     try:
@@ -28,6 +35,30 @@ def stage_status(folder: RunFolder, stage: str | None) -> str:
     except (RecordError, ValueError, TypeError):
         return "corrupt"
     return record.gate if record else ""
+
+
+def produced_by(folder: RunFolder, path: Path, row: dict[str, Any]) -> bool:
+    """Whether the result at `path` is the work of the job `row` records (jobs.json), not of a job of an
+    earlier launch of this run id: a relaunch must not show the old gate's `clear` beside its new gate
+    job's SUBMITTED. The result's provenance names the Slurm job that wrote it; on either executor a
+    result older than its job's submission (submitit's `<id>_submitted.pkl`) is an earlier job's."""
+    job_id = str(row.get("job_id") or "")
+    if not job_id or str(row.get("state") or "").startswith("REUSED"):
+        return True  # a reused result, or nothing recorded to compare with
+    try:
+        written = path.stat().st_mtime_ns
+    except OSError:
+        return True  # nothing there (or unreadable): result_status says so
+    if path != folder.gate_file:
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            writer = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("slurm_job_id")
+            if writer and str(writer) != job_id.split("_")[0]:
+                return False
+    submitted = folder.root / "submitit" / job_id / f"{job_id}_submitted.pkl"
+    try:
+        return written >= submitted.stat().st_mtime_ns
+    except OSError:
+        return True  # submitit's record of the submission is gone: nothing says the result is older
 
 
 def build_table(folder: RunFolder, rows: list[dict[str, Any]], title: str) -> Table:
@@ -42,7 +73,7 @@ def build_table(folder: RunFolder, rows: list[dict[str, Any]], title: str) -> Ta
             f"{res['cpus_per_task']} cpu, {res['mem_gb']} GB, {res['gpus_per_node'] or 0} gpu, "
             f"{res['time_min']} min" + (f", {res['partition']}" if res.get("partition") else "")
         )
-        result = stage_status(folder, job["stage"]) if job["kind"] != "part" else ""
+        result = stage_status(folder, job["stage"], row) if job["kind"] != "part" else ""
         table.add_row(
             job["name"], str(row.get("job_id") or "-"), deps, resources, row.get("state") or "", result
         )
@@ -91,7 +122,7 @@ def show(folder: RunFolder) -> None:
     for job in jobs.values():
         job["state"] = live.get(str(job.get("job_id")), job.get("state", ""))
     rows = table_rows(list(plan["jobs"].values()), jobs)
-    Console().print(build_table(folder, rows, f"run {folder.run_id} ({plan.get('executor')})"))
+    make_console().print(build_table(folder, rows, f"run {folder.run_id} ({plan.get('executor')})"))
     if folder.gate_file.exists():
         folder.report_gate()
 

@@ -27,6 +27,7 @@ from pipeline.demo.once import build_once
 from pipeline.demo.policy import save_pretrained
 from pipeline.demo.teacher_forced import build_models
 from pipeline.demo.train import train_policy
+from pipeline.progress import Advance, progress
 
 DEFAULTS: dict[str, Any] = {
     "variant": "default",
@@ -85,12 +86,30 @@ def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    with progress(f"building the demo ({cfg['variant']}, once)", 4) as phase:
+        paths, policy = _build_parts(cfg, out, phase)
+    marker = {
+        "settings": cfg,
+        "digest": digest(cfg),
+        "paths": {k: Path(v).name for k, v in paths.items()},
+        "build_s": round(time.time() - started, 2),
+        "final_loss": getattr(policy, "final_loss", None),
+    }
+    (out / MARKER).write_text(json.dumps(marker, indent=2, default=str) + "\n")
+    return paths
+
+
+def _build_parts(cfg: dict[str, Any], out: Path, phase: Advance) -> tuple[dict[str, str], Any]:
+    """The build's four phases (episodes, dataset, policy, teacher_forced models), each a progress step."""
     episodes = generate_episodes(int(cfg["episodes"]), int(cfg["steps"]), int(cfg["seed"]))
+    phase()
     clean = out / "base_training_data"
     write_dataset(clean, episodes)
+    phase()
     policy, stats, spec = train_policy(
         clean, seed=int(cfg["seed"]), steps=int(cfg["train_steps"]), hidden=int(cfg["hidden"])
     )
+    phase()
     save_pretrained(
         policy,
         stats,
@@ -99,6 +118,7 @@ def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
         extra_config={"demo": {"variant": cfg["variant"], "seed": cfg["seed"]}},
     )
     build_models(out, cfg, episodes)  # the teacher_forced stage's models (pipeline/demo/teacher_forced.py)
+    phase()
     faults = cfg["faults"]
     if faults:
         shutil.rmtree(clean)
@@ -119,15 +139,7 @@ def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
         "dataset": str(out / "dataset"),
         "training": str(out / "training.yaml"),
     }
-    marker = {
-        "settings": cfg,
-        "digest": digest(cfg),
-        "paths": {k: Path(v).name for k, v in paths.items()},
-        "build_s": round(time.time() - started, 2),
-        "final_loss": getattr(policy, "final_loss", None),
-    }
-    (out / MARKER).write_text(json.dumps(marker, indent=2, default=str) + "\n")
-    return paths
+    return paths, policy
 
 
 def _training_config(out: Path, base_modes: Mapping[str, str], faults: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.demo.policy import ACTION_KEY, ENV_KEY, STATE_KEY
+from pipeline.progress import track
 from pipeline.readers import LeRobotData
 from pipeline.readers.stats import compute_stats, iter_array_blocks
 
@@ -79,7 +80,7 @@ def generate_episodes(n_episodes: int, steps: int, seed: int) -> list[dict[str, 
     saved = np.random.get_state()
     episodes = []
     try:
-        for index in range(n_episodes):
+        for index in track(range(n_episodes), f"demo: {n_episodes} oracle episodes"):
             np.random.seed(seed * 1000 + index)
             ob, info = env.reset(seed=seed * 1000 + index)
             oracle = CubeMarkovOracle(env=env, min_norm=0.4)

@@ -33,6 +33,7 @@ from torch import nn
 
 from pipeline import trainlog
 from pipeline.demo import policy as demo
+from pipeline.progress import progress
 from pipeline.readers import LeRobotData
 
 FAULTS = ("none", "unseeded_shuffle", "clock_seed")
@@ -173,20 +174,22 @@ def train(args: argparse.Namespace) -> None:
     log = trainlog.MetricsLog(args.out, digest_every=args.digest_every)
     feed = batches(len(x), args.batch_size * world, seed, args.fault)
     epoch = 0
-    for step in range(1, args.steps + 1):
-        batch_epoch, index = next(feed)
-        if batch_epoch != epoch:  # the stage can require the first epoch boundary inside its horizon
-            log.event("epoch_end", step=step - 1)
-            epoch = batch_epoch
-        index = index[rank::world]
-        loss = nn.functional.mse_loss(model(x[index].to(device)), y[index].to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
-        optimizer.step()
-        log.step(step, loss=global_mean(loss, world), grad_norm=grad_norm, lr=args.lr, model=model)
-        if log.stop:  # the stage's horizon events were reached (and a few steps after them)
-            break
+    with progress(f"reference_trainer: seed {seed}, rank {rank}, training steps", args.steps) as advance:
+        for step in range(1, args.steps + 1):
+            batch_epoch, index = next(feed)
+            if batch_epoch != epoch:  # the stage can require the first epoch boundary inside its horizon
+                log.event("epoch_end", step=step - 1)
+                epoch = batch_epoch
+            index = index[rank::world]
+            loss = nn.functional.mse_loss(model(x[index].to(device)), y[index].to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            optimizer.step()
+            log.step(step, loss=global_mean(loss, world), grad_norm=grad_norm, lr=args.lr, model=model)
+            advance()
+            if log.stop:  # the stage's horizon events were reached (and a few steps after them)
+                break
     log.close()
     if rank == 0:
         save(policy, spec, stats, args)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.demo.once import build_once
+from pipeline.progress import progress, track
 from pipeline.stages.render_cache.render import EvalRenderer
 
 DEFAULTS: dict[str, Any] = {
@@ -67,7 +68,7 @@ def rollouts(n: int, steps: int, seed: int) -> list[dict[str, np.ndarray]]:
         env = gymnasium.make(STATE_ENV_ID, terminate_at_goal=False, mode="data_collection")
     saved, out = np.random.get_state(), []
     try:
-        for i in range(n):
+        for i in track(range(n), f"render_cache demo: {n} oracle episodes"):
             np.random.seed(seed * 1000 + i)
             ob, info = env.reset(seed=seed * 1000 + i)
             u = env.unwrapped
@@ -153,7 +154,8 @@ def render_states(
             memo[(i, t)] = np.array(r.get_pixel_observation())
         return memo[(i, t)]
 
-    frames = [frame(i, t) for i in order for t in range(steps)]
+    pairs = [(i, t) for i in order for t in range(steps)]
+    frames = [frame(i, t) for i, t in track(pairs, f"render_cache demo: rendering {len(pairs)} frames")]
     goals = [frame(i, steps) for i in order for _ in range(steps)]
     return np.stack(frames), np.stack(goals)
 
@@ -183,8 +185,9 @@ def write_cache(root: Path, rel: Path, episodes: list[dict[str, np.ndarray]], cf
             frames = np.stack(
                 [
                     er.state(episodes[i]["qpos"][t], episodes[i]["qvel"][t])
-                    for i in order
-                    for t in range(steps)
+                    for i, t in track(
+                        [(i, t) for i in order for t in range(steps)], f"render_cache demo: {size} px frames"
+                    )
                 ]
             )
             _npy(root / f"vla_b{largest:04d}_frames{size}.npy", frames)
@@ -224,7 +227,7 @@ def raw_frames(episode: dict[str, np.ndarray], size: int) -> np.ndarray:
     """What the collection renderer recorded: the frame env.step returned (kinematics one substep old)."""
     with EvalRenderer(ENV_ID, TASK_ID, size, CAMERA, "egl") as er:
         out = [er.state(episode["qpos"][0], episode["qvel"][0])]
-        for t in range(1, len(episode["qpos"])):
+        for t in track(range(1, len(episode["qpos"])), "render_cache demo: raw release frames"):
             out.append(
                 er.live_step(episode["qpos"][t - 1], episode["qvel"][t - 1], episode["control"][t - 1])
             )
@@ -240,10 +243,14 @@ def build(raw_cfg: Any, out: Path) -> dict[str, Any]:
     cfg = settings(raw_cfg)
     out = Path(out)
     started = time.time()
-    episodes = rollouts(int(cfg["episodes"]), int(cfg["steps"]), int(cfg["seed"]))
-    raw = raw_frames(episodes[0], int(cfg["raw_frames"])) if cfg["raw_frames"] else None
-    write_release(out / "release", episodes, cfg, raw)
-    write_cache(out / "cache", out / "release", episodes, cfg)
+    with progress(f"building the render_cache demo ({cfg['variant']}, once)", 3) as phase:
+        episodes = rollouts(int(cfg["episodes"]), int(cfg["steps"]), int(cfg["seed"]))
+        phase()
+        raw = raw_frames(episodes[0], int(cfg["raw_frames"])) if cfg["raw_frames"] else None
+        write_release(out / "release", episodes, cfg, raw)
+        phase()
+        write_cache(out / "cache", out / "release", episodes, cfg)
+        phase()
     paths = {"release": str(out / "release"), "cache": str(out / "cache"), "budgets": list(cfg["budgets"])}
     from pipeline.storage import atomic_write_json
 

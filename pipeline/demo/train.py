@@ -22,6 +22,7 @@ from pipeline.demo.policy import (
     default_spec,
     normalize,
 )
+from pipeline.progress import track
 from pipeline.readers import LeRobotData
 
 
@@ -67,7 +68,7 @@ def _fit(
     policy = DemoPolicy(x.shape[1], y.shape[1], hidden)
     optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
     xt, yt = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-    for _ in range(steps):
+    for _ in track(range(steps), f"demo: training a policy ({steps} steps)"):
         idx = torch.randint(0, len(xt), (batch,), generator=generator)
         loss = torch.nn.functional.mse_loss(policy(xt[idx]), yt[idx])
         optimizer.zero_grad()

@@ -11,7 +11,7 @@ per-dim counters, whatever the dataset size. The format readers import this modu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,8 @@ class ScanOptions:
     rank_error: float
     dynamics_rows: int
     image_frames: int = IMAGE_FRAMES
+    # called with each block's row count as the pass reads it (both passes): the caller's progress display
+    progress: Callable[[int], None] | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, options: ScanOptions | Mapping[str, Any] | Any) -> ScanOptions:
@@ -47,6 +49,7 @@ class ScanOptions:
             rank_error=float(values["rank_error"]),
             dynamics_rows=int(values["dynamics_rows"]),
             image_frames=int(values["image_frames"] if values["image_frames"] is not None else IMAGE_FRAMES),
+            progress=values["progress"],
         )
 
 
@@ -89,6 +92,8 @@ class Scan:
             for block in blocks():
                 if first[0]:
                     self.observe(block)
+                if self.options.progress is not None:
+                    self.options.progress(next((len(v) for k, v in block.items() if k in self.dims), 0))
                 yield block
                 del block  # not held while the next block is decoded
             first[0] = False

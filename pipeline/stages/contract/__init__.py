@@ -21,6 +21,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import InputError
+from pipeline.progress import progress
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.readers.base import Contract, DatasetContract
 from pipeline.records import Check, Rows, StageResult, jsonable
@@ -91,10 +92,11 @@ def load_sources(cfg: DictConfig, config: ContractConfig) -> tuple[Contract, Con
     }
     a = read_model(_path(cfg, "model"), model_opts)
     b = read_training(_path(cfg, "training"))
-    c = read_dataset(
-        _path(cfg, "dataset"),
-        {"rank_error": config.rank_error, "dynamics_rows": config.dynamics_rows},
-    )
+    with progress("contract: dataset stats pass (rows read)", None) as advance:
+        c = read_dataset(
+            _path(cfg, "dataset"),
+            {"rank_error": config.rank_error, "dynamics_rows": config.dynamics_rows, "progress": advance},
+        )
     return a, b, c
 
 

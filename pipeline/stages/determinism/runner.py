@@ -27,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import InputError
+from pipeline.progress import progress
 from pipeline.stages import StageContext
 from pipeline.stages.config import settings
 from pipeline.stages.determinism import conditions
@@ -226,7 +227,8 @@ def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
         "versions": _versions(),
         "ddp_procs": config.ddp_procs if part == "ddp" else 1,
     }
-    record.update(_execute(argv, env, out, config.timeout_s))
+    with progress(f"determinism {part}: training command (its output: {out / LOG_FILE})", None):
+        record.update(_execute(argv, env, out, config.timeout_s))
     _write(out, record)
     if record["returncode"] != 0:
         raise RuntimeError(f"{part}: training command exited {record['returncode']}: {record['log_tail']}")

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.progress import track
 from pipeline.stages.render_cache import cache as cache_mod
 from pipeline.stages.render_cache import release, stats
 from pipeline.stages.render_cache.config import RenderCacheConfig
@@ -215,7 +216,7 @@ def episode_range(
     k = cfg.keys
     required = (k.qpos, k.qvel, k.action, k.observation)
     episodes, frames, hi_frames = [], [], {str(s): [] for s in hires}
-    for e in range(lo, hi):
+    for e in track(range(lo, hi), f"render_cache budget {budget}: episodes {lo}-{hi} re-rendered"):
         entry, s = entries[e], int(data["starts"][e])
         try:
             with release.open_episode(entry, required) as ep:

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.progress import Progress
 
 from pipeline.errors import InputError
+from pipeline.progress import progress
 from pipeline.stages.config import resolve_callable as resolve
 
 Predict = Callable[[Mapping[str, np.ndarray]], np.ndarray]
@@ -93,12 +93,11 @@ def infer(
     starts = list(range(0, total, size))
     parts = []
     with torch.inference_mode(), contextlib.ExitStack() as stack:
-        bar = stack.enter_context(Progress(transient=True)) if len(starts) >= LONG else None
-        task = bar.add_task(label, total=len(starts)) if bar else None
+        advance = stack.enter_context(progress(label, len(starts))) if len(starts) >= LONG else None
         for start in starts:
             parts.append(predict({k: v[start : start + size] for k, v in batch.items()}))
-            if bar is not None and task is not None:
-                bar.advance(task)
+            if advance is not None:
+                advance()
     return np.concatenate(parts) if parts else np.zeros((0, 1, 0), np.float32)
 
 
