@@ -104,9 +104,11 @@ def run_part(run_dir: Path, name: str, part: str) -> str:
     folder = RunFolder(run_dir)
     cfg, plan, stage, ctx = _prepare(folder, name, part)
     assert stage.run_part is not None
+    started = time.time()
     stage.run_part(cfg, ctx)
     done = folder.part_done_file(name, part)
-    atomic_write_json(done, {"part": part, "provenance": provenance(plan), "finished": time.time()})
+    record = {"part": part, "provenance": provenance(plan), "started": started, "finished": time.time()}
+    atomic_write_json(done, record)
     return str(done)
 
 
