@@ -137,7 +137,7 @@ def artifact_copies(
                 note = (
                     f"not copied: {size / 2**20:.1f} MiB, over the {cap // 2**20} MiB cap; in the run folder"
                 )
-                files[str(source)] = (str(source), note)
+                files[str(source)] = ("", note)
                 continue
             total += size
             target = files_dir(audit_dir, stem) / safe_name(result.stage) / _copy_name(name, source)

@@ -90,6 +90,6 @@ def anchor(slug: str) -> str:
 def details(summary: str, body: list[str]) -> list[str]:
     """A folded block (GitHub, GitLab and most viewers render it collapsed). `summary` is the renderer's
     own text and numbers, never data (inside an HTML block markdown escapes do not apply); the body is
-    markdown (the blank lines around it let it render as such)."""
+    markdown (the blank lines around it let it render as such, and end the HTML block after it)."""
     assert not re.search(r"[<>&`\\]", summary), summary
-    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>"]
+    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
