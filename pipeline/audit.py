@@ -31,7 +31,22 @@ from pipeline.errors import RecordError
 from pipeline.records import GateRecord
 from pipeline.storage import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
 
-__all__ = ["DEFAULT_PHYSICAL_CHECKS", "code", "flat", "md_text", "render_markdown", "unescape"]
+__all__ = [  # the history's API, plus the renderer and escaping re-exported for existing callers
+    "DEFAULT_PHYSICAL_CHECKS",
+    "AuditWriteError",
+    "audit_mode",
+    "code",
+    "flat",
+    "inputs_label",
+    "label",
+    "md_text",
+    "parse_timeline",
+    "rebuild_timeline",
+    "record_stem",
+    "render_markdown",
+    "unescape",
+    "write_record",
+]
 
 TIMELINE = "timeline.md"
 LOCK = ".timeline.lock"
