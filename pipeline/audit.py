@@ -140,7 +140,7 @@ def artifact_copies(
     """One write step per artifact worth copying (a regular file within the size caps); `files` gets
     each artifact's link (the copy, relative to the audit folder) or, for one not copied, why."""
     steps: list[tuple[Path, Any]] = []
-    total = 0
+    total, used = 0, set()
     for result in record.stages:
         for name, source in result.artifacts.items():
             size = _regular_size(Path(source))
@@ -156,6 +156,9 @@ def artifact_copies(
                 continue
             total += size
             target = files_dir(audit_dir, stem) / safe_name(result.stage) / _copy_name(name, source)
+            while target in used:  # two names that are alike once file-name safe
+                target = target.with_name(f"{target.stem}-{len(used)}{target.suffix}")
+            used.add(target)
             files[str(source)] = (target.relative_to(audit_dir).as_posix(), "")
             steps.append((target, lambda p, src=Path(source): atomic_write_bytes(p, src.read_bytes(), mode)))
     return steps

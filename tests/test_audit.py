@@ -145,12 +145,14 @@ def test_artifacts_are_copied_beside_the_record_and_linked_relatively(tmp_path):
     big = run / "big.bin"
     with open(big, "wb") as handle:
         handle.truncate(audit.MAX_COPY_BYTES + 1)
+    (run / "q.png").write_bytes(b"\x89PNG other")
     artifacts = {"plot": str(run / "p.png"), "dump": str(run / "dump.json"), "big": str(big)}
+    artifacts["plot?"] = str(run / "q.png")  # file-name safe, it is "plot" too: copied under another name
     md = audit.write_record(tmp_path / "audit", record_with(row("s.m", "match"), artifacts=artifacts))
     files = tmp_path / "audit" / f"{md.stem}_files" / "s"
-    assert sorted(p.name for p in files.iterdir()) == ["dump.json", "plot.png"]
+    assert sorted(p.name for p in files.iterdir()) == ["dump.json", "plot-2.png", "plot.png"]
     text = md.read_text()
-    assert f"![plot]({md.stem}_files/s/plot.png)" in text
+    assert f"![plot]({md.stem}_files/s/plot.png)" in text and f"({md.stem}_files/s/plot-2.png)" in text
     assert f"- dump: [dump]({md.stem}_files/s/dump.json)" in text
     assert "- big: [big](../run/artifacts/big.bin) (not copied: 8.0 MiB, over the 8 MiB cap" in text
     shutil.rmtree(tmp_path / "run")  # the run folder gone: the record still shows its plot
