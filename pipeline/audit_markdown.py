@@ -50,7 +50,7 @@ def render_markdown(
     folder otherwise); `inputs`: the short input fingerprint shown next to the run id."""
     checks = [c for s in record.stages for c in s.checks]
     findings = sorted((c for c in checks if c.verdict != "match"), key=lambda c: _rank(c))
-    slugs = anchors([c.id for c in findings] + [c.id for c in checks])
+    slugs = anchors([c.id for c in findings])  # the rows reasons can name: a reason never names a match
     lines = [
         *_head(record, inputs),
         *_verdict(record, checks, slugs),
@@ -125,7 +125,7 @@ def _verdict(record: GateRecord, checks: list[Check], slugs: dict[str, str]) -> 
     ids = [c.id for c in checks]
     for reason in record.reasons:
         found = reason_check(reason, ids)
-        if found is None:
+        if found is None or found not in slugs:
             lines.append(f"  - {md_text(reason, 300)}")
         else:
             rest = reason[len(found) :].removeprefix(": ")
