@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -55,7 +56,10 @@ class Faulty:
 def faulty() -> Iterator[Faulty]:
     """The one launch. Its folder has a fixed-length name under /tmp, so cells that cut a path at a
     fixed width cut it at the same place in every run."""
-    cwd = Path(tempfile.mkdtemp(prefix="pf-golden-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    cwd = (
+        Path("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()) / f"pf-golden-{secrets.token_hex(4)}"
+    )
+    cwd.mkdir()  # no `_` in the name: the markdown would show it escaped
     try:
         (cwd / "configs").mkdir()
         (cwd / "configs" / "waivers.yaml").write_text(WAIVERS)
@@ -87,6 +91,7 @@ def normalize(text: str, cwd: Path, record: GateRecord) -> str:
     text = re.sub(r"(?<![\w.])\d+\\?\.\d{3,}(e[-+]?\d+)?", "<NUM>", text)
     text = re.sub(r"(?<![\w.<])\d{5,}\b", "<INT>", text)
     text = re.sub(r"\d+ torch thread", "<N> torch thread", text)
+    text = re.sub(r"(<NUM>|<INT>)[^|…\n]*…", r"\1…", text)  # a cut after a number of varying width
     out, section, fence = [], "", ""
     for line in text.splitlines():
         if line.startswith("## "):
