@@ -228,7 +228,9 @@ def _wall_cell(timings: Mapping[str, Any]) -> str:
 
 def _num(value: Any) -> str:
     """A number as the renderer formats it (no escaping needed); anything else escaped as data."""
-    return f"{value:.3g}" if isinstance(value, (int, float)) else cell(value)
+    if not isinstance(value, (int, float)):
+        return cell(value)
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"  # 1234 s, not 1.23e+03
 
 
 def _evidence(stages: tuple[StageResult, ...], audit_dir: Path, files: Files) -> list[str]:
