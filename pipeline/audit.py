@@ -4,17 +4,20 @@ Many gates may finish at once on a shared filesystem. Each writes its own record
 (unique names: date, model, dataset, run id), then rebuilds `timeline.md` from the JSON twins under a
 lock. The timeline is derived data: `python -m pipeline.audit rebuild-timeline [DIR]` repairs it.
 
-The record is evidence: every string that comes from data, a config or a stage (feature names,
-messages, paths, hosts, waivers) is escaped (`text`, `code`) so that it can neither start a line nor
-open a section, a table cell, a link or HTML; a hostile key shows as itself.
+A record is self-contained: the plots and files its stages left in the run folder are copied next to
+it, into `<record stem>_files/` (each under `MAX_COPY_BYTES`, all together under `MAX_COPY_TOTAL`), and
+linked relatively, so `audit_logs/` can be committed or moved without the run folder. The markdown
+itself is `pipeline.audit_markdown`; the escaping every data-derived string goes through is
+`pipeline.audit_text` (re-exported here).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,28 +25,39 @@ from urllib.parse import quote
 
 from omegaconf import DictConfig
 
+from pipeline.audit_markdown import DEFAULT_PHYSICAL_CHECKS, Files, render_markdown
+from pipeline.audit_text import cell, code, flat, md_text, unescape
 from pipeline.errors import RecordError
-from pipeline.records import Check, GateRecord, StageResult
-from pipeline.storage import atomic_write_json, atomic_write_text, file_lock
+from pipeline.records import GateRecord
+from pipeline.storage import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
+
+__all__ = [  # the history's API, plus the renderer and escaping re-exported for existing callers
+    "DEFAULT_PHYSICAL_CHECKS",
+    "AuditWriteError",
+    "audit_mode",
+    "code",
+    "flat",
+    "inputs_label",
+    "label",
+    "md_text",
+    "parse_timeline",
+    "rebuild_timeline",
+    "record_stem",
+    "render_markdown",
+    "unescape",
+    "write_record",
+]
 
 TIMELINE = "timeline.md"
 LOCK = ".timeline.lock"
-DEFAULT_PHYSICAL_CHECKS = (
-    "Cameras are not swapped and arms are not swapped on the physical rig.",
-    "Record-and-playback on the same hardware replays faithfully (decouples model from calibration).",
-    "A small BC sanity run (about 10 demos of a simple task) trains a sane policy, or a working "
-    "baseline model on the same data does.",
-)
 TIMELINE_HEADER = (
-    "| created | run | model | dataset | verdict | gate | record |",
-    "|---|---|---|---|---|---|---|",
+    "| created | run | model | dataset | inputs | verdict | gate | record |",
+    "|---|---|---|---|---|---|---|---|",
 )
-
-
-_BREAKS = re.compile(r"\r\n|[\n\r\v\f\x85\u2028\u2029]")
-_SPECIAL = re.compile(r"([\\`*_<>#|~&]|!(?=\[)|\](?=[(\[:]))")
-_BRACKETS = re.compile(r"([\\`*_<>#|~&\[\]]|!(?=\[))")
-_LEADING = re.compile(r"^(\s*)(\d+)([.)])|^(\s*)([-+=])")
+MAX_COPY_BYTES = 8 * 2**20  # one artifact copied next to the record at most this big
+MAX_COPY_TOTAL = 32 * 2**20  # all of one record's copies together
+# fingerprints that are not the run's inputs (a stage's own config, the software): left out of `inputs`
+NOT_INPUTS = ("config", "container", "container_pins")
 
 
 class AuditWriteError(RecordError):
@@ -52,37 +66,6 @@ class AuditWriteError(RecordError):
     def __init__(self, message: str, *, path: Path, written: list[Path]):
         super().__init__(message, path=path)
         self.written = written
-
-
-def flat(value: Any) -> str:
-    """One line of printable text: a line break shows as `\\n`, a control character as `\\xNN`."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = _BREAKS.sub("\\\\n", text)
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
-
-
-def md_text(value: Any, limit: int | None = None, brackets: bool = False) -> str:
-    """Data as inline markdown that renders as itself: no heading, list, quote, HTML, link or cell.
-    `brackets`: escape every `[`/`]` too (text inside a link or image's own brackets)."""
-    plain = flat(value)
-    if limit is not None and len(plain) > limit:
-        plain = plain[: limit - 1] + "…"
-    out = (_BRACKETS if brackets else _SPECIAL).sub(r"\\\1", plain)
-    return _LEADING.sub(lambda m: f"{m[1] or ''}{m[2] or ''}\\{m[3]}" if m[2] else f"{m[4]}\\{m[5]}", out)
-
-
-def code(value: Any, table: bool = False) -> str:
-    """Data as a code span whose fence is longer than any backtick run inside it (CommonMark)."""
-    plain = flat(value)
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", plain)), default=0) + 1)
-    pad = " " if plain.startswith("`") or plain.endswith("`") else ""
-    span = f"{fence}{pad}{plain}{pad}{fence}"
-    return span.replace("|", "\\|") if table else span
-
-
-def unescape(cell: str) -> str:
-    """A timeline cell as it was before `md_text` escaped it (the reverse of the backslash escapes)."""
-    return re.sub(r"\\(.)", r"\1", cell)
 
 
 def audit_mode(value: object) -> int | None:
@@ -113,17 +96,20 @@ def record_stem(record: GateRecord) -> str:
 
 
 def write_record(audit_dir: Path, record: GateRecord, mode: int | None = None) -> Path:
-    """The JSON twin, the markdown record and the timeline row, each durably written (or an
-    `AuditWriteError` naming the write that failed and the files already written). Returns the
+    """The JSON twin, the record's files, the markdown record and the timeline row, each durably written
+    (or an `AuditWriteError` naming the write that failed and the files already written). Returns the
     markdown's path. `mode`: the files' permission bits (default: as the umask allows)."""
     audit_dir = Path(audit_dir)
     stem = record_stem(record)
     written: list[Path] = []
-    steps = (
-        (audit_dir / f"{stem}.json", lambda p: atomic_write_json(p, record.to_dict(), mode)),
-        (audit_dir / f"{stem}.md", lambda p: atomic_write_text(p, render_markdown(record, audit_dir), mode)),
+    files: dict[str, tuple[str, str]] = {}
+    markdown = audit_dir / f"{stem}.md"
+    steps = [(audit_dir / f"{stem}.json", lambda p: atomic_write_json(p, record.to_dict(), mode))]
+    steps += artifact_copies(record, audit_dir, stem, files, mode)
+    steps += [
+        (markdown, lambda p: atomic_write_text(p, _markdown(record, audit_dir, files), mode)),
         (audit_dir / TIMELINE, lambda p: _timeline_with(audit_dir, stem, mode)),
-    )
+    ]
     for path, write in steps:
         try:
             write(path)
@@ -136,7 +122,60 @@ def write_record(audit_dir: Path, record: GateRecord, mode: int | None = None) -
                 written=written,
             ) from exc
         written.append(path)
-    return written[1]
+    return markdown
+
+
+def _markdown(record: GateRecord, audit_dir: Path, files: Files) -> str:
+    return render_markdown(record, audit_dir, files, inputs=inputs_label(record.to_dict()) or None)
+
+
+def files_dir(audit_dir: Path, stem: str) -> Path:
+    """Where a record's plots and files are copied: beside it, named after it."""
+    return Path(audit_dir) / f"{stem}_files"
+
+
+def artifact_copies(
+    record: GateRecord, audit_dir: Path, stem: str, files: dict[str, tuple[str, str]], mode: int | None
+) -> list[tuple[Path, Any]]:
+    """One write step per artifact worth copying (a regular file within the size caps); `files` gets
+    each artifact's link (the copy, relative to the audit folder) or, for one not copied, why."""
+    steps: list[tuple[Path, Any]] = []
+    total, used = 0, set()
+    for result in record.stages:
+        for name, source in result.artifacts.items():
+            size = _regular_size(Path(source))
+            if size is None:
+                files[str(source)] = ("", "not copied: no such file when the gate ran")
+                continue
+            if size > MAX_COPY_BYTES or total + size > MAX_COPY_TOTAL:
+                cap = MAX_COPY_BYTES if size > MAX_COPY_BYTES else MAX_COPY_TOTAL
+                note = (
+                    f"not copied: {size / 2**20:.1f} MiB, over the {cap // 2**20} MiB cap; in the run folder"
+                )
+                files[str(source)] = ("", note)
+                continue
+            total += size
+            target = files_dir(audit_dir, stem) / safe_name(result.stage) / _copy_name(name, source)
+            while target in used:  # two names that are alike once file-name safe
+                target = target.with_name(f"{target.stem}-{len(used)}{target.suffix}")
+            used.add(target)
+            files[str(source)] = (target.relative_to(audit_dir).as_posix(), "")
+            steps.append((target, lambda p, src=Path(source): atomic_write_bytes(p, src.read_bytes(), mode)))
+    return steps
+
+
+def _regular_size(path: Path) -> int | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _copy_name(name: str, source: str) -> str:
+    """The artifact's name (unique within its stage) and the source's suffix, file-name safe."""
+    suffix = Path(source).suffix
+    return safe_name(name) + ("." + safe_name(suffix[1:]) if suffix and not name.endswith(suffix) else "")
 
 
 def _timeline_with(audit_dir: Path, stem: str, mode: int | None) -> Path:
@@ -173,10 +212,23 @@ def rebuild_timeline(audit_dir: Path, mode: int | None = None) -> Path:
 
 def _timeline_row(path: Path, data: dict[str, Any]) -> tuple[tuple[str, str], str]:
     src = data["sources"]
-    cells = [_cell(data["created"]), code(data["run_id"], table=True)]
-    cells += [_cell(v) for v in (src["model"]["name"], src["dataset"]["name"], data["verdict"], data["gate"])]
+    cells = [cell(data["created"]), code(data["run_id"], table=True)]
+    cells += [cell(v) for v in (src["model"]["name"], src["dataset"]["name"], inputs_label(data) or None)]
+    cells += [cell(v) for v in (data["verdict"], data["gate"])]
     cells.append(f"[{md_text(path.stem)}]({quote(path.with_suffix('.md').name)})")
     return (data["created"], data["run_id"]), "| " + " | ".join(cells) + " |"
+
+
+def inputs_label(data: dict[str, Any]) -> str:
+    """What tells two records of the same model and dataset apart: the config variant (e.g. the demo's
+    `default` / `faulty`) and a short digest of the input fingerprints (model, training config, dataset,
+    release, cache) the stages ran on."""
+    prints: dict[str, str] = {}
+    for stage_prints in (data.get("fingerprints") or {}).values():
+        prints.update({k: v for k, v in (stage_prints or {}).items() if k not in NOT_INPUTS})
+    digest = hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest()[:8] if prints else ""
+    variant = (data.get("sources") or {}).get("variant")
+    return " · ".join(str(part) for part in (variant, digest) if part)
 
 
 def parse_timeline(text: str) -> list[dict[str, str]]:
@@ -190,132 +242,6 @@ def parse_timeline(text: str) -> list[dict[str, str]]:
                 raise ValueError(f"timeline row has {len(cells)} cells, expected {len(keys)}: {line}")
             rows.append(dict(zip(keys, cells, strict=True)))
     return rows
-
-
-def _cell(value: Any, limit: int = 140) -> str:
-    """A table cell: escaped one-line text, cut at `limit` characters."""
-    return "—" if value is None else md_text(value, limit)
-
-
-def render_markdown(record: GateRecord, audit_dir: Path) -> str:
-    src = record.sources
-    gate = "clear to train" if record.gate == "clear" else "blocked — " + "; ".join(record.reasons)
-    checks = [c for s in record.stages for c in s.checks]
-    lines = [
-        f"# {md_text(src['model']['name'])} on {md_text(src['dataset']['name'])} — model–dataset audit",
-        "",
-        f"run {code(record.run_id)} · {md_text(record.created)} · gate record schema "
-        f"v{md_text(record.schema_version)}",
-        "",
-        "## Sources",
-        f"- base_contract: {code(src['model'].get('path'))}",
-        f"- training_config: {code(src['training'].get('path'))}",
-        f"- dataset: {code(src['dataset'].get('path'))} ({code(src['dataset']['name'])})",
-        f"- container: {code(src['container'].get('kind'))} {code(src['container'].get('image'))}",
-        f"- known_good_reference: {code(src.get('known_good_reference') or 'n/a')}",
-        "",
-        "## Verdict",
-        f"- overall: {code(record.verdict)}",
-        f"- gate: {code(gate[:2000])}",
-        "",
-        "## Stages",
-        "| stage | status | host | job | wall s |",
-        "|---|---|---|---|---|",
-        *(_stage_row(s) for s in record.stages),
-        "",
-        "## Reconciliation",
-        "| feature | category | expected (A) | configured (B) | actual (C) | verdict | severity | check |",
-        "|---|---|---|---|---|---|---|---|",
-        *(_check_row(c) for c in checks),
-        "",
-        "## Evidence",
-        *_evidence(record.stages, audit_dir),
-        "",
-        "## Physical checks to confirm with user (the pipeline cannot run these)",
-        *(f"- {md_text(item)}" for item in _physical(record.stages)),
-        "",
-        "## Next",
-        *(f"- {item}" for item in _next_steps(record, checks)),
-    ]
-    if record.waivers:
-        lines += ["", "## Waivers", *(_waiver_line(w) for w in record.waivers)]
-    return "\n".join(lines) + "\n"
-
-
-def _waiver_line(waiver: dict[str, Any]) -> str:
-    who = ", ".join(md_text(waiver.get(k)) for k in ("who", "date"))
-    return (
-        f"- {code(waiver.get('check'))} ({md_text(waiver.get('status'))}): "
-        f"{md_text(waiver.get('justification'))} — {who}"
-    )
-
-
-def _stage_row(result: StageResult) -> str:
-    prov = result.provenance
-    cells = (result.stage, result.status, prov.get("host", ""), prov.get("slurm_job_id") or "")
-    return "| " + " | ".join(_cell(c) for c in cells) + f" | {_cell(result.timings.get('wall_s', ''))} |"
-
-
-def _check_row(check: Check) -> str:
-    values = (check.feature, check.category, check.expected, check.configured, check.actual)
-    return (
-        "| "
-        + " | ".join(_cell(v) for v in values)
-        + f" | {_cell(check.verdict)} | {_cell(check.severity)} | {code(check.id, table=True)} |"
-    )
-
-
-def _evidence(stages: tuple[StageResult, ...], audit_dir: Path) -> list[str]:
-    lines: list[str] = []
-    for result in stages:
-        for check in result.checks:
-            if check.message or check.evidence:
-                lines += [f"### {code(check.id)}", md_text(check.message or ""), ""]
-                if check.evidence:
-                    lines += [*_fenced(json.dumps(check.evidence, indent=1, default=str)[:4000]), ""]
-        for name, path in result.artifacts.items():
-            link = quote(_relative(Path(path), audit_dir))
-            shown = md_text(name, brackets=True)
-            png = str(path).endswith(".png")
-            lines.append(f"![{shown}]({link})" if png else f"- {shown}: [{shown}]({link})")
-    return lines
-
-
-def _fenced(body: str) -> list[str]:
-    """A JSON block whose fence is longer than any backtick run in it, so data cannot close it."""
-    fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", body)), default=0) + 1)
-    return [f"{fence}json", body, fence]
-
-
-def _relative(path: Path, start: Path) -> str:
-    try:
-        return os.path.relpath(path, start)
-    except ValueError:
-        return str(path)
-
-
-def _physical(stages: tuple[StageResult, ...]) -> list[str]:
-    items = [item for s in stages for item in s.physical_checks]
-    return list(dict.fromkeys(items or DEFAULT_PHYSICAL_CHECKS))
-
-
-def _next_steps(record: GateRecord, checks: list[Check]) -> list[str]:
-    if record.gate == "clear":
-        job = record.sources.get("gate_job_id")
-        chain = code(f"sbatch --dependency=afterok:{job} train.sbatch") if job else "the training job"
-        return [f"Clear to train: chain {chain} on the gate."]
-    steps = [
-        f"Resolve {code(c.id)} ({_cell(c.message, 200)}), or waive it in configs/waivers.yaml with a "
-        "justification, who and date."
-        for c in checks
-        if c.blocking
-    ]
-    steps += [
-        f"Make {code(c.id)} verifiable or set `gate.unverifiable=warn`: {_cell(c.message, 200)}"
-        for c in checks
-        if c.verdict == "unverifiable"
-    ]
-    return steps or ["Fix the reasons above and re-launch with the same run_id."]
 
 
 def main(argv: list[str] | None = None) -> int:

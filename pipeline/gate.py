@@ -7,11 +7,19 @@ stage without a readable result becomes an `error` check, never a silent pass.
 the audit record (JSON twin, markdown, timeline row), and only then `gate.json`. A write that fails
 (a full or read-only filesystem) ends the job with exit 1 and one line naming the write and the files
 that did get written; the decision itself is kept as `gate.incomplete.json` where that is possible.
+With `stages.gate.junit=PATH` the same record is also written as JUnit XML (before `gate.json`, so a
+failed write is one of those failures too).
+
+The gate also adds what only the run folder knows to each stage's result: the id of every job the stage
+ran as (its main job and its part jobs, from `jobs.json`) and its wall time including the part jobs
+(`done.json` of each part): the record then says where and how long a stage really ran.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import shutil
 import sys
 from collections.abc import Iterable
@@ -21,8 +29,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import audit
+from pipeline.junit import write_junit
 from pipeline.records import GateRecord, RecordError, Rows, StageResult
-from pipeline.runfolder import NO_GATE_EXIT, RunFolder
+from pipeline.runfolder import NO_GATE_EXIT, PART_DONE, RunFolder, demo_dir
+from pipeline.stages.config import GateConfig, typed
 from pipeline.status import sacct_states
 from pipeline.waivers import apply_waivers
 
@@ -34,17 +44,31 @@ def run_gate(run_dir: Path) -> int:
     cfg = folder.load_config()
     plan = folder.load_plan()
     record = merge(cfg, plan, collect_results(folder, plan))
+    mode = audit.audit_mode(cfg.get("audit_mode"))
     try:
-        markdown = audit.write_record(Path(cfg.audit_dir), record, audit.audit_mode(cfg.get("audit_mode")))
+        markdown = audit.write_record(Path(cfg.audit_dir), record, mode)
     except audit.AuditWriteError as exc:
         return _failed(folder, record, str(exc), exc.written)
     written = [markdown.with_suffix(".json"), markdown, markdown.parent / audit.TIMELINE]
+    junit = junit_path(cfg)
+    if junit is not None:
+        try:
+            written.append(write_junit(junit, record, mode))
+        except OSError as exc:
+            return _failed(folder, record, f"writing {junit} failed: {exc.strerror or exc}", written)
     try:
         folder.write_gate(record)
     except OSError as exc:
         return _failed(folder, record, f"writing {folder.gate_file} failed: {exc.strerror or exc}", written)
-    print(f"record: {markdown}")
+    print(f"record: {markdown}" + (f"; junit: {junit}" if junit else ""))
     return folder.report_gate()
+
+
+def junit_path(cfg: DictConfig) -> Path | None:
+    """`stages.gate.junit`: where the JUnit XML goes (a relative path: from the directory the launch ran
+    in, which is where the gate job runs); None: no JUnit file."""
+    junit = typed(GateConfig, (cfg.get("stages") or {}).get("gate"), "stages.gate").junit
+    return Path(junit).expanduser() if junit else None
 
 
 def _failed(folder: RunFolder, record: GateRecord, message: str, written: list[Path]) -> int:
@@ -59,7 +83,48 @@ def stage_names(plan: dict[str, Any]) -> list[str]:
 
 def collect_results(folder: RunFolder, plan: dict[str, Any]) -> list[StageResult]:
     states = _job_states(folder, plan)
-    return [_read_result(folder, name, states.get(name)) for name in stage_names(plan)]
+    return [
+        with_jobs(folder, plan, states, _read_result(folder, name, states.get(name)))
+        for name in stage_names(plan)
+    ]
+
+
+def with_jobs(
+    folder: RunFolder, plan: dict[str, Any], jobs: dict[str, dict[str, Any]], result: StageResult
+) -> StageResult:
+    """The result plus the ids of the jobs it ran as (`provenance.jobs`: `main` and each part, from
+    jobs.json) and, where it has part jobs, their timings: `parts` (how many), `parts_wall_s` (their
+    wall times summed) and `span_s` (from the first part's start to the stage's end)."""
+    if plan["jobs"].get(result.stage, {}).get("reused"):
+        return result  # this launch ran no job for it: the result's own provenance says where it ran
+    ids = {"main": (jobs.get(result.stage) or {}).get("job_id")}
+    for name, spec in plan["jobs"].items():
+        if spec.get("kind") == "part" and spec.get("stage") == result.stage:
+            ids[str(spec.get("part"))] = (jobs.get(name) or {}).get("job_id")
+    provenance = {**result.provenance, "jobs": {k: str(v) for k, v in ids.items() if v is not None}}
+    return dataclasses.replace(
+        result, provenance=provenance, timings={**result.timings, **_parts(folder, result)}
+    )
+
+
+def _parts(folder: RunFolder, result: StageResult) -> dict[str, float]:
+    """Timings of the parts that finished (`done.json` with `started` and `finished`)."""
+    spans = []
+    for done in sorted(folder.parts_dir(result.stage).glob(f"*/{PART_DONE}")):
+        try:
+            data = json.loads(done.read_text(encoding="utf-8"))
+            spans.append((float(data["started"]), float(data["finished"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    started, wall = result.timings.get("started"), result.timings.get("wall_s")
+    if not spans or started is None or wall is None:
+        return {}
+    end = max(started + wall, *(f for _, f in spans))
+    return {
+        "parts": float(len(spans)),
+        "parts_wall_s": round(sum(f - s for s, f in spans), 3),
+        "span_s": round(end - min(started, *(s for s, _ in spans)), 3),
+    }
 
 
 def _read_result(folder: RunFolder, stage: str, job: dict[str, Any] | None) -> StageResult:
@@ -135,4 +200,19 @@ def sources(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
         "executor": plan.get("executor"),
         "git_sha": plan.get("git_sha"),
         "gate_job_id": plan.get("gate_job_id"),
+        "variant": demo_variant(cfg),
     }
+
+
+def demo_variant(cfg: DictConfig) -> str | None:
+    """The demo's `variant` (`default`, `faulty`) when an input is the embedded demo's, so the history
+    tells the two apart; None for the user's own inputs."""
+    variant = (cfg.get("demo") or {}).get("variant")
+    if not variant or not cfg.get("output_root"):
+        return None
+    root = demo_dir(cfg.output_root).resolve()
+    for key in ("model", "dataset", "training", "release", "cache"):
+        path = (cfg.get(key) or {}).get("path")
+        if path and Path(str(path)).resolve().is_relative_to(root):
+            return str(variant)
+    return None

@@ -107,6 +107,7 @@ def run_part(run_dir: Path, name: str, part: str) -> str:
     cfg, plan, stage, ctx = _prepare(folder, name, part)
     assert stage.run_part is not None
     folder.part_input_error_file(name, part).unlink(missing_ok=True)  # a requeue or relaunch asks again
+    started = time.time()
     try:
         check_stage(cfg, stage)  # an input changed since launch: every part says so, none "crashes"
         stage.run_part(cfg, ctx)
@@ -117,7 +118,8 @@ def run_part(run_dir: Path, name: str, part: str) -> str:
         atomic_write_json(failed, {"part": part, "input_error": error, "provenance": provenance(plan)})
         return str(failed)
     done = folder.part_done_file(name, part)
-    atomic_write_json(done, {"part": part, "provenance": provenance(plan), "finished": time.time()})
+    record = {"part": part, "provenance": provenance(plan), "started": started, "finished": time.time()}
+    atomic_write_json(done, record)
     return str(done)
 
 

@@ -141,7 +141,11 @@ class RunFolder:
 
     def part_dir(self, stage: str, part: str) -> Path:
         """What part `part` of `stage` left for the stage's main job to merge."""
-        return self.root / "parts" / stage / part
+        return self.parts_dir(stage) / part
+
+    def parts_dir(self, stage: str) -> Path:
+        """Every part's folder of `stage` (job array tasks included: `<part>-<task>`)."""
+        return self.root / "parts" / stage
 
     def part_done_file(self, stage: str, part: str) -> Path:
         return self.part_dir(stage, part) / PART_DONE

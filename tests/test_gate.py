@@ -144,3 +144,62 @@ def test_gate_without_its_audit_record_exits_1_and_never_leaves_a_clear(tmp_path
     assert run_gate(folder.root) == 0
     assert folder.gate_file.exists() and not folder.gate_failure_file.exists()
     assert not folder.incomplete_gate_file.exists() and len(list(audit_dir.glob("*_audit.md"))) == 1
+
+
+def test_stage_results_name_their_jobs_and_the_wall_time_of_their_parts(tmp_path):
+    """jobs.json gives each job's id; parts' done.json their start and end: the stage's wall time spans
+    from the first part's start to the stage's end."""
+    folder = RunFolder(tmp_path)
+    plan = {
+        "jobs": {
+            "det.a": {"kind": "part", "stage": "det", "part": "a"},
+            "det.b": {"kind": "part", "stage": "det", "part": "b"},
+            "det": {"kind": "stage", "stage": "det"},
+            "old": {"kind": "stage", "stage": "old", "reused": True},
+        }
+    }
+    folder.write_jobs({"det.a": {"job_id": "11"}, "det.b": {"job_id": "12"}, "det": {"job_id": "13"}})
+    for part, (start, end) in {"a": (100.0, 130.0), "b": (101.0, 120.0)}.items():
+        atomic_write_json(
+            folder.part_done_file("det", part), {"part": part, "started": start, "finished": end}
+        )
+    result = StageResult.from_checks(
+        "det", [row("det.x", "match")], timings={"started": 131.0, "wall_s": 0.5}
+    )
+    folder.write_result("det", result)
+    folder.write_result("old", StageResult.from_checks("old", [row("old.x", "match")]))
+    det, old = collect_results(folder, plan)
+    assert det.provenance["jobs"] == {"main": "13", "a": "11", "b": "12"}
+    assert (det.timings["parts"], det.timings["parts_wall_s"], det.timings["span_s"]) == (2, 49.0, 31.5)
+    assert "jobs" not in old.provenance  # reused: this launch ran no job for it
+
+
+def test_demo_variant_only_when_an_input_is_the_demo(tmp_path):
+    from pipeline.gate import demo_variant
+
+    demo = tmp_path / "out" / "demo" / "faulty" / "model"
+    cfg = OmegaConf.merge(
+        CFG,
+        {"output_root": str(tmp_path / "out"), "demo": {"variant": "faulty"}, "model": {"path": str(demo)}},
+    )
+    assert demo_variant(cfg) == "faulty"
+    assert demo_variant(OmegaConf.merge(cfg, {"model": {"path": str(tmp_path / "mine")}})) is None
+
+
+def test_gate_writes_junit_where_configured_and_a_failed_write_is_no_clear(tmp_path, monkeypatch):
+    from pipeline.gate import run_gate
+
+    monkeypatch.chdir(tmp_path)
+    folder = RunFolder.of(tmp_path / "out", "r1")
+    cfg = OmegaConf.merge(
+        CFG, {"audit_dir": str(tmp_path / "audit"), "stages": {"gate": {"junit": "ci/gate.xml"}}}
+    )
+    folder.write_config(cfg)
+    folder.write_plan({"jobs": {"s": {"kind": "stage"}}})
+    folder.write_result("s", StageResult.from_checks("s", [row("a", "match")]))
+    assert run_gate(folder.root) == 0
+    assert "<testcase" in (tmp_path / "ci" / "gate.xml").read_text()
+    (tmp_path / "ci" / "gate.xml").unlink()
+    (tmp_path / "ci" / "gate.xml").mkdir()  # the report cannot replace a folder
+    assert run_gate(folder.root) == 1 and not folder.gate_file.exists()
+    assert "ci/gate.xml failed" in folder.gate_failure()

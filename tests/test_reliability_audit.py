@@ -2,6 +2,7 @@
 `audit_mode`), and a failed write names itself and what was written."""
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -20,6 +21,8 @@ HOSTILE = (
 HEADINGS = [
     "Sources",
     "Verdict",
+    "Summary",
+    "Findings: 1 row(s) not `match`",
     "Stages",
     "Reconciliation",
     "Evidence",
@@ -55,7 +58,7 @@ def hostile_record() -> GateRecord:
         created="2026-12-02T10:00:00+00:00",
         verdict="mismatch",
         gate="blocked",
-        reasons=(HOSTILE,),
+        reasons=(HOSTILE, f"s.{HOSTILE}: {HOSTILE}"),
         stages=(result,),
         sources={
             "model": {"name": HOSTILE, "path": HOSTILE},
@@ -85,18 +88,22 @@ def test_hostile_keys_cannot_forge_a_section_html_a_link_or_a_cell(tmp_path):
     assert all(tag in ("h1", "h2", "h3") for tag, _ in found)
     assert [tag for tag, _ in found].count("h3") == 1  # the one evidence heading of the one check
     kinds = {t.type for t in toks} | {c.type for t in toks for c in (t.children or [])}
-    assert not kinds & {"html_block", "html_inline", "blockquote_open", "ordered_list_open"}
+    assert not kinds & {"blockquote_open", "ordered_list_open"}
     inline = [c for t in toks for c in (t.children or [])]
+    html = [t.content.strip() for t in [*toks, *inline] if t.type in ("html_block", "html_inline")]
+    own = re.compile(r'<a id="[a-z0-9-]+">|</a>|</details>|<details>\n<summary>[^<>&`\\]*</summary>')
+    assert html and all(own.fullmatch(h) for h in html), html  # only the renderer's anchors and folds
     images = [c for c in inline if c.type == "image"]
     assert len(images) == 1 and images[0].attrs["src"].endswith(".png")
     links = [c.attrs["href"] for c in inline if c.type == "link_open"]
-    assert len(links) == 1 and links[0].endswith("/a%20b%29%28c.json")  # the artifact link, quoted
+    assert len(links) == 2 and links[1].endswith("/a%20b%29%28c.json")  # the artifact link, quoted
+    assert re.fullmatch(r"#check-s-obs-state-[a-z0-9-]+", links[0])  # the reason naming the check
     verdict = text.split("## Verdict\n", 1)[1].split("\n## ", 1)[0]
-    assert "- overall: `mismatch`" in verdict and "- gate: ````blocked — " in verdict
-    assert "clear to train" not in verdict.replace(audit.flat(HOSTILE), "")
+    assert "- overall: `mismatch`" in verdict and "- gate: **blocked**, 2 reason(s):" in verdict
+    assert not re.search(r"^\s*- gate: `clear", verdict, re.M)  # the forged line stays inside a line
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     widths = {line.replace("\\|", "").count("|") for line in rows}
-    assert widths == {6, 9}, widths  # the stage table (5 cells) and the reconciliation table (8 cells)
+    assert widths == {6, 8, 9}, widths  # stages (5 cells), summary (7), findings and reconciliation (8)
     assert text.count("\n") == len(text.splitlines())  # no stray CR, VT, NEL or LINE SEPARATOR lines
     assert not any(ch in text for ch in "\r\u2028\x85\x0b")
 

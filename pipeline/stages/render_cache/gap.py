@@ -3,7 +3,7 @@ and the raw-release vs eval-renderer domain gap with the frames side by side in 
 
 from __future__ import annotations
 
-import os
+import io
 from pathlib import Path
 from typing import Any
 
@@ -113,34 +113,35 @@ def gap_row(
 def side_by_side(
     path: Path, pairs: list[tuple[int, np.ndarray, np.ndarray]], episode: str, env_id: str
 ) -> Path:
-    """One row per state: raw release frame | eval render | |difference|, titled and labelled."""
+    """One row per state: raw release frame | eval render | |difference|, with a title, axis labels, a
+    legend naming the three columns and a colour bar for the difference. matplotlib's Agg backend (no
+    display on a compute node), rendered in memory and written by the one atomic writer."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
 
-    fig, axes = plt.subplots(len(pairs), 3, figsize=(10.5, 3 * len(pairs)), squeeze=False)
+    fig = Figure(figsize=(10.5, 3 * len(pairs) + 0.6), dpi=80)
+    axes = fig.subplots(len(pairs), 3, squeeze=False)
+    columns = ("raw release frame (collection renderer)", f"eval renderer ({env_id})", "|diff|, max over RGB")
     for row, (t, raw, ev) in enumerate(pairs):
         diff = np.abs(raw.astype(np.int16) - ev.astype(np.int16)).max(axis=-1)
-        for col, (img, title) in enumerate(
-            (
-                (raw, "raw release frame"),
-                (ev, f"eval renderer ({env_id})"),
-                (diff, "|diff|, max over RGB"),
-            )
-        ):
+        for col, img in enumerate((raw, ev, diff)):
             ax = axes[row][col]
             shown = ax.imshow(img, cmap="magma" if col == 2 else None, vmin=0, vmax=255 if col == 2 else None)
-            ax.set_title(f"{title}, t={t}", fontsize=9)
+            ax.set_title(f"{columns[col].split(' (')[0]}, t={t}", fontsize=9)
             ax.set_xlabel("x (pixels)")
             ax.set_ylabel("y (pixels)")
             if col == 2:
-                fig.colorbar(shown, ax=ax, label="pixel difference")
+                fig.colorbar(shown, ax=ax, label="pixel difference (0-255)")
+    places = ("left", "middle", "right")
+    legend = [
+        Patch(fill=False, edgecolor="none", label=f"{p}: {c}") for p, c in zip(places, columns, strict=True)
+    ]
+    fig.legend(handles=legend, loc="lower center", ncol=3, fontsize=8, frameon=False, handlelength=0)
     fig.suptitle(f"Domain gap: raw release vs eval renderer ({episode})")
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=80)
-    plt.close(fig)
-    atomic_write_bytes(path, tmp.read_bytes())
-    tmp.unlink()
-    return path
+    fig.tight_layout(rect=(0, 0.6 / (3 * len(pairs) + 0.6) + 0.02, 1, 1))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return atomic_write_bytes(path, buffer.getvalue())
