@@ -19,6 +19,7 @@ reader sees a whole old file or a whole new one, and needs no lock. A twin that 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -44,19 +45,35 @@ class Earlier:
 
 
 def read_twins(audit_dir: Path | str) -> Iterator[GateRecord]:
-    """Every readable JSON twin in `audit_dir`, newest first; an unreadable one is logged and skipped."""
+    """Every readable JSON twin in `audit_dir`, newest first; an unreadable one is logged and skipped.
+    Each file is parsed once per version (name, mtime, size): a launch asks once per stage."""
     folder = Path(audit_dir)
     if not folder.is_dir():
         return iter(())
     records = []
     for path in sorted(folder.glob(TWIN_GLOB)):
         try:
-            if path.stat().st_size > MAX_TWIN_BYTES:
-                raise RecordError(f"larger than {MAX_TWIN_BYTES} bytes")
-            records.append(GateRecord.from_dict(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecordError) as exc:
-            log.warning("history: skipping %s: %s: %s", path, type(exc).__name__, exc)
+            info = path.stat()
+            found = _load(path, info.st_mtime_ns, info.st_size)
+        except OSError as exc:
+            found = f"{type(exc).__name__}: {exc}"
+        if isinstance(found, str):
+            log.warning("history: skipping %s: %s", path, found)
+        else:
+            records.append(found)
     return iter(sorted(records, key=lambda r: (r.created, r.run_id), reverse=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _load(path: Path, mtime_ns: int, size: int) -> GateRecord | str:
+    """The record, or why it cannot be read (a string, so a bad file is also parsed only once)."""
+    del mtime_ns  # part of the cache key only
+    try:
+        if size > MAX_TWIN_BYTES:
+            raise RecordError(f"larger than {MAX_TWIN_BYTES} bytes")
+        return GateRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecordError) as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def qualifies(result: StageResult) -> bool:

@@ -133,6 +133,27 @@ def reusable(folder: RunFolder, name: str, fingerprints: dict[str, str]) -> bool
     return old.status != "error" and old.fingerprints == fingerprints
 
 
+def reused_job(
+    cfg: DictConfig, folder: RunFolder, name: str, prints: dict[str, str], res: dict[str, Any], mode: str
+) -> JobSpec | None:
+    """The stage's job when a result from these inputs stands: this run's own, else the history's."""
+    if mode != "none" and reusable(folder, name, prints):
+        return JobSpec(name, "stage", name, resources=res, fingerprints=prints, reused=True)
+    earlier = from_history(cfg, name, prints) if mode == "history" else None
+    if earlier is None:
+        return None
+    return JobSpec(
+        name,
+        "stage",
+        name,
+        resources=res,
+        fingerprints=prints,
+        reused=True,
+        reused_from=earlier.run_id,
+        earlier=earlier.result,
+    )
+
+
 def array_size(cfg: DictConfig, stage: Stage) -> int:
     """Tasks of the stage's job array, decided now from its typed config (0: no array)."""
     if stage.array is None:
@@ -152,25 +173,9 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder
     for stage in chosen:
         prints = input_fingerprints(plain, stage.inputs, plain["stages"].get(stage.name))
         res = resources(cfg, stage.name)
-        if mode != "none" and reusable(folder, stage.name, prints):
-            jobs.append(
-                JobSpec(stage.name, "stage", stage.name, resources=res, fingerprints=prints, reused=True)
-            )
-            continue
-        earlier = from_history(cfg, stage.name, prints) if mode == "history" else None
-        if earlier is not None:
-            jobs.append(
-                JobSpec(
-                    stage.name,
-                    "stage",
-                    stage.name,
-                    resources=res,
-                    fingerprints=prints,
-                    reused=True,
-                    reused_from=earlier.run_id,
-                    earlier=earlier.result,
-                )
-            )
+        kept = reused_job(cfg, folder, stage.name, prints, res, mode)
+        if kept is not None:
+            jobs.append(kept)
             continue
         before = tuple((dep, "afterok") for dep in stage.after if dep in live)
         parts = [

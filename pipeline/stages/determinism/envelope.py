@@ -95,7 +95,8 @@ def envelope_check(
     if not curve:
         return None, {}
     keys = tuple(config.envelope_match)
-    found = history.same_inputs(cfg.get("audit_dir") or "", NAME, fingerprints, keys, str(cfg.get("run_id")))
+    audit = cfg.get("audit_dir")
+    found = history.same_inputs(audit, NAME, fingerprints, keys, str(cfg.get("run_id"))) if audit else []
     runs = [(e.run_id, c) for e in found[: config.envelope_max_runs] if (c := stored_curve(e.result))]
     steps = sorted(curve)
     kept = {"curve": {"steps": steps, "loss": [curve[s] for s in steps]}, "match": list(keys)}
