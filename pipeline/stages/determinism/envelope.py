@@ -16,7 +16,10 @@ split over the steps compared (so a healthy curve of 64 steps is not flagged one
 `envelope_k` fixes it. The floors keep a band from collapsing to a point when the earlier runs are
 identical (same seed, same software: the usual case for a determinism gate), where any change at all
 would otherwise be "outside". Fewer than `envelope_min_runs` (>= 2: one run has no spread) earlier
-runs: a `match` row that says how many there are and stores this curve; it never blocks.
+runs: a `match` row that says how many there are and stores this curve; it never blocks. A curve that
+was outside its own envelope in a gate that still cleared (a soft finding) is a reference for later
+runs: that run was accepted, and the band follows an accepted change instead of flagging it forever
+(`envelope_severity: hard` keeps such a run from ever clearing).
 """
 
 from __future__ import annotations
