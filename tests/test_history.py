@@ -158,6 +158,8 @@ def test_a_second_launch_reuses_the_first_runs_result_and_reuse_none_runs_it_aga
     assert stage["provenance"]["reused_from"] == "one" and stage["checks"][0]["message"] == "ran in one"
     twins = sorted((tmp_path / "audit_logs").glob("*_two_audit.json"))
     assert json.loads(twins[0].read_text())["stages"][0]["provenance"]["reused_from"] == "one"
+    dry = launch(tmp_path, *common, "run_id=dry", "dry_run=true")
+    assert "# counted: result reused from run one (inputs unchanged), not submitted" in dry.stdout, dry.stdout
     third = launch(tmp_path, *common, "run_id=three", "reuse=none")
     assert third.returncode == 0, third.stdout + third.stderr
     assert counter.read_text().split() == ["one", "three"]
