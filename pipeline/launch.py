@@ -25,7 +25,7 @@ from pipeline.follow import console, follow_slurm, launch_local
 from pipeline.follow import job_rows as _rows
 from pipeline.launch_checks import validate
 from pipeline.local_runner import adoptable
-from pipeline.plan import JobSpec, build_plan, plan_document
+from pipeline.plan import JobSpec, build_plan, plan_document, write_reused
 from pipeline.readers.sif import sha256_file
 from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder, demo_dir
 from pipeline.runguard import run_lock, validate_run_folders
@@ -175,6 +175,7 @@ def _launch_locked(
         folder.write_config(rcfg)
         container_image.make_bind_sources(rcfg)  # apptainer refuses a --bind whose source does not exist
         folder.write_plan(plan_document(jobs, **extra))
+        write_reused(folder, jobs)  # results taken from the audit history, before any job can read them
         console.print(f"run {rcfg.run_id}: {folder.root} ({executor})")
         if executor == "slurm":
             return launch_slurm(jobs, rcfg, folder, extra)
@@ -198,7 +199,8 @@ def dry_run(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder) -> int:
     for job in jobs:
         deps = ", ".join(f"{kind}:{name}" for name, kind in job.deps) or "none"
         if job.reused:
-            print(f"# {job.name}: result reused (inputs unchanged), not submitted")
+            where = f" from run {job.reused_from}" if job.reused_from else ""
+            print(f"# {job.name}: result reused{where} (inputs unchanged), not submitted")
             continue
         print(f"# ---- {job.name} (depends on: {deps}) ----")
         print(sbatch_preview(job, cfg, folder, ids))

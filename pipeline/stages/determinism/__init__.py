@@ -15,6 +15,8 @@ Round two (`findings`): `bare_a`/`bare_b` repeat the twins under the training jo
 (`conditions`), so identity that holds only under the stage's injected variables is a finding naming
 them; the horizon row states the steps compared and the trainer's events inside them (the config can
 require some); the worker_rng row reports random streams duplicated across DataLoader workers.
+The envelope row (`envelope`) compares the smoke loss curve with earlier clear runs of the same
+training config in the audit history, and keeps this run's curve for the runs after it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from omegaconf import DictConfig
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
-from pipeline.stages.determinism import compare, findings, reload, runner
+from pipeline.stages.determinism import compare, envelope, findings, reload, runner
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.stages.determinism.outcome import Outcome, failure_verb, read_outcome
 from pipeline.stages.determinism.runner import BARE, stage_config
@@ -259,11 +261,15 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
         ddp = read_outcome(ctx.part_dir("ddp"), "ddp", metrics_file)
         checks.append(ddp_check(ddp, config.ddp_procs, metrics_file, config.steps))
     checks += reload_checks(cfg, config, got["twin_a"])
+    curve = None if healthy.problem else healthy.stream
+    row, plots = envelope.envelope_check(cfg, config, curve, ctx.fingerprints, ctx.artifacts_dir)
+    checks += [row] if row is not None else []
     path = atomic_write_json(
         ctx.artifacts_dir / "compare.json",
         {"twins": found, "parts": {p: o.evidence() for p, o in got.items()}},
     )
-    return StageResult.from_checks(NAME, checks, artifacts={"compare": str(path)}, timings=_part_timings(got))
+    artifacts = {"compare": str(path), **plots}
+    return StageResult.from_checks(NAME, checks, artifacts=artifacts, timings=_part_timings(got))
 
 
 def _part_timings(got: dict[str, Outcome]) -> dict[str, float]:

@@ -101,6 +101,19 @@ class DeterminismConfig(StageConfig):
     horizon_after: int = 2
     max_steps: int = 64
     worker_rng_severity: str = "soft"  # a random stream identical in several DataLoader workers
+    # The loss envelope (envelope.py says why this band): twin A's loss per step against earlier clear
+    # runs in audit_dir whose fingerprints equal this run's on `envelope_match`; the curve is kept in the
+    # row's evidence so later runs can read it. Band per step: mean +- max(k*sd*sqrt(1+1/n), floors);
+    # k: Student's t for envelope_alpha split over the steps, unless envelope_k sets it.
+    envelope_enabled: bool = True
+    envelope_severity: str = "soft"  # hard: a curve outside the envelope blocks
+    envelope_k: float | None = None
+    envelope_alpha: float = 0.01
+    envelope_rel_floor: float = 0.02  # the least half-width, as a fraction of the mean loss
+    envelope_abs_floor: float = 1e-6
+    envelope_min_runs: int = 2  # fewer earlier runs: an informative row, no comparison
+    envelope_max_runs: int = 20  # the newest ones
+    envelope_match: list[str] = field(default_factory=lambda: ["training"])  # fingerprints that must match
 
     def validate(self, key: str) -> None:
         super().validate(key)
@@ -112,7 +125,8 @@ class DeterminismConfig(StageConfig):
             inside = bool(value) and not value.startswith("/") and ".." not in value.split("/")
             require(inside, f"{key}.{name}", "a relative name inside <out>", value)
         self.reload.validate(f"{key}.reload")
-        for name in ("conditions_severity", "worker_rng_severity"):
+        self._validate_envelope(key)
+        for name in ("conditions_severity", "worker_rng_severity", "envelope_severity"):
             value = getattr(self, name)
             require(value in SEVERITIES, f"{key}.{name}", "one of hard, soft", value)
         for index, event in enumerate(self.horizon_events):
@@ -125,3 +139,22 @@ class DeterminismConfig(StageConfig):
             f"a step cap >= steps ({self.steps})",
             self.max_steps,
         )
+
+    def _validate_envelope(self, key: str) -> None:
+        require(
+            0 < self.envelope_alpha < 1, f"{key}.envelope_alpha", "a level in (0, 1)", self.envelope_alpha
+        )
+        k = self.envelope_k
+        require(k is None or k > 0, f"{key}.envelope_k", "null or a multiplier > 0", k)
+        for name in ("envelope_rel_floor", "envelope_abs_floor"):
+            require(getattr(self, name) >= 0, f"{key}.{name}", "a floor >= 0", getattr(self, name))
+        require(self.envelope_min_runs >= 2, f"{key}.envelope_min_runs", "2 or more", self.envelope_min_runs)
+        require(
+            self.envelope_max_runs >= self.envelope_min_runs,
+            f"{key}.envelope_max_runs",
+            f"at least envelope_min_runs ({self.envelope_min_runs})",
+            self.envelope_max_runs,
+        )
+        known = ("model", "training", "dataset", "config", "container")
+        bad = [m for m in self.envelope_match if m not in known]
+        require(not bad, f"{key}.envelope_match", f"names among {', '.join(known)}", self.envelope_match)

@@ -130,6 +130,7 @@ def test_seeded_trainer_with_and_without_workers_clears(tmp_path, workers):
         "device": "match",
         "conditions": "match",
         "horizon": "match",
+        "envelope": "match",  # no earlier runs yet: an informative row keeping the curve
         "worker_rng": "match",
     }
     assert rows["worker_rng"].evidence["worker_records"] == (2 if workers == "2" else 0)  # one loader start
