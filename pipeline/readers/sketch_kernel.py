@@ -213,24 +213,24 @@ def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-un
     new buckets, one lookup per value of the dims concerned, however many there are (the first blocks
     start dozens); new level-3 rows are few and compared one by one."""
     n, ndim = bits.shape
-    fresh = np.full((ndim, BUCKETS), -1, dtype=np.int64)
+    fresh = np.full((ndim, BUCKETS), -1, dtype=np.int32)
     wanted = np.zeros(ndim, dtype=np.bool_)
     deep = [j for j in range(dims.shape[0]) if cells[j] >= 0]
     for j in range(dims.shape[0]):
         if cells[j] < 0:
             fresh[dims[j], buckets[j]] = slots[j]
             wanted[dims[j]] = True
+    which = np.flatnonzero(wanted)  # only the dims concerned are read (often one or two of them)
     for i in range(n):
-        for d in range(ndim):
-            if not wanted[d]:
-                continue
+        for k in range(which.shape[0]):
+            d = which[k]
             b = bits[i, d]
             if (b & 0x7F800000) == 0x7F800000:
                 continue
             key = b ^ ((b >> 31) & 0x7FFFFFFF)
-            slot = fresh[d, (key >> 16) + 32768]
+            slot = fresh[d, np.uint32((key >> 16) + 32768)]
             if slot >= 0:
-                table[slot, (key >> 8) & 0xFF] += 1
+                table[np.uint32(slot), np.uint32((key >> 8) & 0xFF)] += 1
         for j in deep:
             b = bits[i, dims[j]]
             if (b & 0x7F800000) == 0x7F800000:
