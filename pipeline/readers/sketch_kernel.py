@@ -135,25 +135,7 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
     hi = np.full(dim, -np.inf, dtype=np.float32)
     for start in range(0, n, CHUNK):
         end = min(start + CHUNK, n)
-        skipped = 0
-        for i in range(start, end):
-            for d in range(dim):
-                b = bits[i, d]
-                if (b & 0x7F800000) == 0x7F800000:
-                    bad[d] += 1
-                    skipped += 1
-                    continue
-                key = b ^ ((b >> 31) & 0x7FFFFFFF)
-                top = np.uint32((key >> 16) + 32768)
-                slot = lut[d, top]
-                if slot < 0:
-                    hist[d, top] += 1
-                    continue
-                cell = np.uint32((key >> 8) & 0xFF)
-                mid[np.uint32(slot), cell] += 1
-                sub = lut2[np.uint32(slot), cell]
-                if sub >= 0:
-                    low[np.uint32(sub), np.uint32(key & 0xFF)] += 1
+        skipped = _count_rows(bits, start, end, hist, lut, mid, lut2, low, bad)
         wide = start + (end - start) // rep * rep if skipped == 0 else start
         for g in range(start * dim, wide * dim, width):
             for j in range(width):
@@ -163,16 +145,7 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
                 acc2[j] += c * c
                 wlo[j] = min(wlo[j], v)
                 whi[j] = max(whi[j], v)
-        for i in range(wide, end):
-            for d in range(dim):
-                v = values[i, d]
-                if not np.isfinite(v):
-                    continue
-                c = np.float64(v) - shift[d]
-                total[d] += c
-                squares[d] += c * c
-                lo[d] = min(lo[d], v)
-                hi[d] = max(hi[d], v)
+        _sum_rows(values, shift, wide, end, total, squares, lo, hi)
     for j in range(width):
         d = j % dim
         total[d] += acc[j]
@@ -186,6 +159,44 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
         out[2, d] = squares[d]
         out[3, d] = lo[d]
         out[4, d] = hi[d]
+
+
+def _count_rows(bits, start, end, hist, lut, mid, lut2, low, bad):  # type: ignore[no-untyped-def]
+    """Count rows start..end into the three levels; returns how many values were non-finite."""
+    skipped = 0
+    for i in range(start, end):
+        for d in range(bits.shape[1]):
+            b = bits[i, d]
+            if (b & 0x7F800000) == 0x7F800000:
+                bad[d] += 1
+                skipped += 1
+                continue
+            key = b ^ ((b >> 31) & 0x7FFFFFFF)
+            top = np.uint32((key >> 16) + 32768)
+            slot = lut[d, top]
+            if slot < 0:
+                hist[d, top] += 1
+                continue
+            cell = np.uint32((key >> 8) & 0xFF)
+            mid[np.uint32(slot), cell] += 1
+            sub = lut2[np.uint32(slot), cell]
+            if sub >= 0:
+                low[np.uint32(sub), np.uint32(key & 0xFF)] += 1
+    return skipped
+
+
+def _sum_rows(values, shift, start, end, total, squares, lo, hi):  # type: ignore[no-untyped-def]
+    """Sums of rows start..end row by row, skipping non-finite values."""
+    for i in range(start, end):
+        for d in range(values.shape[1]):
+            v = values[i, d]
+            if not np.isfinite(v):
+                continue
+            c = np.float64(v) - shift[d]
+            total[d] += c
+            squares[d] += c * c
+            lo[d] = min(lo[d], v)
+            hi[d] = max(hi[d], v)
 
 
 def _row_sums(lut, mid):  # type: ignore[no-untyped-def]
@@ -282,12 +293,12 @@ def kernels(name: str | None = None) -> tuple:  # type: ignore[type-arg]
 def _compile(numba: object) -> tuple:  # type: ignore[type-arg]
     """njit the loops (helpers first: the reduce loop calls them), cached beside this file or in the
     user's cache dir (compiled once per install), or uncached where no cache location is writable."""
-    global _row_sums, _settle_hist
+    global _row_sums, _settle_hist, _count_rows, _sum_rows
     try:
         jit = numba.njit(cache=True, nogil=True)  # type: ignore[attr-defined]
-        helpers = [jit(f) for f in (_row_sums, _settle_hist)]
+        helpers = [jit(f) for f in (_row_sums, _settle_hist, _count_rows, _sum_rows)]
     except RuntimeError:  # read-only install and home
         jit = numba.njit(nogil=True)  # type: ignore[attr-defined]
-        helpers = [jit(f) for f in (_row_sums, _settle_hist)]
-    _row_sums, _settle_hist = helpers
+        helpers = [jit(f) for f in (_row_sums, _settle_hist, _count_rows, _sum_rows)]
+    _row_sums, _settle_hist, _count_rows, _sum_rows = helpers
     return jit(_reduce_loop), jit(_count_loop)
