@@ -20,10 +20,23 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 
-# Off: pyarrow already decodes a group's columns on all cores, and holding the next group while the
-# caller reduces this one cost ~250 MB (1.4x the decode's own peak RSS in benchmarks/bench_stats.py)
-# for no measurable gain on a 2-core machine once the reduction is one compiled pass.
-READ_AHEAD = False
+# On: the next row group is decoded (pyarrow releases the GIL) while the caller's compiled kernels
+# reduce this one. Affordable since groups are read column by column through a small read buffer:
+# in benchmarks/bench_stats.py the whole stats pass, numba included, peaks below the plain
+# `read_row_group` loop's RSS plus 20 %.
+READ_AHEAD = True
+# Read the file through a 1 MiB buffer, not whole column chunks at once (pre_buffer): over 1 M-row
+# groups of 14-dim float32 this took the decoder's peak RSS from ~490 to ~350 MB for the same CPU.
+BUFFER = 1 << 20
+
+
+def single(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """One array without a copy where the column is one chunk (what `read_row_group` gives): in pyarrow
+    26 `combine_chunks` concatenates, i.e. copies, even a single chunk, which cost ~0.1 s per 1 M x 14
+    group, a quarter of its decode."""
+    if isinstance(column, pa.ChunkedArray):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
 
 
 def _list_width(arr: pa.Array, dim: int | None, path: Path, key: str) -> int:
@@ -50,7 +63,7 @@ def is_list(kind: pa.DataType) -> bool:
 
 def column_2d(column: pa.ChunkedArray | pa.Array, dim: int | None, path: Path, key: str) -> np.ndarray:
     """A list / fixed-size-list / scalar column as an [n, dim] array (dim None: the list's own width)."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    arr = single(column)
     if arr.null_count:
         raise InputError(
             f"{path}: column '{key}' has {arr.null_count} null rows (expected {dim} numbers per row)",
@@ -76,7 +89,7 @@ def column_2d(column: pa.ChunkedArray | pa.Array, dim: int | None, path: Path, k
 
 def column_array(column: pa.ChunkedArray | pa.Array, dim: int | None, path: Path, key: str) -> np.ndarray:
     """A column as stored: list columns as [n, dim], scalar columns (indices, timestamps) as [n]."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    arr = single(column)
     if is_list(arr.type):
         return column_2d(arr, dim, path, key)
     if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type)):
@@ -89,7 +102,7 @@ def column_array(column: pa.ChunkedArray | pa.Array, dim: int | None, path: Path
 def open_parquet(path: Path, columns: Sequence[str]) -> pq.ParquetFile:
     """The file, with every requested column present in its schema (else an InputError naming it)."""
     try:
-        handle = pq.ParquetFile(path)
+        handle = pq.ParquetFile(path, buffer_size=BUFFER, pre_buffer=False)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: not a readable parquet file: {exc}", path=path, field="parquet") from exc
     names = set(handle.schema_arrow.names)
@@ -105,14 +118,20 @@ def open_parquet(path: Path, columns: Sequence[str]) -> pq.ParquetFile:
 
 
 def read_group(path: Path, handle: pq.ParquetFile, group: int, columns: list[str]) -> dict[str, Any]:
-    """One row group's columns as arrow arrays (the caller converts them)."""
-    try:
-        table = handle.read_row_group(group, columns=columns)
+    """One row group's columns as arrow arrays (the caller converts them).
+
+    Read one column at a time: `read_row_group` of two 14-dim float32 columns peaks at ~690 MB RSS
+    over 1 M-row groups (benchmarks/bench_stats.py), one column at a time at ~490 MB, for the same CPU.
+    """
+    out = {}
+    try:  # column by column: the decoder's transient buffers are one column's, not the group's (peak RSS)
+        for name in columns:
+            out[name] = single(handle.read_row_group(group, columns=[name]).column(0))
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(
             f"{path}: row group {group} cannot be decoded: {exc}", path=path, field=f"row_group[{group}]"
         ) from exc
-    return {name: table.column(name).combine_chunks() for name in table.column_names}
+    return out
 
 
 def read_columns(

@@ -111,40 +111,48 @@ def count_numpy(
 
 
 def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: ignore[no-untyped-def]
-    """The compiled twin of `reduce_numpy` (same arguments, same results up to summation order)."""
+    """The compiled twin of `reduce_numpy` (same arguments, same results up to summation order).
+
+    Per CHUNK rows: one sweep for the counters, then one for the sums. A value of a tracked bucket is
+    counted into its level-2 row only; the bucket's level-1 counter gets the row's growth at the end
+    (one read-modify-write per value saved where the mass is, the tracked buckets). The sums sweep the
+    chunk as one flat run in strides of `width` (a multiple of `dim`) with one accumulator per position,
+    a loop LLVM vectorises; a chunk holding a non-finite value is summed row by row, skipping it."""
     n, dim = values.shape
+    before = _row_sums(lut, mid)
+    rep = max(1, 64 // max(dim, 1))
+    width = dim * rep
+    flat = values.reshape(-1)
+    wshift = np.empty(width)
+    for j in range(width):
+        wshift[j] = shift[j % dim]
+    acc, acc2 = np.zeros(width), np.zeros(width)
+    wlo = np.full(width, np.inf, dtype=np.float32)
+    whi = np.full(width, -np.inf, dtype=np.float32)
     bad = np.zeros(dim, dtype=np.int64)
     total, squares = np.zeros(dim), np.zeros(dim)
-    part, part2 = np.zeros(dim), np.zeros(dim)
     lo = np.full(dim, np.inf, dtype=np.float32)
     hi = np.full(dim, -np.inf, dtype=np.float32)
     for start in range(0, n, CHUNK):
-        part[:] = 0.0
-        part2[:] = 0.0
-        for i in range(start, min(start + CHUNK, n)):
-            for d in range(dim):
-                b = bits[i, d]
-                if (b & 0x7F800000) == 0x7F800000:
-                    bad[d] += 1
-                    continue
-                key = b ^ ((b >> 31) & 0x7FFFFFFF)
-                top = (key >> 16) + 32768
-                hist[d, top] += 1
-                slot = lut[d, top]
-                if slot >= 0:
-                    cell = (key >> 8) & 0xFF
-                    mid[slot, cell] += 1
-                    sub = lut2[slot, cell]
-                    if sub >= 0:
-                        low[sub, key & 0xFF] += 1
-                v = values[i, d]
-                c = np.float64(v) - shift[d]
-                part[d] += c
-                part2[d] += c * c
-                lo[d] = min(lo[d], v)
-                hi[d] = max(hi[d], v)
-        total += part
-        squares += part2
+        end = min(start + CHUNK, n)
+        skipped = _count_rows(bits, start, end, hist, lut, mid, lut2, low, bad)
+        wide = start + (end - start) // rep * rep if skipped == 0 else start
+        for g in range(start * dim, wide * dim, width):
+            for j in range(width):
+                v = flat[g + j]
+                c = np.float64(v) - wshift[j]
+                acc[j] += c
+                acc2[j] += c * c
+                wlo[j] = min(wlo[j], v)
+                whi[j] = max(whi[j], v)
+        _sum_rows(values, shift, wide, end, total, squares, lo, hi)
+    for j in range(width):
+        d = j % dim
+        total[d] += acc[j]
+        squares[d] += acc2[j]
+        lo[d] = min(lo[d], wlo[j])
+        hi[d] = max(hi[d], whi[j])
+    _settle_hist(lut, mid, before, hist)
     for d in range(dim):
         out[0, d] = n - bad[d]
         out[1, d] = total[d]
@@ -153,29 +161,87 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
         out[4, d] = hi[d]
 
 
+def _count_rows(bits, start, end, hist, lut, mid, lut2, low, bad):  # type: ignore[no-untyped-def]
+    """Count rows start..end into the three levels; returns how many values were non-finite."""
+    skipped = 0
+    for i in range(start, end):
+        for d in range(bits.shape[1]):
+            b = bits[i, d]
+            if (b & 0x7F800000) == 0x7F800000:
+                bad[d] += 1
+                skipped += 1
+                continue
+            key = b ^ ((b >> 31) & 0x7FFFFFFF)
+            top = np.uint32((key >> 16) + 32768)
+            slot = lut[d, top]
+            if slot < 0:
+                hist[d, top] += 1
+                continue
+            cell = np.uint32((key >> 8) & 0xFF)
+            mid[np.uint32(slot), cell] += 1
+            sub = lut2[np.uint32(slot), cell]
+            if sub >= 0:
+                low[np.uint32(sub), np.uint32(key & 0xFF)] += 1
+    return skipped
+
+
+def _sum_rows(values, shift, start, end, total, squares, lo, hi):  # type: ignore[no-untyped-def]
+    """Sums of rows start..end row by row, skipping non-finite values."""
+    for i in range(start, end):
+        for d in range(values.shape[1]):
+            v = values[i, d]
+            if not np.isfinite(v):
+                continue
+            c = np.float64(v) - shift[d]
+            total[d] += c
+            squares[d] += c * c
+            lo[d] = min(lo[d], v)
+            hi[d] = max(hi[d], v)
+
+
+def _row_sums(lut, mid):  # type: ignore[no-untyped-def]
+    """Each level-2 row's total before the block (rows of tracked buckets only; the rest stay 0)."""
+    sums = np.zeros(mid.shape[0], dtype=np.int64)
+    for d in range(lut.shape[0]):
+        for t in range(lut.shape[1]):
+            slot = lut[d, t]
+            if slot >= 0:
+                sums[slot] = mid[slot].sum()
+    return sums
+
+
+def _settle_hist(lut, mid, before, hist):  # type: ignore[no-untyped-def]
+    """Add each tracked bucket's level-2 growth during the block to its level-1 counter."""
+    for d in range(lut.shape[0]):
+        for t in range(lut.shape[1]):
+            slot = lut[d, t]
+            if slot >= 0:
+                hist[d, t] += mid[slot].sum() - before[slot]
+
+
 def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-untyped-def]
     """The compiled twin of `count_numpy`. New level-2 rows (cells < 0) are found through a table of the
     new buckets, one lookup per value of the dims concerned, however many there are (the first blocks
     start dozens); new level-3 rows are few and compared one by one."""
     n, ndim = bits.shape
-    fresh = np.full((ndim, BUCKETS), -1, dtype=np.int64)
+    fresh = np.full((ndim, BUCKETS), -1, dtype=np.int32)
     wanted = np.zeros(ndim, dtype=np.bool_)
     deep = [j for j in range(dims.shape[0]) if cells[j] >= 0]
     for j in range(dims.shape[0]):
         if cells[j] < 0:
             fresh[dims[j], buckets[j]] = slots[j]
             wanted[dims[j]] = True
+    which = np.flatnonzero(wanted)  # only the dims concerned are read (often one or two of them)
     for i in range(n):
-        for d in range(ndim):
-            if not wanted[d]:
-                continue
+        for k in range(which.shape[0]):
+            d = which[k]
             b = bits[i, d]
             if (b & 0x7F800000) == 0x7F800000:
                 continue
             key = b ^ ((b >> 31) & 0x7FFFFFFF)
-            slot = fresh[d, (key >> 16) + 32768]
+            slot = fresh[d, np.uint32((key >> 16) + 32768)]
             if slot >= 0:
-                table[slot, (key >> 8) & 0xFF] += 1
+                table[np.uint32(slot), np.uint32((key >> 8) & 0xFF)] += 1
         for j in deep:
             b = bits[i, dims[j]]
             if (b & 0x7F800000) == 0x7F800000:
@@ -190,6 +256,7 @@ def warm() -> None:
     worker thread while the first block is being decoded, so the ~0.5-1 s this takes overlaps it."""
     reduce, count = kernels()
     values = np.zeros((2, 1), dtype=np.float32)
+    values.flags.writeable = False  # blocks come read-only from arrow buffers: compile that signature
     bits = values.view(np.int32)
     table = np.zeros((1, CELLS), dtype=np.int64)
     hist, lut = np.zeros((1, BUCKETS), dtype=np.int64), np.full((1, BUCKETS), -1, dtype=np.int32)
@@ -218,10 +285,20 @@ def kernels(name: str | None = None) -> tuple:  # type: ignore[type-arg]
         if not _COMPILED:
             import numba
 
-            try:  # cached beside this file or in the user's cache dir: compiled once per install
-                pair = (numba.njit(cache=True, nogil=True)(f) for f in (_reduce_loop, _count_loop))
-                _COMPILED.append(tuple(pair))  # type: ignore[arg-type]
-            except RuntimeError:  # no writable cache location (read-only install and home): compile
-                _COMPILED.append(tuple(numba.njit(nogil=True)(f) for f in (_reduce_loop, _count_loop)))  # type: ignore[arg-type]
+            _COMPILED.append(_compile(numba))
         return _COMPILED[0]
     return reduce_numpy, count_numpy
+
+
+def _compile(numba: object) -> tuple:  # type: ignore[type-arg]
+    """njit the loops (helpers first: the reduce loop calls them), cached beside this file or in the
+    user's cache dir (compiled once per install), or uncached where no cache location is writable."""
+    global _row_sums, _settle_hist, _count_rows, _sum_rows
+    try:
+        jit = numba.njit(cache=True, nogil=True)  # type: ignore[attr-defined]
+        helpers = [jit(f) for f in (_row_sums, _settle_hist, _count_rows, _sum_rows)]
+    except RuntimeError:  # read-only install and home
+        jit = numba.njit(nogil=True)  # type: ignore[attr-defined]
+        helpers = [jit(f) for f in (_row_sums, _settle_hist, _count_rows, _sum_rows)]
+    _row_sums, _settle_hist, _count_rows, _sum_rows = helpers
+    return jit(_reduce_loop), jit(_count_loop)

@@ -112,13 +112,15 @@ class FeatureStats:
         mean, m2 = block_moments(values, shift, finite, out[1], out[2])
         self.moments.merge(finite, mean, m2, out[3].astype(np.float32), out[4].astype(np.float32))
         sk.total += finite
+        dims = np.flatnonzero(finite).tolist()
         for _ in range(2):  # a level-2 cell started now may need level 3 in this same block
-            if not self._start_cells(bits, np.flatnonzero(finite).tolist(), count):
+            dims = self._start_cells(bits, dims, count)
+            if not dims:
                 break
 
-    def _start_cells(self, bits: np.ndarray, dims: list[int], count: Callable[..., None]) -> bool:
+    def _start_cells(self, bits: np.ndarray, dims: list[int], count: Callable[..., None]) -> list[int]:
         """Start the cells the sketch now wants and count this block into them (rare after the first
-        blocks); False when none was started."""
+        blocks). Returns the dims that got new level-2 cells: only those can want level 3 now."""
         sk = self.sketch
         new = {d: sk.track(d) for d in dims}
         rows2 = [(d, b, -1, s) for d, (n2, _) in new.items() for b, s in n2]
@@ -129,7 +131,7 @@ class FeatureStats:
                 count(bits, d, b, c, s, table)
         for d, (n2, n3) in new.items():
             sk.settle(d, n2, n3)
-        return bool(rows2 or rows3)
+        return sorted({d for d, _, _, _ in rows2})
 
 
 def compute_stats(

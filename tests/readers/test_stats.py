@@ -267,3 +267,36 @@ def test_compiled_and_numpy_kernels_agree() -> None:
     assert np.array_equal(o1[[0, 3, 4]], o2[[0, 3, 4]])
     np.testing.assert_allclose(o1[1:3], o2[1:3], rtol=1e-12)
     assert o1[0].tolist() == [5_000, 5_000 - len(values[::7]), 5_000 - len(values[::11])]
+
+
+@pytest.mark.parametrize("dim", [1, 3, 14, 70])
+def test_compiled_kernel_flat_sums_match_numpy(dim: int) -> None:
+    """The compiled kernel sums clean chunks in one flat sweep (accumulators per position of a stride
+    that is a multiple of `dim`) and chunks with a non-finite value row by row: both paths, a row count
+    that is not a multiple of the stride, and dims 1..70 give numpy's float64 sums and exact min/max."""
+    from pipeline.readers import sketch_kernel
+
+    if not sketch_kernel.AVAILABLE:
+        pytest.skip("numba is not installed: nothing to compare the numpy kernel with")
+    rng = np.random.default_rng(dim)
+    rows = 3 * sketch_kernel.CHUNK + 7
+    values = (rng.normal(5.0, 2.0, (rows, dim)) + np.arange(dim)).astype(np.float32)
+    values[sketch_kernel.CHUNK + 5, 0] = np.nan  # only the second chunk takes the row-by-row path
+    values.flags.writeable = False  # as arrow hands blocks over
+    shift = values[0].astype(np.float64)
+    got = []
+    for name in ("numba", "numpy"):
+        reduce, _ = sketch_kernel.kernels(name)
+        hist = np.zeros((dim, sketch_kernel.BUCKETS), dtype=np.int64)
+        lut = np.full((dim, sketch_kernel.BUCKETS), -1, dtype=np.int32)
+        table = np.zeros((1, sketch_kernel.CELLS), dtype=np.int64)
+        out = np.zeros((5, dim))
+        reduce(values, values.view(np.int32), shift, hist, lut, table, lut[:1, :256].copy(), table, out)
+        got.append((hist, out))
+    (h1, o1), (h2, o2) = got
+    assert np.array_equal(h1, h2) and int(h1.sum()) == rows * dim - 1
+    assert np.array_equal(o1[[0, 3, 4]], o2[[0, 3, 4]])
+    np.testing.assert_allclose(o1[1:3], o2[1:3], rtol=1e-12)
+    finite = np.where(np.isfinite(values), values, np.nan).astype(np.float64)
+    np.testing.assert_allclose(o1[1], np.nansum(finite - shift, axis=0), rtol=1e-12)
+    assert o1[3].tolist() == np.nanmin(finite, axis=0).tolist()
