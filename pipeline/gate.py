@@ -7,7 +7,7 @@ stage without a readable result becomes an `error` check, never a silent pass.
 the audit record (JSON twin, markdown, timeline row), and only then `gate.json`. A write that fails
 (a full or read-only filesystem) ends the job with exit 1 and one line naming the write and the files
 that did get written; the decision itself is kept as `gate.incomplete.json` where that is possible.
-With `stages.gate.junit=PATH` the same record is also written as JUnit XML (before `gate.json`, so a
+With `gate.junit=PATH` the same record is also written as JUnit XML (before `gate.json`, so a
 failed write is one of those failures too).
 
 The gate also adds what only the run folder knows to each stage's result: the id of every job the stage
@@ -32,7 +32,6 @@ from pipeline import audit
 from pipeline.junit import write_junit
 from pipeline.records import GateRecord, RecordError, Rows, StageResult
 from pipeline.runfolder import NO_GATE_EXIT, PART_DONE, RunFolder, demo_dir
-from pipeline.stages.config import GateConfig, typed
 from pipeline.status import sacct_states
 from pipeline.waivers import apply_waivers
 
@@ -65,9 +64,8 @@ def run_gate(run_dir: Path) -> int:
 
 
 def junit_path(cfg: DictConfig) -> Path | None:
-    """`stages.gate.junit`: where the JUnit XML goes (a relative path: from the directory the launch ran
-    in, which is where the gate job runs); None: no JUnit file."""
-    junit = typed(GateConfig, (cfg.get("stages") or {}).get("gate"), "stages.gate").junit
+    """`gate.junit`: where the JUnit XML goes (launch made it absolute); None: no JUnit file."""
+    junit = (cfg.get("gate") or {}).get("junit")
     return Path(junit).expanduser() if junit else None
 
 

@@ -63,6 +63,8 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         out.run_id, out.run_dir, out.output_root = run_id, str(run_dir), str(output_root)
         out.audit_dir = str(Path(cfg.audit_dir).resolve())
         out.checkpoint_dir = str(Path(cfg.checkpoint_dir or run_dir / "checkpoints").resolve())
+        if out.gate.get("junit"):  # relative to where the user launched, not to the gate job's cwd
+            out.gate.junit = str(Path(out.gate.junit).expanduser().resolve())
         _fill_demo_paths(out)
         container_image.prepare(out, run_dir)  # absolute image/record paths; demo=faulty's stale record
         out.launcher.name = executor

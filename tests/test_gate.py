@@ -192,7 +192,7 @@ def test_gate_writes_junit_where_configured_and_a_failed_write_is_no_clear(tmp_p
     monkeypatch.chdir(tmp_path)
     folder = RunFolder.of(tmp_path / "out", "r1")
     cfg = OmegaConf.merge(
-        CFG, {"audit_dir": str(tmp_path / "audit"), "stages": {"gate": {"junit": "ci/gate.xml"}}}
+        CFG, {"audit_dir": str(tmp_path / "audit"), "gate": {"unverifiable": "block", "junit": "ci/gate.xml"}}
     )
     folder.write_config(cfg)
     folder.write_plan({"jobs": {"s": {"kind": "stage"}}})

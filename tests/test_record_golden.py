@@ -71,7 +71,7 @@ def faulty() -> Iterator[Faulty]:
             "skip=[render_cache]",
             "plugins=[preflight_crash_stage]",
             "stages.checkpoint_storage.require_quota=true",
-            "stages.gate.junit=reports/gate.xml",
+            "gate.junit=reports/gate.xml",
         )
         markdown = next((cwd / "audit_logs").glob("*_audit.md"), None)
         assert markdown is not None, proc.stdout + proc.stderr

@@ -80,9 +80,6 @@ class GateConfig(StageConfig):
     """`stages.gate`: the gate merges the stage results; cheap, so small resources."""
 
     resources: Resources = field(default_factory=lambda: Resources(time_min=10, mem_gb=1))
-    # also write the record as JUnit XML here (`stages.gate.junit=reports/gate.xml`), for CI systems;
-    # a relative path is taken from the directory the launch runs in
-    junit: str | None = None
 
 
 C = TypeVar("C", bound=StageConfig)
