@@ -33,59 +33,30 @@ import os
 import platform
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import torch
 
-METRICS_FILE = "metrics.jsonl"
-REPORT_FILE = "determinism.json"
-INTENT_FILE = "normalization_intent.safetensors"
-ENV_MODE = "PREFLIGHT_DETERMINISTIC"
-NONDET_RE = re.compile(r"(\S+) does not have a deterministic implementation")
-NORM_KEY_RE = r"(^|\.)(un)?normalize_[^.]*\.buffer_"
-ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "OMP_NUM_THREADS", ENV_MODE, "CUDA_VISIBLE_DEVICES")
-EVENTS_FILE = "events.jsonl"
-KNOWN_EVENTS = ("epoch_end", "eval", "checkpoint_save", "lr_change")
-# set by the determinism stage: events the run must reach, steps to log after the last, the least steps
-ENV_HORIZON, ENV_AFTER, ENV_MIN_STEPS = (
-    "PREFLIGHT_HORIZON_EVENTS",
-    "PREFLIGHT_HORIZON_AFTER",
-    "PREFLIGHT_MIN_STEPS",
+from pipeline.trainlog_spec import (  # noqa: F401  (re-exported: trainers import them from here)
+    ENV_AFTER,
+    ENV_HORIZON,
+    ENV_KEYS,
+    ENV_MIN_STEPS,
+    ENV_MODE,
+    EVENTS_FILE,
+    INTENT_FILE,
+    KNOWN_EVENTS,
+    METRICS_FILE,
+    NONDET_RE,
+    NORM_KEY_RE,
+    REPORT_FILE,
+    Reloaded,
+    metrics_name,
+    rank_and_world,
 )
-
-
-@dataclass
-class Reloaded:
-    """What a reload loader (`stages.determinism.reload.loader`, `module:function(checkpoint_dir,
-    dataset_dir)`) hands back: the stats eval will normalize with, and a way to run the policy.
-
-    It lives here, with the other things a user's training code gives the pipeline, so a team's own
-    loader (and the demo's, `pipeline.demo.reload:load_demo`) need not import a stage.
-    """
-
-    stats: dict[str, Any]  # flat "<feature>.<stat>" -> float32 array, after re-injection
-    forward: Callable[[Mapping[str, Any]], Any]  # raw observations (batch) -> raw actions
-    input_features: list[str]
-    output_feature: str = "action"
-    injected: list[str] = field(default_factory=list)  # keys filled from the dataset's metadata
-    required: list[str] = field(default_factory=list)  # keys eval's normalizers read (by their modes)
-
-
-def rank_and_world() -> tuple[int, int]:
-    """torchrun's RANK/WORLD_SIZE; (0, 1) for a plain run."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def metrics_name(rank: int, world: int, base: str = METRICS_FILE) -> str:
-    """`metrics.jsonl` for a single process, `metrics.rank<N>.jsonl` per rank under DDP."""
-    if world <= 1:
-        return base
-    stem, _, ext = base.rpartition(".")
-    return f"{stem}.rank{rank}.{ext}"
 
 
 def to_float(value: Any) -> float:

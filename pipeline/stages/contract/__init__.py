@@ -39,7 +39,6 @@ from pipeline.stages.contract import (
     units,
 )
 from pipeline.stages.contract.config import ContractConfig
-from pipeline.stages.contract.plots import range_plot
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
@@ -255,6 +254,8 @@ def _plot(out_dir: Path, src: Sources, pair: Pair, checks: list[Check]) -> Path 
     title = (
         f"{pair.a.key}: base (A) vs dataset (C{' ' + pair.c.key if pair.c.key != pair.a.key else ''}) per dim"
     )
+    from pipeline.stages.contract.plots import range_plot  # matplotlib: only when a plot is drawn
+
     return range_plot(out_dir / f"ranges_{safe}.png", a, c, flagged, title=title)
 
 

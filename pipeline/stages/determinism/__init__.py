@@ -35,7 +35,7 @@ from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.stages.determinism.outcome import Outcome, failure_verb, read_outcome
 from pipeline.stages.determinism.runner import BARE, stage_config
 from pipeline.storage import atomic_write_json
-from pipeline.trainlog import metrics_name
+from pipeline.trainlog_spec import metrics_name
 
 __all__ = ["PARTS", "Outcome", "read_outcome", "run", "twins_check"]
 PARTS = ("twin_a", "twin_b", "control", "ddp", *BARE)

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from pipeline import history
 from pipeline.records import Check, Rows
@@ -70,6 +69,8 @@ def stored_curve(result: Any) -> dict[int, float]:
 
 def band(config: DeterminismConfig, earlier: list[dict[int, float]], steps: list[int]) -> dict[str, Any]:
     """Per-step mean, half-width and the number of runs, for the steps at least min_runs runs logged."""
+    from scipy import stats  # ~0.8 s to import: here, not when every launch loads the stage
+
     rows: dict[str, list[float]] = {"step": [], "mean": [], "half": [], "n": []}
     usable = [s for s in steps if sum(s in c for c in earlier) >= config.envelope_min_runs]
     alpha = config.envelope_alpha / max(len(usable), 1)

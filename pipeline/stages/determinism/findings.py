@@ -10,8 +10,7 @@ from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.conditions import MEANING
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.stages.determinism.outcome import Outcome, failure_verb
-from pipeline.trainlog import KNOWN_EVENTS
-from pipeline.trainlog_workers import duplicates
+from pipeline.trainlog_spec import KNOWN_EVENTS
 
 ROWS = Rows(NAME, "determinism")
 
@@ -208,6 +207,8 @@ def worker_rng_check(config: DeterminismConfig, twin: Outcome) -> Check | None:
     if twin.problem or twin.stream is None:
         return None
     folder = twin.folder / "run" / "workers"
+    from pipeline.trainlog_workers import duplicates  # imports torch: only in the stage's job
+
     streams = duplicates(folder) if folder.is_dir() else []
     repeats = _batch_repeats(twin)
     watched = len(list(folder.glob("worker*.json"))) if folder.is_dir() else 0

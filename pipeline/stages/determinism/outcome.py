@@ -12,7 +12,7 @@ from pipeline.errors import InputError
 from pipeline.runfolder import PART_DONE, PART_INPUT_ERROR
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.runner import PART_FILE
-from pipeline.trainlog import EVENTS_FILE, REPORT_FILE
+from pipeline.trainlog_spec import EVENTS_FILE, REPORT_FILE
 
 KEEP = (
     "seed",

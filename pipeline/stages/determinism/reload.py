@@ -28,7 +28,7 @@ from pipeline.readers import LeRobotData
 from pipeline.readers.base import read_safetensors
 from pipeline.records import Check, Rows
 from pipeline.stages.config import resolve_callable as resolve
-from pipeline.trainlog import INTENT_FILE, Reloaded
+from pipeline.trainlog_spec import INTENT_FILE, Reloaded
 
 __all__ = ["Reloaded", "resolve", "round_trip"]
 STAGE = "determinism"

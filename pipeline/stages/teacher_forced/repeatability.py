@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import kendalltau, rankdata, spearmanr
 
 from pipeline.errors import ConfigError
 
@@ -40,6 +39,8 @@ def check_seeds(estimator: Sequence[int], artifacts: Mapping[str, Sequence[int]]
 
 def split_half(matrix: np.ndarray) -> dict[str, Any]:
     """matrix (K seeds, N samples) of per-sample errors -> how alike the two halves rank the samples."""
+    from scipy.stats import kendalltau, spearmanr  # ~0.8 s to import: not when a launch loads the stage
+
     k, n = matrix.shape
     if k < 4 or k % 2:
         raise ValueError(f"estimator matrix must have an even number >= 4 of rows, got {k}")
@@ -71,6 +72,8 @@ def _finite(value: Any) -> float | None:
 
 def permutation_control(score: np.ndarray, reference: np.ndarray, n: int, seed: int) -> dict[str, Any]:
     """Spearman of score vs reference, and how often a shuffled reference does at least as well."""
+    from scipy.stats import rankdata, spearmanr  # ~0.8 s to import: not when a launch loads the stage
+
     observed = float(spearmanr(score, reference).statistic)
     rng = np.random.default_rng(seed)
     ranks_score, ranks_ref = rankdata(score), rankdata(reference)
@@ -88,6 +91,8 @@ def permutation_control(score: np.ndarray, reference: np.ndarray, n: int, seed: 
 
 def leave_one_out(score: np.ndarray, reference: np.ndarray) -> dict[str, Any]:
     """Spearman with each sample left out: the conclusion holds if no single sample carries it."""
+    from scipy.stats import spearmanr  # ~0.8 s to import: not when a launch loads the stage
+
     rhos = [
         float(spearmanr(np.delete(score, i), np.delete(reference, i)).statistic) for i in range(len(score))
     ]
