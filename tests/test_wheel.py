@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run(*argv, **kwargs) -> subprocess.CompletedProcess[str]:
+    kwargs.setdefault("env", clean_env())
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **kwargs)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -39,6 +40,8 @@ def fresh_python(tmp_path_factory) -> Path:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
+    """No PYTHONPATH: a checkout on it (with the egg-info the wheel build leaves) would make pip think the
+    package is already installed and skip the wheel, and would let `pipeline` import from the checkout."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return {**env, "COLUMNS": "200", **extra}
 
