@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import DictConfig
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO.parent / "shared" / "data" / "real"
@@ -72,3 +73,48 @@ def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:
 
 def gate_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "gate.json").read_text())
+
+
+def demo_config(*overrides: str) -> DictConfig:
+    """`cfg.demo` as a launch composes it from the same `demo=<variant>` / `demo.<key>=<value>` overrides
+    (the shipped demo file plus the dotted overrides), so the digest the launch checks is the same."""
+    from omegaconf import OmegaConf
+
+    from pipeline.runfolder import CONF_DIR
+
+    variant = next((o.split("=", 1)[1] for o in overrides if o.startswith("demo=")), "default")
+    dots = [o.removeprefix("demo.") for o in overrides if o.startswith("demo.")]
+    cfg = OmegaConf.merge(OmegaConf.load(CONF_DIR / "demo" / f"{variant}.yaml"), OmegaConf.from_dotlist(dots))
+    assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+class DemoCache:
+    """Each embedded demo (per variant and settings) built once per session, then copied into a launch's
+    `output_root/demo` before it starts, where the launch reuses it exactly as a second launch in the
+    same folder would (same marker digest). A launch that wants other settings still rebuilds it, so a
+    mismatch here costs time, never correctness. Tests of the build itself (tests/demo, test_wheel)
+    build fresh instead."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def seed(self, cwd: Path, *overrides: str) -> Path:
+        """Copy the demo that `launch(cwd, *overrides)` would build into `cwd/preflight/demo`."""
+        from pipeline import demo
+        from pipeline.demo.build import digest, settings
+
+        cfg = demo_config(*overrides)
+        wanted = settings(cfg)
+        variant = str(wanted["variant"])
+        built = self.root / f"{variant}-{digest(wanted)}"
+        demo.ensure(cfg, built)  # a no-op once built
+        target = cwd / "preflight" / "demo" / variant
+        if not target.exists():
+            shutil.copytree(built / variant, target)
+        return target
+
+
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> DemoCache:
+    return DemoCache(tmp_path_factory.mktemp("demo_cache"))

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,19 +49,40 @@ def watched(tmp_path: Path, text: str = "v1") -> Path:
     return data
 
 
-def test_stages_depend_on_container_check_and_the_gate_runs_after_all(tmp_path):
-    data = watched(tmp_path)
-    proc = launch(
-        tmp_path,
+@dataclass(frozen=True)
+class FirstRun:
+    """One launch of container_check + the watch plugin stage, as it stood right after it returned."""
+
+    cwd: Path
+    args: tuple[str, ...]
+    proc: subprocess.CompletedProcess[str]
+    run_dir: Path
+    ids: dict[str, str]
+    gate: dict
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
+    """The ordering test reads it; the relaunch test then launches again with the same run id in the same
+    folder (jobs.json and gate.json are snapshotted here, so test order does not matter)."""
+    cwd = tmp_path_factory.mktemp("first_run")
+    args = (
         *BASE,
+        "wait=true",
+        "run_id=resume-test",
         "plugins=[preflight_watch_stage]",
-        f"dataset.path={data}",
+        f"dataset.path={watched(cwd)}",
         other_stages("container_check"),
     )
+    proc = launch(cwd, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    run_dir = run_dir_of(tmp_path, proc)
-    ids = jobs_of(run_dir)
-    assert re.search(rf"^gate job: {ids['gate']}$", proc.stdout, re.M)
+    run_dir = run_dir_of(cwd, proc)
+    return FirstRun(cwd, args, proc, run_dir, jobs_of(run_dir), gate_of(run_dir))
+
+
+def test_stages_depend_on_container_check_and_the_gate_runs_after_all(first_run: FirstRun):
+    ids = first_run.ids
+    assert re.search(rf"^gate job: {ids['gate']}$", first_run.proc.stdout, re.M)
     deps = {name: _dependency(job) for name, job in ids.items()}
     assert deps["watch"].startswith(f"afterok:{ids['container_check']}")
     assert f"afterany:{ids['container_check']}" in deps["gate"] and f"{ids['watch']}" in deps["gate"]
@@ -68,7 +90,7 @@ def test_stages_depend_on_container_check_and_the_gate_runs_after_all(tmp_path):
     assert all(r["State"] == "COMPLETED" for r in rows.values()), rows
     assert rows["watch"]["Start"] >= rows["container_check"]["End"]
     assert rows["gate"]["Start"] >= max(rows["watch"]["End"], rows["container_check"]["End"])
-    gate = gate_of(run_dir)
+    gate = first_run.gate
     assert gate["gate"] == "clear" and gate["sources"]["executor"] == "slurm"
     assert {s["stage"]: s["provenance"]["slurm_job_id"] for s in gate["stages"]} == {
         "container_check": ids["container_check"],
@@ -144,24 +166,13 @@ def test_requeued_stage_resumes_from_its_saved_state(tmp_path, monkeypatch):
     assert int(resume["checks"][0]["evidence"]["restart_count"]) >= 1
 
 
-def test_relaunch_with_the_same_run_id_reruns_only_what_changed(tmp_path):
-    data = watched(tmp_path, "v1")
-    args = (
-        *BASE,
-        "wait=true",
-        "run_id=resume-test",
-        "plugins=[preflight_watch_stage]",
-        f"dataset.path={data}",
-        other_stages("container_check"),
-    )
-    first = launch(tmp_path, *args)
-    assert first.returncode == 0, first.stdout + first.stderr
-    run_dir = run_dir_of(tmp_path, first)
-    assert set(jobs_of(run_dir)) == {"container_check", "watch", "gate"}
-    second = launch(tmp_path, *args)
+def test_relaunch_with_the_same_run_id_reruns_only_what_changed(first_run: FirstRun):
+    cwd, args, run_dir = first_run.cwd, first_run.args, first_run.run_dir
+    assert set(first_run.ids) == {"container_check", "watch", "gate"}
+    second = launch(cwd, *args)
     assert second.returncode == 0 and set(jobs_of(run_dir)) == {"gate"}, second.stdout
-    data.write_text("v2")
-    third = launch(tmp_path, *args)
+    (cwd / "dataset.txt").write_text("v2")
+    third = launch(cwd, *args)
     assert third.returncode == 0 and set(jobs_of(run_dir)) == {"watch", "gate"}, third.stdout
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["jobs"]["container_check"]["reused"] and not plan["jobs"]["watch"]["reused"]
@@ -180,7 +191,7 @@ def test_local_mode_gives_the_same_gate_record_as_slurm(tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "l").mkdir()
     on_slurm = launch(tmp_path / "s", "launcher=slurm", "wait=true", *common)
-    local = launch(tmp_path / "l", "launcher=local", *common)
+    local = launch(tmp_path / "l", "launcher=local", "launcher.poll_s=0.2", *common)
     assert on_slurm.returncode == local.returncode == 3
     slurm_gate, local_gate = (
         gate_of(run_dir_of(tmp_path / "s", on_slurm)),

@@ -5,6 +5,9 @@ builds itself under output_root, so a cluster image or a user's venv needs nothi
 To avoid reinstalling torch & co., the fresh venv sees this venv's site-packages through one `.pth`
 line; `.pth` files inside that folder are not processed from there, so this checkout's editable install
 does not leak in (asserted: `pipeline` imports from the fresh venv).
+
+The full run uses the render_cache stage's tiny demo sizes (as its own launch tests do) and 3 smoke
+steps: what the wheel must prove is that every stage runs from the install, not how big the demo is.
 """
 
 import json
@@ -17,9 +20,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+SMALL = (  # the render_cache launch tests' tiny demo (their local run clears with it), 3 smoke steps
+    "demo.render_cache.episodes=2",
+    "demo.render_cache.steps=4",
+    "demo.render_cache.budgets=[1,2]",
+    "demo.render_cache.hires=0",
+    "demo.render_cache.raw_frames=0",
+    "stages.determinism.steps=3",
+    "launcher.poll_s=0.2",
+)
 
 
 def run(*argv, **kwargs) -> subprocess.CompletedProcess[str]:
+    kwargs.setdefault("env", clean_env())
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **kwargs)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -39,6 +52,8 @@ def fresh_python(tmp_path_factory) -> Path:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
+    """No PYTHONPATH: a checkout on it (with the egg-info the wheel build leaves) would make pip think the
+    package is already installed and skip the wheel, and would let `pipeline` import from the checkout."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return {**env, "COLUMNS": "200", **extra}
 
@@ -53,12 +68,28 @@ def test_wheel_ships_configs_and_schemas(fresh_python, tmp_path):
     assert out[1:] == ["True", "True"]
 
 
+def test_wheel_carries_every_file_of_the_package(fresh_python, tmp_path):
+    """Every module and data file of the checkout's pipeline/ is in the install (a new data file left
+    out of package-data fails here, not only in whichever stage reads it)."""
+    installed = Path(out_of(fresh_python, "import pipeline; print(pipeline.__file__)", tmp_path)).parent
+    shipped = {p.relative_to(installed).as_posix() for p in package_files(installed)}
+    assert {p.relative_to(REPO / "pipeline").as_posix() for p in package_files(REPO / "pipeline")} <= shipped
+
+
+def package_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+
+
+def out_of(python: Path, code: str, cwd: Path) -> str:
+    return run(python, "-c", code, cwd=cwd, env=clean_env()).stdout.strip()
+
+
 def test_wheel_install_clears_the_demo_from_an_empty_folder(fresh_python, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     env = clean_env(PREFLIGHT_OUTPUT_ROOT=str(tmp_path / "out"))
     proc = subprocess.run(
-        [str(fresh_python), "-m", "pipeline.launch", "stage=full", "launcher=local"],
+        [str(fresh_python), "-m", "pipeline.launch", "stage=full", "launcher=local", *SMALL],
         cwd=empty,
         env=env,
         capture_output=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 
 PLANTED = {
     "contract.layout.permutation:observation.state": ("observation.state", "[3]", "cycles"),
@@ -26,8 +26,12 @@ PLANTED = {
 
 
 @pytest.fixture(scope="module")
-def cwd(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("launch")
+def cwd(tmp_path_factory: pytest.TempPathFactory, demo_cache: DemoCache) -> Path:
+    """One scratch folder for the module, the session's built demos already in it (both variants)."""
+    folder = tmp_path_factory.mktemp("launch")
+    demo_cache.seed(folder)
+    demo_cache.seed(folder, "demo=faulty")
+    return folder
 
 
 def _contract(run_dir: Path) -> dict:
@@ -35,7 +39,7 @@ def _contract(run_dir: Path) -> dict:
 
 
 def test_demo_default_clears(cwd: Path) -> None:
-    proc = launch(cwd, "launcher=local", "stage=contract")
+    proc = launch(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract")
     run_dir = run_dir_of(cwd, proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert gate_of(run_dir)["gate"] == "clear"
@@ -50,7 +54,7 @@ def test_demo_default_clears(cwd: Path) -> None:
 
 
 def test_demo_faulty_blocks_with_one_row_per_fault(cwd: Path) -> None:
-    proc = launch(cwd, "launcher=local", "stage=contract", "demo=faulty")
+    proc = launch(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract", "demo=faulty")
     run_dir = run_dir_of(cwd, proc)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     gate = gate_of(run_dir)
@@ -74,6 +78,7 @@ def test_real_files(cwd: Path, real_data: Path) -> None:
     proc = launch(
         cwd,
         "launcher=local",
+        "launcher.poll_s=0.2",
         "stage=contract",
         f"model.path={pour}",
         f"training.path={pour / 'train_config.json'}",

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.errors import InputError
 from pipeline.stages import StageContext, determinism
 from pipeline.stages.determinism.config import DeterminismConfig
-from tests.conftest import gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 from tests.stages.determinism.helpers import tiny_cmd
 
 BASE = ("launcher=local", "stage=determinism", "~demo", "stages.determinism.steps=3", "launcher.poll_s=0.2")
@@ -61,9 +61,10 @@ def test_identical_twins_and_differing_control_pass_with_ddp_ranks_agreeing(tmp_
     assert "PYTHONHASHSEED" in bare["env_unset"] and bare["conditions"] == "job"
 
 
-def test_demo_faulty_is_blocked_at_its_first_divergent_step(tmp_path):
+def test_demo_faulty_is_blocked_at_its_first_divergent_step(tmp_path, demo_cache: DemoCache):
     """demo=faulty: the reference trainer shuffles from OS entropy; the stage names where twins part."""
     pytest.importorskip("pipeline.demo.build", reason="the embedded demo (issue 3) is not built yet")
+    demo_cache.seed(tmp_path, "demo=faulty")  # the session's faulty demo, as a second launch would see it
     proc = launch(
         tmp_path,
         "launcher=local",

@@ -4,6 +4,7 @@ sharded run is one job array whose merged result equals the unsharded one."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from pipeline.records import StageResult
 from pipeline.stages.render_cache import check
-from tests.conftest import gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 from tests.stages.render_cache.helpers import config
 
 TINY = (
@@ -34,9 +35,19 @@ FAULTY = (
 )
 
 
+def seed(cwd: Path, demo_cache: DemoCache, render_demo: Path, *overrides: str) -> None:
+    """Both demos the launch would build, already built: the session's render_cache demo (conftest's
+    clean_demo/faulty_demo, built from the same settings as TINY/FAULTY) and the cached main demo."""
+    variant = demo_cache.seed(cwd, *overrides).name
+    shutil.copytree(render_demo, cwd / "preflight" / "demo" / f"render_cache-{variant}")
+
+
 @pytest.mark.render
-def test_faulty_demo_blocks_with_the_row_meant_for_each_fault(gl: None, tmp_path: Path) -> None:
-    args = ("launcher=local", "stage=render_cache", "run_id=rc-faulty", *FAULTY)
+def test_faulty_demo_blocks_with_the_row_meant_for_each_fault(
+    gl: None, tmp_path: Path, demo_cache: DemoCache, faulty_demo: Path
+) -> None:
+    seed(tmp_path, demo_cache, faulty_demo, *FAULTY)
+    args = ("launcher=local", "launcher.poll_s=0.2", "stage=render_cache", "run_id=rc-faulty", *FAULTY)
     proc = launch(tmp_path, *args, timeout=1500)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
@@ -67,7 +78,10 @@ def sacct_ids(job_id: str) -> list[str]:
 
 @pytest.mark.slurm
 @pytest.mark.render
-def test_sharded_run_is_one_job_array_and_equals_unsharded(slurm: None, gl: None, tmp_path: Path) -> None:
+def test_sharded_run_is_one_job_array_and_equals_unsharded(
+    slurm: None, gl: None, tmp_path: Path, demo_cache: DemoCache, clean_demo: Path
+) -> None:
+    seed(tmp_path, demo_cache, clean_demo, *TINY)
     proc = launch(
         tmp_path,
         "launcher=slurm",
@@ -100,9 +114,18 @@ def test_sharded_run_is_one_job_array_and_equals_unsharded(slurm: None, gl: None
 
 
 @pytest.mark.render
-def test_local_executor_runs_the_same_array_tasks(gl: None, tmp_path: Path) -> None:
+def test_local_executor_runs_the_same_array_tasks(
+    gl: None, tmp_path: Path, demo_cache: DemoCache, clean_demo: Path
+) -> None:
+    seed(tmp_path, demo_cache, clean_demo, *TINY)
     proc = launch(
-        tmp_path, "launcher=local", "stage=render_cache", "stages.render_cache.shards=2", *TINY, timeout=1500
+        tmp_path,
+        "launcher=local",
+        "launcher.poll_s=0.2",
+        "stage=render_cache",
+        "stages.render_cache.shards=2",
+        *TINY,
+        timeout=1500,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
