@@ -80,13 +80,19 @@ def build_table(folder: RunFolder, rows: list[dict[str, Any]], title: str) -> Ta
     return table
 
 
+def reused_state(spec: dict[str, Any]) -> str:
+    """`REUSED` (inputs unchanged since an earlier launch of this run id) or `REUSED from <run>` (an
+    earlier clear run in the audit history)."""
+    return f"REUSED from {spec['reused_from']}" if spec.get("reused_from") else "REUSED"
+
+
 def table_rows(specs: list[dict[str, Any]], jobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per planned job (`JobSpec.to_dict()`), with its job id and state where it has one."""
     return [
         {
             "spec": spec,
             "job_id": jobs.get(spec["name"], {}).get("job_id"),
-            "state": "REUSED" if spec["reused"] else jobs.get(spec["name"], {}).get("state", ""),
+            "state": reused_state(spec) if spec["reused"] else jobs.get(spec["name"], {}).get("state", ""),
         }
         for spec in specs
     ]

@@ -150,6 +150,7 @@ def test_a_second_launch_reuses_the_first_runs_result_and_reuse_none_runs_it_aga
     second = launch(tmp_path, *common, "run_id=two")
     assert second.returncode == 0, second.stdout + second.stderr
     assert counter.read_text().split() == ["one"]  # the stage did not run in `two`
+    assert "REUSED from one" in second.stdout, second.stdout  # the job table names the run
     plan = json.loads((runs / "two" / "plan.json").read_text())["jobs"]["counted"]
     assert plan["reused"] and plan["reused_from"] == "one"
     job = json.loads((runs / "two" / "jobs.json").read_text())["counted"]

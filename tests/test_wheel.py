@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = {"preflight-launch": "pipeline.launch:main", "preflight-status": "pipeline.status:main"}
 SMALL = (  # the render_cache launch tests' tiny demo (their local run clears with it), 3 smoke steps
     "demo.render_cache.episodes=2",
     "demo.render_cache.steps=4",
@@ -103,3 +104,40 @@ def test_wheel_install_clears_the_demo_from_an_empty_folder(fresh_python, tmp_pa
     assert gate["gate"] == "clear"
     assert {s["stage"] for s in gate["stages"]} >= {"container_check", "contract", "determinism"}
     assert (tmp_path / "out" / "demo").is_dir() and (empty / "audit_logs" / "timeline.md").is_file()
+
+
+# The console scripts the README names, as pip installs them from the wheel: `preflight-launch` (a Hydra
+# main, so overrides must pass through) and `preflight-status`.
+def test_the_wheel_declares_the_entry_points(fresh_python: Path) -> None:
+    code = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({e.name: e.value for e in m.entry_points(group='console_scripts')}))"
+    )
+    out = json.loads(run(fresh_python, "-c", code, env=clean_env()).stdout)
+    assert {k: v for k, v in out.items() if k.startswith("preflight-")} == SCRIPTS
+
+
+def test_console_scripts_take_overrides_and_arguments(fresh_python: Path, tmp_path: Path) -> None:
+    bin_dir = fresh_python.parent
+    env = clean_env(PREFLIGHT_OUTPUT_ROOT=str(tmp_path / "out"))
+    launch = subprocess.run(
+        [str(bin_dir / "preflight-launch"), "stage=full", "dry_run=true", "~demo", "launcher=slurm"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert launch.returncode == 0, launch.stdout[-2000:] + launch.stderr[-2000:]
+    assert "#SBATCH --dependency=afterany:" in launch.stdout and "dry run: nothing submitted" in launch.stdout
+    status = subprocess.run(
+        [str(bin_dir / "preflight-status"), "no-such-run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert status.returncode == 2 and status.stderr.startswith("status: "), status.stderr
