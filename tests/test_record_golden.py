@@ -27,10 +27,10 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from conftest import launch
 
 from pipeline import audit
 from pipeline.records import GateRecord, load_json
+from tests.conftest import launch
 
 GOLDEN = Path(__file__).parent / "golden" / "faulty_record.md"
 WAIVED = "contract.units.scale:action"
