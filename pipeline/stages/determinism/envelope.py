@@ -110,7 +110,8 @@ def envelope_check(
         what = f"{len(runs)} earlier run(s) of this training config with a loss curve, need {need}"
         message = f"loss envelope: {what}; this run's curve ({len(steps)} steps) is kept for later runs"
         evidence = {**kept, "earlier_runs": [r for r, _ in runs]}
-        return ROWS(CHECK, "loss", "match", message, severity="soft", evidence=evidence), {}
+        numbers = {"expected": f">= {need} earlier clear runs", "actual": f"{len(runs)} earlier run(s)"}
+        return ROWS(CHECK, "loss", "match", message, severity="soft", evidence=evidence, **numbers), {}
     outside = [
         {"step": int(s), "loss": curve[int(s)], "low": m - h, "high": m + h}
         for s, m, h in zip(got["step"], got["mean"], got["half"], strict=True)
@@ -119,15 +120,21 @@ def envelope_check(
     path = plot(out / "loss_envelope.png", runs, got, curve, outside)
     evidence = {**kept, "earlier_runs": [r for r, _ in runs], "outside": outside, "band": got}
     words = f"{len(got['step'])} step(s) against {len(runs)} earlier clear run(s) of this training config"
+    numbers = {
+        "expected": f"inside the band of {len(runs)} earlier runs at {len(got['step'])} steps",
+        "actual": f"{len(outside)} step(s) outside",
+    }
     if outside:
         first = outside[0]
         message = (
             f"loss outside the envelope at {len(outside)} of {words}; first at step {first['step']}: "
             f"{first['loss']:.6g} not in [{first['low']:.6g}, {first['high']:.6g}]"
         )
-        row = ROWS(CHECK, "loss", "mismatch", message, severity=config.envelope_severity, evidence=evidence)
+        severity = config.envelope_severity
+        row = ROWS(CHECK, "loss", "mismatch", message, severity=severity, evidence=evidence, **numbers)
     else:
-        row = ROWS(CHECK, "loss", "match", f"loss inside the envelope at {words}", evidence=evidence)
+        message = f"loss inside the envelope at {words}"
+        row = ROWS(CHECK, "loss", "match", message, evidence=evidence, **numbers)
     return row, {"loss_envelope": str(path)}
 
 
