@@ -124,6 +124,10 @@ class RunFolder:
         """submitit's folder template: `%j` becomes each job's id (its logs, pickles and result)."""
         return self.root / "submitit" / "%j"
 
+    def submitted_file(self, job_id: str) -> Path:
+        """submitit's pickle of a submitted job: written when the job really was queued or started."""
+        return self.root / "submitit" / job_id / f"{job_id}_submitted.pkl"
+
     def result_file(self, stage: str) -> Path:
         return self.root / "stages" / f"{stage}.json"
 

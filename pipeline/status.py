@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -50,13 +49,12 @@ def produced_by(folder: RunFolder, path: Path, row: dict[str, Any]) -> bool:
     except OSError:
         return True  # nothing there (or unreadable): result_status says so
     if path != folder.gate_file:
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            writer = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("slurm_job_id")
+        with contextlib.suppress(OSError, ValueError, TypeError, RecordError):
+            writer = folder.load_result(path.stem).provenance.get("slurm_job_id")
             if writer and str(writer) != job_id.split("_")[0]:
                 return False
-    submitted = folder.root / "submitit" / job_id / f"{job_id}_submitted.pkl"
     try:
-        return written >= submitted.stat().st_mtime_ns
+        return written >= folder.submitted_file(job_id).stat().st_mtime_ns
     except OSError:
         return True  # submitit's record of the submission is gone: nothing says the result is older
 
