@@ -9,7 +9,7 @@ determinism stage's reload check, the demo's reference trainer, the demo's train
 - `episodes()`: episode indices and lengths from `meta/episodes.jsonl` (v2.x) or `meta/episodes/**.parquet`
   (v3.0); `tasks()`: the task strings.
 - `frames(columns)`: columns as numpy arrays, vectorised (`pipeline.readers.parquet_columns`);
-  `blocks(dims)`: the same, streamed one row group at a time for datasets larger than memory.
+  `blocks(dims)`: the same, streamed in batches of rows for datasets larger than memory.
 
 Every file, metadata and data alike, is opened through `file()`, the one containment rule
 (`pipeline.readers.base.inside`: symlinks resolved, `..` and absolute paths refused).

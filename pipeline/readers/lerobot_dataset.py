@@ -3,8 +3,9 @@
 Everything is read through the one LeRobot data API (`pipeline.readers.lerobot_data.LeRobotData`):
 `meta/info.json` (features with dtype, shape, names; total frames and episodes), the shipped stats,
 episode lengths and tasks (a third and fourth count to compare), and every parquet file under `data/`,
-streamed one row group at a time (only the vector columns, the next row group decoded in a background
-thread while this one is reduced) through the shared `Scan`.
+streamed in batches of rows (only the vector columns; the next batch decoded in a background thread
+while this one is reduced where a core is left for it, `parquet_columns.read_ahead`) through the shared
+`Scan`.
 """
 
 from __future__ import annotations

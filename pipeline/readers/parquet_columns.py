@@ -9,6 +9,7 @@ inside their dataset root (`LeRobotData.file`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,11 +21,17 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 
-# On: the next row group is decoded (pyarrow releases the GIL) while the caller's compiled kernels
-# reduce this one. Affordable since groups are read column by column through a small read buffer:
-# in benchmarks/bench_stats.py the whole stats pass, numba included, peaks below the plain
-# `read_row_group` loop's RSS plus 20 %.
-READ_AHEAD = True
+# None: decode the next batch ahead in a worker thread only where the cores allow it (`read_ahead`);
+# True / False force it (tests). A batch's columns are decoded side by side on pyarrow's thread pool, so
+# with as many heavy columns as usable cores the cores are already busy: reading ahead then only adds a
+# batch to the peak RSS, for no speed (bench_stats, 2 cores, 2 columns: 2.14 against 1.89 s at best).
+READ_AHEAD: bool | None = None
+# Rows per decoded batch (`ParquetFile.iter_batches`), not whole row groups: 1 M-row groups of two 14-dim
+# float32 columns read whole peak at ~0.8 GB RSS, in 512 k-row batches at ~0.45 GB (256 k: ~0.3 GB), and
+# decode no slower (bench_stats file: 0.84-1.2 s against 1.1-2.2 s per 10 M rows, both on pyarrow's
+# threads; the whole-group reads spend up to 2 s in the kernel faulting fresh buffers in). Larger
+# batches halve the sketch's per-block upkeep against 256 k.
+BATCH_ROWS = 1 << 19
 # Read the file through a 1 MiB buffer, not whole column chunks at once (pre_buffer): over 1 M-row
 # groups of 14-dim float32 this took the decoder's peak RSS from ~490 to ~350 MB for the same CPU.
 BUFFER = 1 << 20
@@ -120,18 +127,30 @@ def open_parquet(path: Path, columns: Sequence[str]) -> pq.ParquetFile:
 def read_group(path: Path, handle: pq.ParquetFile, group: int, columns: list[str]) -> dict[str, Any]:
     """One row group's columns as arrow arrays (the caller converts them).
 
-    Read one column at a time: `read_row_group` of two 14-dim float32 columns peaks at ~690 MB RSS
-    over 1 M-row groups (benchmarks/bench_stats.py), one column at a time at ~490 MB, for the same CPU.
+    All columns in one call: pyarrow decodes them side by side on its thread pool. Column by column, the
+    decode of two 14-dim float32 columns ran on one core (bench_stats: 2.1 s against 1.1 s per 10 M rows).
     """
-    out = {}
-    try:  # column by column: the decoder's transient buffers are one column's, not the group's (peak RSS)
-        for name in columns:
-            out[name] = single(handle.read_row_group(group, columns=[name]).column(0))
+    try:
+        table = handle.read_row_group(group, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(
             f"{path}: row group {group} cannot be decoded: {exc}", path=path, field=f"row_group[{group}]"
         ) from exc
-    return out
+    return {name: single(table.column(name)) for name in columns}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a Slurm job's cgroup, not the node's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def read_ahead(columns: int) -> bool:
+    """Whether decoding the next batch beside the caller's reduction can use an idle core: not when the
+    batch's own columns (decoded in parallel, then reduced in parallel) already take every core."""
+    return READ_AHEAD if READ_AHEAD is not None else usable_cores() > columns
 
 
 def read_columns(
@@ -152,34 +171,61 @@ def read_columns(
     return {c: np.concatenate(v) if v else np.empty((0,)) for c, v in parts.items()}
 
 
-def stream(files: Sequence[Path], dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
-    """Row groups of every file as `{feature: [n, dim], "episode_index": [n]}`, one at a time, or with
-    `READ_AHEAD` decoded one ahead in a worker thread so decoding overlaps the caller's reduction."""
+def stream(
+    files: Sequence[Path], dims: Mapping[str, int], batch_rows: int | None = None
+) -> Iterator[dict[str, np.ndarray]]:
+    """Batches of every file as `{feature: [n, dim], "episode_index": [n]}`, or, where `read_ahead` says a
+    core is idle, the next batch decoded in a worker thread so decoding overlaps the caller's reduction."""
+    batches = _batches(files, dims, batch_rows or BATCH_ROWS)
+    if not read_ahead(len(dims)):  # nothing of a batch is referenced here once it is handed on
+        yield from batches
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(next, batches, None)
+        while (block := pending.result()) is not None:
+            pending = pool.submit(next, batches, None)
+            yield block
+            del block
+
+
+def _batches(files: Sequence[Path], dims: Mapping[str, int], rows: int) -> Iterator[dict[str, np.ndarray]]:
     columns = list(dims)
-    tasks = []
     for path in files:
         handle = open_parquet(path, columns)
-        want = columns + (["episode_index"] if "episode_index" in handle.schema_arrow.names else [])
-        # an empty row group (a zero-row file) has nothing to reduce: skip it rather than hand on 0 rows
         if handle.metadata.num_rows == 0:
             raise InputError(
                 f"{path}: holds no rows (an empty episode file; expected the frames meta/info.json declares)",
                 path=path,
                 field="rows",
             )
-        groups = [i for i in range(handle.num_row_groups) if handle.metadata.row_group(i).num_rows > 0]
-        tasks += [(path, handle, i, want) for i in groups]
-    if not READ_AHEAD:  # nothing of a group is referenced here once it is handed on
-        for path, handle, group, want in tasks:
-            yield _arrays(read_group(path, handle, group, want), dims, path)
-        return
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(read_group, *tasks[0]) if tasks else None
-        for index in range(len(tasks)):
-            block = pending.result() if pending else {}
-            pending = pool.submit(read_group, *tasks[index + 1]) if index + 1 < len(tasks) else None
-            yield _arrays(block, dims, tasks[index][0])
-            del block
+        want = columns + (["episode_index"] if "episode_index" in handle.schema_arrow.names else [])
+        batches = handle.iter_batches(batch_size=rows, columns=want, use_threads=True)
+        done = 0
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowInvalid, OSError) as exc:
+                group = _group_of(handle, done)
+                raise InputError(
+                    f"{path}: row group {group} cannot be decoded: {exc}",
+                    path=path,
+                    field=f"row_group[{group}]",
+                ) from exc
+            if batch is None:
+                break
+            done += batch.num_rows
+            if batch.num_rows:
+                yield _arrays({name: batch.column(name) for name in want}, dims, path)
+
+
+def _group_of(handle: pq.ParquetFile, row: int) -> int:
+    """The row group holding `row` (the first one not yet decoded, for an error message)."""
+    end = 0
+    for group in range(handle.num_row_groups):
+        end += handle.metadata.row_group(group).num_rows
+        if row < end:
+            return group
+    return handle.num_row_groups - 1
 
 
 def _arrays(block: Mapping[str, Any], dims: Mapping[str, int], path: Path) -> dict[str, np.ndarray]:

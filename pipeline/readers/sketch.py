@@ -21,8 +21,12 @@ from pipeline.normalization import QUANTILE_LEVELS
 from pipeline.readers.sketch_kernel import BUCKETS, CELLS
 
 QUANTILES: dict[str, float] = dict(QUANTILE_LEVELS)  # the vocabulary's levels, by stat name
-MAX_TRACKED = 24  # level-2 cells per dim
-WINDOW = 1  # buckets (and level-2 cells) tracked on each side of a quantile's current one
+MAX_TRACKED = 48  # level-2 cells per dim
+# Buckets (and level-2 cells) tracked on each side of a quantile's current one. Two, not one: a quantile
+# creeping through fine buckets (values near 0, where a bucket is narrow) reached a bucket that had
+# filled up untracked; with one, bench_stats' state dim 5 q90 had missed 11 k values against a 10 k
+# budget and the pass was read twice.
+WINDOW = 2
 
 
 def order_keys(values: np.ndarray) -> np.ndarray:
@@ -120,13 +124,15 @@ class QuantileSketch:
             idle = [b for b in tracked if b not in targets]
             if not idle:
                 return None
-            old = int(self.lut[d, idle[0]])
+            # the one farthest from every quantile now: the least likely to hold one again
+            evict = max(idle, key=lambda b: min(abs(b - t) for t in targets))
+            old = int(self.lut[d, evict])
             for sub in self.mid.children[old][self.mid.children[old] >= 0].tolist():
                 self.low.free.append(sub)
             self.tracked3.pop(old, None)
             self.mid.free.append(old)
-            del tracked[idle[0]]
-            self.lut[d, idle[0]] = -1
+            del tracked[evict]
+            self.lut[d, evict] = -1
         slot = self.mid.take()
         tracked[bucket] = int(self.hist[d, bucket])
         self.lut[d, bucket] = slot

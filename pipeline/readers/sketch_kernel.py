@@ -113,13 +113,12 @@ def count_numpy(
 def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: ignore[no-untyped-def]
     """The compiled twin of `reduce_numpy` (same arguments, same results up to summation order).
 
-    Per CHUNK rows: one sweep for the counters, then one for the sums. A value of a tracked bucket is
-    counted into its level-2 row only; the bucket's level-1 counter gets the row's growth at the end
-    (one read-modify-write per value saved where the mass is, the tracked buckets). The sums sweep the
+    Per CHUNK rows: one sweep for the counters, then one for the sums. The sums sweep the
     chunk as one flat run in strides of `width` (a multiple of `dim`) with one accumulator per position,
-    a loop LLVM vectorises; a chunk holding a non-finite value is summed row by row, skipping it."""
+    a loop LLVM vectorises once its indices are unsigned (numba wraps negative signed indices, a select
+    per access that kept it scalar: 15.7 -> 3.1 ms per 1 M x 14 block); a chunk holding a non-finite value
+    is summed row by row, skipping it."""
     n, dim = values.shape
-    before = _row_sums(lut, mid)
     rep = max(1, 64 // max(dim, 1))
     width = dim * rep
     flat = values.reshape(-1)
@@ -138,8 +137,9 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
         skipped = _count_rows(bits, start, end, hist, lut, mid, lut2, low, bad)
         wide = start + (end - start) // rep * rep if skipped == 0 else start
         for g in range(start * dim, wide * dim, width):
-            for j in range(width):
-                v = flat[g + j]
+            base = np.uint64(g)
+            for j in range(np.uint64(width)):  # unsigned: no negative-index wraparound, so LLVM vectorises
+                v = flat[base + j]
                 c = np.float64(v) - wshift[j]
                 acc[j] += c
                 acc2[j] += c * c
@@ -152,7 +152,6 @@ def _reduce_loop(values, bits, shift, hist, lut, mid, lut2, low, out):  # type: 
         squares[d] += acc2[j]
         lo[d] = min(lo[d], wlo[j])
         hi[d] = max(hi[d], whi[j])
-    _settle_hist(lut, mid, before, hist)
     for d in range(dim):
         out[0, d] = n - bad[d]
         out[1, d] = total[d]
@@ -173,9 +172,9 @@ def _count_rows(bits, start, end, hist, lut, mid, lut2, low, bad):  # type: igno
                 continue
             key = b ^ ((b >> 31) & 0x7FFFFFFF)
             top = np.uint32((key >> 16) + 32768)
+            hist[d, top] += 1
             slot = lut[d, top]
             if slot < 0:
-                hist[d, top] += 1
                 continue
             cell = np.uint32((key >> 8) & 0xFF)
             mid[np.uint32(slot), cell] += 1
@@ -199,38 +198,21 @@ def _sum_rows(values, shift, start, end, total, squares, lo, hi):  # type: ignor
             hi[d] = max(hi[d], v)
 
 
-def _row_sums(lut, mid):  # type: ignore[no-untyped-def]
-    """Each level-2 row's total before the block (rows of tracked buckets only; the rest stay 0)."""
-    sums = np.zeros(mid.shape[0], dtype=np.int64)
-    for d in range(lut.shape[0]):
-        for t in range(lut.shape[1]):
-            slot = lut[d, t]
-            if slot >= 0:
-                sums[slot] = mid[slot].sum()
-    return sums
-
-
-def _settle_hist(lut, mid, before, hist):  # type: ignore[no-untyped-def]
-    """Add each tracked bucket's level-2 growth during the block to its level-1 counter."""
-    for d in range(lut.shape[0]):
-        for t in range(lut.shape[1]):
-            slot = lut[d, t]
-            if slot >= 0:
-                hist[d, t] += mid[slot].sum() - before[slot]
-
-
 def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-untyped-def]
-    """The compiled twin of `count_numpy`. New level-2 rows (cells < 0) are found through a table of the
-    new buckets, one lookup per value of the dims concerned, however many there are (the first blocks
-    start dozens); new level-3 rows are few and compared one by one."""
+    """The compiled twin of `count_numpy`. One lookup per value of the dims concerned, however many rows
+    are new (the first blocks start dozens): (dim, bucket) -> its pair in this call, then per pair the
+    level-2 row's slot (column CELLS) and each level-3 row's slot by its level-2 cell."""
     n, ndim = bits.shape
-    fresh = np.full((ndim, BUCKETS), -1, dtype=np.int32)
+    pair_of = np.full((ndim, BUCKETS), -1, dtype=np.int32)
+    slot_of = np.full((dims.shape[0], CELLS + 1), -1, dtype=np.int64)
     wanted = np.zeros(ndim, dtype=np.bool_)
-    deep = [j for j in range(dims.shape[0]) if cells[j] >= 0]
+    pairs = 0
     for j in range(dims.shape[0]):
-        if cells[j] < 0:
-            fresh[dims[j], buckets[j]] = slots[j]
-            wanted[dims[j]] = True
+        if pair_of[dims[j], buckets[j]] < 0:
+            pair_of[dims[j], buckets[j]] = pairs
+            pairs += 1
+        slot_of[pair_of[dims[j], buckets[j]], cells[j] if cells[j] >= 0 else CELLS] = slots[j]
+        wanted[dims[j]] = True
     which = np.flatnonzero(wanted)  # only the dims concerned are read (often one or two of them)
     for i in range(n):
         for k in range(which.shape[0]):
@@ -239,22 +221,63 @@ def _count_loop(bits, dims, buckets, cells, slots, table):  # type: ignore[no-un
             if (b & 0x7F800000) == 0x7F800000:
                 continue
             key = b ^ ((b >> 31) & 0x7FFFFFFF)
-            slot = fresh[d, np.uint32((key >> 16) + 32768)]
-            if slot >= 0:
-                table[np.uint32(slot), np.uint32((key >> 8) & 0xFF)] += 1
-        for j in deep:
-            b = bits[i, dims[j]]
-            if (b & 0x7F800000) == 0x7F800000:
+            pair = pair_of[d, np.uint32((key >> 16) + 32768)]
+            if pair < 0:
                 continue
-            key = b ^ ((b >> 31) & 0x7FFFFFFF)
-            if (key >> 16) + 32768 == buckets[j] and (key >> 8) & 0xFF == cells[j]:
-                table[slots[j], key & 0xFF] += 1
+            cell = np.uint32((key >> 8) & 0xFF)
+            if slot_of[pair, CELLS] >= 0:
+                table[slot_of[pair, CELLS], cell] += 1
+            if slot_of[pair, cell] >= 0:
+                table[slot_of[pair, cell], np.uint32(key & 0xFF)] += 1
+
+
+def wanted_numpy(hist, total, levels, lut, mid, children, rank_error, window, out):  # type: ignore[no-untyped-def]
+    """Every dim with values: the numpy fallback does not pre-filter (`QuantileSketch.track` decides)."""
+    out[:] = total > 0
+
+
+def _wanted_loop(hist, total, levels, lut, mid, children, rank_error, window, out):  # type: ignore[no-untyped-def]
+    """out[d]: whether `QuantileSketch.track(d)` could start a cell now, tested without Python.
+
+    Why: `track` runs per dim after every block and costs ~0.3 ms in Python (a cumsum over 65536
+    buckets, searches, dicts); in bench_stats that was a fifth of the stats pass's own CPU, though most
+    calls start nothing. This is a superset of its test (same quantile buckets, `levels` sorted): a
+    heavy untracked bucket within `window` of a quantile's, or a heavy level-2 cell without a level-3
+    row anywhere in a heavy tracked quantile bucket."""
+    dim, buckets = hist.shape
+    found = np.empty(levels.shape[0], dtype=np.int64)
+    for d in range(dim):
+        out[d] = False
+        n = total[d]
+        if n == 0:
+            continue
+        heavy = rank_error * n / 2
+        k, cum = 0, 0
+        for b in range(buckets):
+            cum += hist[d, b]
+            while k < levels.shape[0] and cum > levels[k] * (n - 1):
+                found[k] = b
+                k += 1
+            if k == levels.shape[0]:
+                break
+        for j in range(k, levels.shape[0]):
+            found[j] = buckets - 1
+        for j in range(levels.shape[0]):
+            centre = found[j]
+            for b in range(max(centre - window, 0), min(centre + window + 1, buckets)):
+                if hist[d, b] > heavy and lut[d, b] < 0:
+                    out[d] = True
+            slot = lut[d, centre]
+            if slot >= 0 and hist[d, centre] > heavy:
+                for c in range(mid.shape[1]):
+                    if mid[slot, c] > heavy and children[slot, c] < 0:
+                        out[d] = True
 
 
 def warm() -> None:
-    """Compile (or load from numba's cache) both kernels on a tiny block: `compute_stats` calls it in a
+    """Compile (or load from numba's cache) the kernels on a tiny block: `compute_stats` calls it in a
     worker thread while the first block is being decoded, so the ~0.5-1 s this takes overlaps it."""
-    reduce, count = kernels()
+    reduce, count, wanted = kernels()
     values = np.zeros((2, 1), dtype=np.float32)
     values.flags.writeable = False  # blocks come read-only from arrow buffers: compile that signature
     bits = values.view(np.int32)
@@ -273,10 +296,11 @@ def warm() -> None:
         np.zeros((5, 1)),
     )
     count(bits, ids, ids, ids - 1, ids, table)
+    wanted(hist, ids, np.zeros(1), lut, table, np.full((1, CELLS), -1, dtype=np.int32), 1e-3, 1, ids > 0)
 
 
 def kernels(name: str | None = None) -> tuple:  # type: ignore[type-arg]
-    """(reduce, count) for `name` ("numba" or "numpy"); by default numba when installed, unless the
+    """(reduce, count, wanted) for `name` ("numba" or "numpy"); by default numba when installed, unless the
     environment says PREFLIGHT_STATS_KERNEL=numpy."""
     name = name or ("numba" if HAVE_NUMBA else "numpy")
     if name not in ("numba", "numpy"):
@@ -287,18 +311,18 @@ def kernels(name: str | None = None) -> tuple:  # type: ignore[type-arg]
 
             _COMPILED.append(_compile(numba))
         return _COMPILED[0]
-    return reduce_numpy, count_numpy
+    return reduce_numpy, count_numpy, wanted_numpy
 
 
 def _compile(numba: object) -> tuple:  # type: ignore[type-arg]
     """njit the loops (helpers first: the reduce loop calls them), cached beside this file or in the
     user's cache dir (compiled once per install), or uncached where no cache location is writable."""
-    global _row_sums, _settle_hist, _count_rows, _sum_rows
+    global _count_rows, _sum_rows
     try:
         jit = numba.njit(cache=True, nogil=True)  # type: ignore[attr-defined]
-        helpers = [jit(f) for f in (_row_sums, _settle_hist, _count_rows, _sum_rows)]
+        helpers = [jit(f) for f in (_count_rows, _sum_rows)]
     except RuntimeError:  # read-only install and home
         jit = numba.njit(nogil=True)  # type: ignore[attr-defined]
-        helpers = [jit(f) for f in (_row_sums, _settle_hist, _count_rows, _sum_rows)]
-    _row_sums, _settle_hist, _count_rows, _sum_rows = helpers
-    return jit(_reduce_loop), jit(_count_loop)
+        helpers = [jit(f) for f in (_count_rows, _sum_rows)]
+    _count_rows, _sum_rows = helpers
+    return jit(_reduce_loop), jit(_count_loop), jit(_wanted_loop)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.readers.moments import Moments, block_moments
-from pipeline.readers.sketch import QUANTILES, QuantileSketch, keys_to_float, order_keys
+from pipeline.readers.sketch import QUANTILES, WINDOW, QuantileSketch, keys_to_float, order_keys
 from pipeline.readers.sketch_kernel import BUCKETS, kernels, warm
 
 KERNEL: str | None = None  # "numba" | "numpy" | None (numba when installed): see `sketch_kernel.kernels`
@@ -94,6 +94,8 @@ class FeatureStats:
         self.nonfinite = np.zeros(dim, dtype=np.int64)
         self.kernel = kernel or KERNEL
         self._out = np.zeros((5, dim))
+        self._levels = np.sort(np.array(list(quantiles.values()), dtype=np.float64))
+        self._wanted = np.zeros(dim, dtype=np.bool_)
 
     def update(self, block: np.ndarray) -> None:
         """One pass over the block in its stored [n, dim] layout (`sketch_kernel`), then per-dim upkeep."""
@@ -103,7 +105,7 @@ class FeatureStats:
         if values.shape[0] == 0:
             return
         bits = values.view(np.int32)
-        reduce, count = kernels(self.kernel)
+        reduce, count, wanted = kernels(self.kernel)
         shift = self.moments.shift(values)
         out, sk = self._out, self.sketch
         reduce(values, bits, shift, sk.hist, sk.lut, sk.mid.counts, sk.mid.children, sk.low.counts, out)
@@ -114,7 +116,9 @@ class FeatureStats:
         sk.total += finite
         dims = np.flatnonzero(finite).tolist()
         for _ in range(2):  # a level-2 cell started now may need level 3 in this same block
-            dims = self._start_cells(bits, dims, count)
+            tables = (sk.lut, sk.mid.counts, sk.mid.children)  # read again: `track` may have grown them
+            wanted(sk.hist, sk.total, self._levels, *tables, sk.rank_error, WINDOW, self._wanted)
+            dims = self._start_cells(bits, [d for d in dims if self._wanted[d]], count)
             if not dims:
                 break
 

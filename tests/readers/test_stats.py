@@ -251,7 +251,7 @@ def test_compiled_and_numpy_kernels_agree() -> None:
     lut2[0, :] = 0  # every level-2 cell of that bucket feeds level-3 row 0
     results = []
     for name in ("numba", "numpy"):
-        reduce, count = sketch_kernel.kernels(name)
+        reduce, count, _ = sketch_kernel.kernels(name)
         hist = np.zeros((3, sketch_kernel.BUCKETS), dtype=np.int64)
         mid = np.zeros((1, sketch_kernel.CELLS), dtype=np.int64)
         low = np.zeros((1, sketch_kernel.CELLS), dtype=np.int64)
@@ -286,7 +286,7 @@ def test_compiled_kernel_flat_sums_match_numpy(dim: int) -> None:
     shift = values[0].astype(np.float64)
     got = []
     for name in ("numba", "numpy"):
-        reduce, _ = sketch_kernel.kernels(name)
+        reduce, *_ = sketch_kernel.kernels(name)
         hist = np.zeros((dim, sketch_kernel.BUCKETS), dtype=np.int64)
         lut = np.full((dim, sketch_kernel.BUCKETS), -1, dtype=np.int32)
         table = np.zeros((1, sketch_kernel.CELLS), dtype=np.int64)
@@ -300,3 +300,39 @@ def test_compiled_kernel_flat_sums_match_numpy(dim: int) -> None:
     finite = np.where(np.isfinite(values), values, np.nan).astype(np.float64)
     np.testing.assert_allclose(o1[1], np.nansum(finite - shift, axis=0), rtol=1e-12)
     assert o1[3].tolist() == np.nanmin(finite, axis=0).tolist()
+
+
+def test_compiled_pre_filter_never_skips_a_dim_track_would_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled `wanted` test may flag too much but never too little: every dim it leaves out gets
+    nothing from `QuantileSketch.track` (checked on a copy of the sketch at each call), over peaked,
+    atomic, drifting, uniform and constant columns."""
+    import copy
+
+    from pipeline.readers import sketch_kernel
+    from pipeline.readers.stats import FeatureStats
+
+    if not sketch_kernel.AVAILABLE:
+        pytest.skip("numba is not installed: the numpy fallback does not pre-filter")
+    rng = np.random.default_rng(15)
+    n = 120_000
+    drift = np.cumsum(rng.normal(0, 0.01, n))
+    gripper = (rng.random(n) > 0.6).astype(np.float64)
+    peaked = rng.normal(0.3, 1e-4, n)
+    x = np.stack([drift, gripper, peaked, rng.uniform(-1, 1, n), np.zeros(n)], axis=1).astype(np.float32)
+    reduce, count, wanted = sketch_kernel.kernels("numba")
+    fs = FeatureStats(5, kernel="numba")
+    flagged, skipped = [], []
+
+    def checking(*args):  # type: ignore[no-untyped-def]
+        wanted(*args)
+        flags = args[-1]
+        flagged.extend(np.flatnonzero(flags).tolist())
+        for d in np.flatnonzero(~flags & (fs.sketch.total > 0)).tolist():
+            new2, new3 = copy.deepcopy(fs.sketch).track(d)
+            assert not new2 and not new3, d
+            skipped.append(d)
+
+    monkeypatch.setattr(sketch_kernel, "_COMPILED", [(reduce, count, checking)])
+    for start in range(0, n, 6_000):
+        fs.update(x[start : start + 6_000])
+    assert flagged and skipped and 4 in skipped  # some dims start cells, the constant one never again

@@ -175,8 +175,8 @@ class UnitsConfig:
 class ContractConfig(StageConfig):
     """contract: base checkpoint (A) vs training config (B) vs dataset (C). Thresholds and why."""
 
-    # cpus: one thread decodes parquet row groups while the other reduces them; memory is one row
-    # group plus 65536 counters per dim, whatever the dataset size
+    # cpus: parquet columns decode side by side, then the features reduce side by side; memory is a
+    # batch of rows (`parquet_columns.BATCH_ROWS`) plus 65536 counters per dim, whatever the dataset size
     resources: Resources = field(default_factory=lambda: Resources(time_min=30, cpus_per_task=2, mem_gb=4))
     rank_error: float = (
         0.001  # recomputed quantiles: at most 0.1 % of the rows between reported and true rank
