@@ -261,9 +261,8 @@ def _child(
     root: Path,
     extra: dict | None = None,
     env: dict | None = None,
-    extra_args: list[str] | None = None,
 ) -> dict:
-    cmd = [sys.executable, __file__, "--phase", phase, "--dir", str(root), *(extra_args or [])]
+    cmd = [sys.executable, __file__, "--phase", phase, "--dir", str(root)]
     environ = {**os.environ, **(env or {})}
     proc = subprocess.run(
         cmd, input=json.dumps(extra or {}), capture_output=True, text=True, check=True, env=environ

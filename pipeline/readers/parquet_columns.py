@@ -133,10 +133,14 @@ def read_group(path: Path, handle: pq.ParquetFile, group: int, columns: list[str
     try:
         table = handle.read_row_group(group, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(
-            f"{path}: row group {group} cannot be decoded: {exc}", path=path, field=f"row_group[{group}]"
-        ) from exc
+        raise _undecodable(path, group, exc) from exc
     return {name: single(table.column(name)) for name in columns}
+
+
+def _undecodable(path: Path, group: int, exc: Exception) -> InputError:
+    return InputError(
+        f"{path}: row group {group} cannot be decoded: {exc}", path=path, field=f"row_group[{group}]"
+    )
 
 
 def usable_cores() -> int:
@@ -205,12 +209,7 @@ def _batches(files: Sequence[Path], dims: Mapping[str, int], rows: int) -> Itera
             try:
                 batch = next(batches, None)
             except (pa.ArrowInvalid, OSError) as exc:
-                group = _group_of(handle, done)
-                raise InputError(
-                    f"{path}: row group {group} cannot be decoded: {exc}",
-                    path=path,
-                    field=f"row_group[{group}]",
-                ) from exc
+                raise _undecodable(path, _group_of(handle, done), exc) from exc
             if batch is None:
                 break
             done += batch.num_rows

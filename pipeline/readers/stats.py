@@ -94,7 +94,7 @@ class FeatureStats:
         self.nonfinite = np.zeros(dim, dtype=np.int64)
         self.kernel = kernel or KERNEL
         self._out = np.zeros((5, dim))
-        self._levels = np.sort(np.array(list(quantiles.values()), dtype=np.float64))
+        self._levels = np.sort(np.asarray(self.sketch.levels, dtype=np.float64))  # what `wanted` scans for
         self._wanted = np.zeros(dim, dtype=np.bool_)
 
     def update(self, block: np.ndarray) -> None:
