@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from omegaconf import DictConfig
 
+from pipeline import history
 from pipeline.audit_markdown import DEFAULT_PHYSICAL_CHECKS, Files, render_markdown
 from pipeline.audit_text import cell, code, flat, md_text, unescape
 from pipeline.errors import RecordError
@@ -95,18 +96,29 @@ def record_stem(record: GateRecord) -> str:
     return "_".join([safe_name(record.created[:10]), *(safe_name(str(n))[:60] for n in names), "audit"])
 
 
-def write_record(audit_dir: Path, record: GateRecord, mode: int | None = None) -> Path:
-    """The JSON twin, the record's files, the markdown record and the timeline row, each durably written
-    (or an `AuditWriteError` naming the write that failed and the files already written). Returns the
-    markdown's path. `mode`: the files' permission bits (default: as the umask allows)."""
+def write_record(
+    audit_dir: Path, record: GateRecord, mode: int | None = None, key: bytes | None = None
+) -> Path:
+    """The JSON twin (sealed and chained, see `pipeline.history`), the record's files, the markdown
+    record and the timeline row, each durably written (or an `AuditWriteError` naming the write that
+    failed and the files already written). Returns the markdown's path. `mode`: the files' permission
+    bits (default: as the umask allows); `key`: the team's HMAC key (`audit.key_file`)."""
     audit_dir = Path(audit_dir)
-    stem = record_stem(record)
     written: list[Path] = []
     files: dict[str, tuple[str, str]] = {}
+    try:
+        stem, copies = _write_twin(audit_dir, record, files, mode, key)
+    except (OSError, RecordError, TimeoutError) as exc:
+        raise AuditWriteError(
+            f"audit record: writing the JSON twin in {audit_dir} failed: "
+            f"{getattr(exc, 'strerror', None) or exc}",
+            path=audit_dir,
+            written=written,
+        ) from exc
+    written.append(audit_dir / f"{stem}.json")
     markdown = audit_dir / f"{stem}.md"
-    steps = [(audit_dir / f"{stem}.json", lambda p: atomic_write_json(p, record.to_dict(), mode))]
-    steps += artifact_copies(record, audit_dir, stem, files, mode)
-    steps += [
+    steps = [
+        *copies,
         (markdown, lambda p: atomic_write_text(p, _markdown(record, audit_dir, files), mode)),
         (audit_dir / TIMELINE, lambda p: _timeline_with(audit_dir, stem, mode)),
     ]
@@ -123,6 +135,34 @@ def write_record(audit_dir: Path, record: GateRecord, mode: int | None = None) -
             ) from exc
         written.append(path)
     return markdown
+
+
+def _write_twin(
+    audit_dir: Path,
+    record: GateRecord,
+    files: dict[str, tuple[str, str]],
+    mode: int | None,
+    key: bytes | None,
+) -> tuple[str, list[tuple[Path, Any]]]:
+    """Under the audit lock (so the chain never forks): a stem no earlier record has (a relaunch the same
+    day never overwrites an earlier record's files), the twin naming the chain's head. Returns the stem
+    and the artifact copy steps (the twin lists where each copy goes, so a reuse finds them)."""
+    with file_lock(audit_dir / LOCK):
+        stem = free_stem(audit_dir, record_stem(record))
+        copies = artifact_copies(record, audit_dir, stem, files, mode)
+        body = {**record.to_dict(), history.FILES: {src: link for src, (link, _) in files.items() if link}}
+        twin = history.seal(body, history.chain_head(audit_dir), key)
+        atomic_write_json(audit_dir / f"{stem}.json", twin, mode)
+    return stem, copies
+
+
+def free_stem(audit_dir: Path, stem: str) -> str:
+    """`stem`, or `stem` with `-2`, `-3`, ... before `_audit` where a record of that name exists."""
+    base, candidate, n = stem.removesuffix("_audit"), stem, 1
+    while (audit_dir / f"{candidate}.json").exists() or (audit_dir / f"{candidate}.md").exists():
+        n += 1
+        candidate = f"{base}-{n}_audit"
+    return candidate
 
 
 def _markdown(record: GateRecord, audit_dir: Path, files: Files) -> str:

@@ -65,6 +65,8 @@ def render_markdown(
         "| stage | status | host | job | wall s |",
         "|---|---|---|---|---|",
         *(_stage_row(s) for s in record.stages),
+        *_reused(record.stages),
+        *_history(record.history),
         "",
         "## Reconciliation",
         *details(f"All {len(checks)} rows, {len(checks) - len(findings)} of them match", _full_table(checks)),
@@ -207,6 +209,31 @@ def _stage_row(result: StageResult) -> str:
     return (
         "| " + " | ".join(cell(c) for c in cells) + f" | {_jobs_cell(prov)} | {_wall_cell(result.timings)} |"
     )
+
+
+def _reused(stages: tuple[StageResult, ...]) -> list[str]:
+    """Per reused stage: the run and date that measured its rows, and how this launch proved that every
+    input is the same (each fingerprint and what it compared)."""
+    lines = []
+    for result in stages:
+        prov = result.provenance
+        if not prov.get("reused_from"):
+            continue
+        lines += [
+            "",
+            f"`{md_text(result.stage)}` is reused: its rows were measured in run {code(prov['reused_from'])}"
+            f" on {md_text(str(prov.get('reused_created') or '?')[:10])}, not in this run; these inputs were"
+            " proven the same:",
+            *(f"- {code(k)}: {md_text(v)}" for k, v in (prov.get("reused_compared") or {}).items()),
+        ]
+    return lines
+
+
+def _history(lines: tuple[str, ...]) -> list[str]:
+    """Audit-history entries this launch did not trust (never reused; the stages they held reran)."""
+    if not lines:
+        return []
+    return ["", "History entries not trusted (never reused):", *(f"- {md_text(line)}" for line in lines)]
 
 
 def _jobs_cell(prov: Mapping[str, Any]) -> str:

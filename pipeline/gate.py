@@ -28,7 +28,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import audit
+from pipeline import audit, integrity
+from pipeline.errors import ConfigError
 from pipeline.junit import write_junit
 from pipeline.records import GateRecord, RecordError, Rows, StageResult
 from pipeline.runfolder import NO_GATE_EXIT, PART_DONE, RunFolder, demo_dir
@@ -45,9 +46,12 @@ def run_gate(run_dir: Path) -> int:
     record = merge(cfg, plan, collect_results(folder, plan))
     mode = audit.audit_mode(cfg.get("audit_mode"))
     try:
-        markdown = audit.write_record(Path(cfg.audit_dir), record, mode)
+        key = integrity.load_key((cfg.get("audit") or {}).get("key_file"))
+        markdown = audit.write_record(Path(cfg.audit_dir), record, mode, key)
     except audit.AuditWriteError as exc:
         return _failed(folder, record, str(exc), exc.written)
+    except ConfigError as exc:  # the key file went missing or bad since launch
+        return _failed(folder, record, str(exc), [])
     written = [markdown.with_suffix(".json"), markdown, markdown.parent / audit.TIMELINE]
     junit = junit_path(cfg)
     if junit is not None:
@@ -181,6 +185,7 @@ def merge(cfg: DictConfig, plan: dict[str, Any], results: Iterable[StageResult])
         sources=sources(cfg, plan),
         fingerprints={r.stage: r.fingerprints for r in results},
         waivers=tuple(applied),
+        history=tuple(str(line) for line in plan.get("history") or ()),
     )
 
 

@@ -25,7 +25,7 @@ from pipeline.follow import console, follow_slurm, launch_local
 from pipeline.follow import job_rows as _rows
 from pipeline.launch_checks import validate
 from pipeline.local_runner import adoptable
-from pipeline.plan import JobSpec, build_plan, plan_document, write_reused
+from pipeline.plan import JobSpec, audit_key, build_plan, history_notes, plan_document, write_reused
 from pipeline.readers.sif import sha256_file
 from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder, demo_dir
 from pipeline.runguard import run_lock, validate_run_folders
@@ -142,11 +142,13 @@ def launch(cfg: DictConfig) -> int:
         waivers = load_waivers(Path(cfg.waivers_file) if cfg.waivers_file else None)
     except InputError as exc:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
+    audit_key(cfg)  # a bad audit.key_file is one line now, not a gate that cannot seal its record
     rcfg = resolved_config(cfg, executor)
     folder = RunFolder(Path(rcfg.run_dir))
-    jobs = build_plan(rcfg, registry, folder)
     launch_inputs.check_inputs(rcfg, registry)  # demo paths filled; nothing on disk for this run yet
+    jobs = build_plan(rcfg, registry, folder)  # fingerprints: only inputs that passed their checks
     extra = {
+        "history": history_notes(rcfg),
         "run_id": rcfg.run_id,
         "executor": executor,
         "git_sha": git_sha(),

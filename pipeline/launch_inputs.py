@@ -7,6 +7,7 @@ cheap format detection (`detect_model`, `training_file`, `dataset_format`: names
 parsed) for the inputs of the stages actually selected, before the run folder exists; a bad one is one
 `InputError` naming the config key, the path and what was expected. A part job asks again for its own
 stage (`stage_inputs`), so an input that changed after launch is reported as that, not as a crash.
+Which paths a stage reads is its own declaration (`Stage.inputs`); nothing here names a stage.
 """
 
 from __future__ import annotations
@@ -39,51 +40,35 @@ def _exists(path: Path) -> None:
 
 
 def _checkpoint(path: Path) -> None:
-    """A teacher-forced model is loaded by its own loader (`module:function`): a file or a folder."""
+    """A model loaded by its own loader (`module:function`): a file or a folder."""
     if not path.exists():
         raise InputError(f"{path}: does not exist (expected the checkpoint file or folder)", path=path)
 
 
-def _script(path: Path) -> None:
-    regular_file(path, "an sbatch script")
+def _file(path: Path) -> None:
+    regular_file(path, "a regular file")
 
 
-# one checker per input kind: the readers' own detection, raising their own InputError
+# one checker per input kind (`pipeline.inputs.KINDS`): the readers' own detection, raising their own
+# InputError
 CHECKS: dict[str, Callable[[Path], Any]] = {
     "model": detect_model,
     "training": training_file,
     "dataset": dataset_format,
-    "release": _folder,
-    "cache": _folder,
+    "folder": _folder,
+    "checkpoint": _checkpoint,
+    "file": _file,
+    "exists": _exists,
+    "optional": lambda path: None,
 }
 
 
-def _path(cfg: Any, key: str) -> str | None:
-    """`cfg[key].path` where the section exists and sets one (null paths are not inputs)."""
-    section = cfg.get(key) if hasattr(cfg, "get") else None
-    value = section.get("path") if hasattr(section, "get") else None
-    return str(value) if value else None
-
-
 def stage_inputs(cfg: DictConfig, stage: stages.Stage) -> Iterator[tuple[str, str, Callable[[Path], Any]]]:
-    """(config key, path, checker) for every input `stage` reads that the config sets; a built-in
-    stage's inputs must suit the built-in readers, a plugin's need only exist."""
-    builtin = stage.run.__module__.startswith("pipeline.stages.")
-    for kind in stage.inputs:
-        path = _path(cfg, kind)
-        if path:
-            yield f"{kind}.path", path, CHECKS[kind] if builtin else _exists
-    section: Mapping[str, Any] = (cfg.get("stages") or {}).get(stage.name) or {}
-    if stage.name == "contract" and _path(cfg, "known_good"):
-        yield "known_good.path", str(_path(cfg, "known_good")), detect_model
-    if stage.name == "determinism":
-        reload_dataset = (section.get("reload") or {}).get("dataset")
-        if reload_dataset:
-            yield "stages.determinism.reload.dataset", str(reload_dataset), dataset_format
-    if stage.name == "teacher_forced":
-        for index, model in enumerate(section.get("models") or ()):
-            if (model or {}).get("path"):
-                yield f"stages.teacher_forced.models[{index}].path", str(model["path"]), _checkpoint
+    """(config key, path, checker) for every input `stage` declares that the config sets."""
+    for declared in stage.declared_inputs:
+        for key, path in declared.resolve(cfg):
+            if path:
+                yield key, path, CHECKS[declared.kind]
 
 
 def check(key: str, path: str, checker: Callable[[Path], Any]) -> None:
@@ -109,4 +94,4 @@ def check_inputs(cfg: DictConfig, registry: Mapping[str, stages.Stage]) -> None:
         check_stage(cfg, stage)
     chain = (cfg.get("chain") or {}).get("sbatch")
     if chain:
-        check("chain.sbatch", str(chain), _script)
+        check("chain.sbatch", str(chain), lambda p: regular_file(p, "an sbatch script"))

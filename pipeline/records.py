@@ -202,6 +202,7 @@ class GateRecord:
     sources: dict[str, Any] = field(default_factory=dict)
     fingerprints: dict[str, dict[str, str]] = field(default_factory=dict)
     waivers: tuple[dict[str, Any], ...] = ()
+    history: tuple[str, ...] = ()  # audit-history entries this launch could not trust, one line each
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -225,6 +226,7 @@ class GateRecord:
         fields["stages"] = tuple(StageResult.from_dict(s) for s in fields.get("stages", ()))
         fields["reasons"] = tuple(fields.get("reasons", ()))
         fields["waivers"] = tuple(fields.get("waivers", ()))
+        fields["history"] = tuple(str(line) for line in fields.get("history", ()))
         return cls(**fields)
 
 

@@ -65,7 +65,8 @@ def twin(
         sources={"model": {"name": "m"}, "dataset": {"name": "d"}},
         fingerprints={r.stage: r.fingerprints for r in results},
     )
-    return atomic_write_json(audit / f"{record_stem(record)}.json", record.to_dict())
+    sealed = history.seal(record.to_dict(), history.chain_head(audit), None)
+    return atomic_write_json(audit / f"{record_stem(record)}.json", sealed)
 
 
 def plan_of(cfg, folder: RunFolder) -> dict:
@@ -156,7 +157,9 @@ def test_a_second_launch_reuses_the_first_runs_result_and_reuse_none_runs_it_aga
     job = json.loads((runs / "two" / "jobs.json").read_text())["counted"]
     assert job["job_id"] is None and job["pid"] is None and "reused" in job["state"]  # never started
     stage = next(s for s in gate_of(runs / "two")["stages"] if s["stage"] == "counted")
-    assert stage["provenance"]["reused_from"] == "one" and stage["checks"][0]["message"] == "ran in one"
+    assert stage["provenance"]["reused_from"] == "one"
+    assert stage["checks"][0]["message"].startswith("[measured in run one on ")  # the past, said so
+    assert stage["checks"][0]["message"].endswith("ran in one")
     twins = sorted((tmp_path / "audit_logs").glob("*_two_audit.json"))
     assert json.loads(twins[0].read_text())["stages"][0]["provenance"]["reused_from"] == "one"
     dry = launch(tmp_path, *common, "run_id=dry", "dry_run=true")

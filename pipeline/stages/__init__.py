@@ -1,8 +1,10 @@
 """The stage registry: every check the gate can run, registered by name against one interface.
 
 A stage is a module with one entry `run(cfg, ctx) -> StageResult`. It registers itself with
-`register(Stage(...))`, declaring which inputs it reads (so a re-launch can tell whether its last result
-is still valid) and which stages it must run after. A stage may also declare `parts`: jobs that run
+`register(Stage(...))`, declaring every path it reads (`inputs`: `pipeline.inputs.Input`, or the shorthand
+`"model"`, `"dataset"`, ... for a top-level section's `path`), from which launch validates them and the
+plan fingerprints them, so nothing a stage reads can change unseen under a reused result, and which
+stages it must run after. A stage may also declare `parts`: jobs that run
 before its main job and in parallel with each other (e.g. the determinism twins); the main job then
 merges what they wrote.
 
@@ -12,6 +14,7 @@ they are imported on the login node and again inside every job.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipeline.errors import InputError
+from pipeline.inputs import SECTIONS, Input
 from pipeline.records import Check, Rows, StageResult
 from pipeline.runfolder import RunFolder
 from pipeline.stages.config import StageConfig, store_registered, typed
@@ -33,7 +37,7 @@ BUILTIN_MODULES = (
     "pipeline.stages.teacher_forced",
     "pipeline.stages.render_cache",
 )
-INPUT_KINDS = ("model", "training", "dataset", "release", "cache")
+INPUT_KINDS = tuple(SECTIONS)
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ PartFn = Callable[[DictConfig, StageContext], Any]
 class Stage:
     name: str
     run: RunFn
-    inputs: tuple[str, ...] = ()
+    inputs: tuple[Input | str, ...] = ()
     after: tuple[str, ...] = ("container_check",)
     parts: tuple[str, ...] = ()
     run_part: PartFn | None = None
@@ -88,8 +92,25 @@ class Stage:
         """The one row builder for this stage's checks."""
         return Rows(self.name, self.category)
 
+    @property
+    def builtin(self) -> bool:
+        return self.run.__module__.startswith("pipeline.stages.")
+
+    @property
+    def declared_inputs(self) -> tuple[Input, ...]:
+        """Every input as an `Input`. A plugin's shorthand section is read by its own code, so launch
+        can only ask that it exists; its files are fingerprinted as the built-in ones are."""
+        found = []
+        for item in self.inputs:
+            if isinstance(item, Input):
+                found.append(item)
+            else:
+                short = SECTIONS[item]
+                found.append(short if self.builtin else dataclasses.replace(short, kind="exists"))
+        return tuple(found)
+
     def __post_init__(self) -> None:
-        unknown = set(self.inputs) - set(INPUT_KINDS)
+        unknown = {i for i in self.inputs if isinstance(i, str)} - set(INPUT_KINDS)
         if unknown:
             raise ValueError(f"stage {self.name}: unknown inputs {sorted(unknown)}; known: {INPUT_KINDS}")
         if (self.parts or self.array) and self.run_part is None:

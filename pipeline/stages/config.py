@@ -66,6 +66,7 @@ class StageConfig:
 
     resources: Resources = field(default_factory=Resources)
     part_resources: dict[str, Resources] = field(default_factory=dict)
+    reuse: bool = True  # false: this stage always runs (never taken from this run's past or the history)
 
     def validate(self, key: str) -> None:
         """Range checks beyond the types; raise `ConfigError(f"{key}.<field>", ...)`. `key` is

@@ -21,6 +21,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import InputError
+from pipeline.inputs import Input
 from pipeline.progress import progress
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.readers.base import Contract, DatasetContract
@@ -301,7 +302,7 @@ register(
     Stage(
         name=NAME,
         run=run,
-        inputs=("model", "training", "dataset"),
+        inputs=("model", "training", "dataset", Input("known_good.path", "model", whole=True)),
         category="normalization",
         config=ContractConfig,
         description="base checkpoint (A) vs training config (B) vs dataset (C): normalization, "

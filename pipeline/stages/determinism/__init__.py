@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipeline.errors import InputError
+from pipeline.inputs import Input
 from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, envelope, findings, reload, runner
@@ -289,7 +290,7 @@ register(
         parts=PARTS,
         run_part=runner.run_part,
         config=DeterminismConfig,
-        inputs=("model", "training", "dataset"),
+        inputs=("model", "training", "dataset", Input("stages.determinism.reload.dataset", "dataset")),
         category="determinism",
         description="same-seed twins bit-identical, control differs, DDP ranks agree, reload round trip",
     )

@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipeline.errors import ConfigError, InputError
+from pipeline.inputs import Input
 from pipeline.records import StageResult
 from pipeline.stages import Stage, StageContext, register, stage_config
 from pipeline.stages.config import Resources, StageConfig
@@ -134,6 +135,21 @@ def demo_models(dataset: str | None) -> tuple[list[ModelSpec], dict[str, Any]]:
     return specs, data
 
 
+def demo_models_dir(dataset: str) -> str | None:
+    """The demo's model folder beside its dataset, which the stage reads when no model is configured."""
+    listing = Path(dataset).parent / DEMO_MODELS
+    return str(listing.parent) if listing.is_file() else None
+
+
+INPUTS = (
+    "dataset",
+    Input("stages.teacher_forced.models[*].path", "checkpoint", whole=True),
+    Input("stages.teacher_forced.models[*].manifest", "file", whole=True),
+    Input("stages.teacher_forced.sample_manifest", "optional", whole=True),
+    Input("dataset.path", "optional", whole=True, name="demo_models", derive=demo_models_dir),
+)
+
+
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     from pipeline.stages.teacher_forced.evaluate import evaluate
 
@@ -160,7 +176,7 @@ register(
     Stage(
         name=NAME,
         run=run,
-        inputs=("dataset",),
+        inputs=INPUTS,
         category="diagnostics",
         config=TeacherForcedConfig,
         description="checkpoint provenance, paired teacher-forced action error across models, "
