@@ -14,7 +14,8 @@ from typing import Any
 
 from rich.table import Table
 
-from pipeline.errors import PreflightError, one_line
+from pipeline import history, integrity
+from pipeline.errors import InputError, PreflightError, one_line
 from pipeline.progress import make_console
 from pipeline.records import RecordError
 from pipeline.runfolder import RunFolder
@@ -131,16 +132,41 @@ def show(folder: RunFolder) -> None:
         folder.report_gate()
 
 
+def verify_history(audit_dir: Path, key_file: str | None) -> int:
+    """Every twin of `audit_dir` checked (content digest, chain, HMAC with a key): one line per twin;
+    0 when all can be trusted, 3 when one cannot."""
+    if not audit_dir.is_dir():
+        raise InputError(f"{audit_dir}: not a folder (expected an audit_dir)", path=audit_dir)
+    twins = history.verify(audit_dir, integrity.load_key(key_file))
+    for twin in twins:
+        print(f"{twin.path.name}: {twin.problem}" if twin.problem else f"{twin.path.name}: ok")
+    bad = sum(1 for t in twins if t.problem)
+    print(f"{audit_dir}: {len(twins)} record(s), {bad} not trusted" + (" (never reused)" if bad else ""))
+    return 3 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.status", description=__doc__)
-    parser.add_argument("run", help="a run id (under --output-root/runs) or a run directory")
+    parser.add_argument("run", nargs="?", help="a run id (under --output-root/runs) or a run directory")
     parser.add_argument(
         "--output-root",
         default=None,
         help="the launch's output_root (default: as the shipped config sets)",
     )
+    parser.add_argument(
+        "--verify-history",
+        metavar="AUDIT_DIR",
+        nargs="?",
+        const="audit_logs",
+        help="check every record of an audit_dir (digest, chain, HMAC); exit 3 if one fails",
+    )
+    parser.add_argument("--key-file", default=None, help="the team's audit.key_file, for --verify-history")
     args = parser.parse_args(argv)
+    if args.run is None and args.verify_history is None:
+        parser.error("give a run id or --verify-history")
     try:
+        if args.verify_history is not None:
+            return verify_history(Path(args.verify_history), args.key_file)
         show(RunFolder.find(args.run, args.output_root))
     except PreflightError as exc:
         print(f"status: {one_line(exc)}", file=sys.stderr)
