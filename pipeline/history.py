@@ -96,6 +96,14 @@ def _open(path: Path, key: bytes | None) -> Twin:
     return Twin(path, record, block["digest"], previous, files)
 
 
+def twin_record(path: Path, key: bytes | None = None) -> GateRecord:
+    """The record of one twin whose content proves itself (digest, HMAC with a key); else RecordError."""
+    twin = _open(Path(path), key)
+    if twin.problem or twin.record is None:
+        raise RecordError(f"{path}: {twin.problem}", path=path)
+    return twin.record
+
+
 @functools.lru_cache(maxsize=4096)
 def _cached(path: Path, stamp: tuple[int, ...], key: bytes | None) -> Twin:
     del stamp  # part of the cache key only: a changed file is read again

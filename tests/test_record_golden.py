@@ -28,8 +28,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from pipeline import audit
-from pipeline.records import GateRecord, load_json
+from pipeline import audit, history
+from pipeline.records import GateRecord
 from tests.conftest import launch
 
 GOLDEN = Path(__file__).parent / "golden" / "faulty_record.md"
@@ -75,7 +75,7 @@ def faulty() -> Iterator[Faulty]:
         )
         markdown = next((cwd / "audit_logs").glob("*_audit.md"), None)
         assert markdown is not None, proc.stdout + proc.stderr
-        record = GateRecord.from_dict(load_json(markdown.with_suffix(".json")))
+        record = history.twin_record(markdown.with_suffix(".json"))
         yield Faulty(cwd, proc, markdown, record)
     finally:
         shutil.rmtree(cwd, ignore_errors=True)

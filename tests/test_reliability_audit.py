@@ -158,11 +158,12 @@ def test_audit_mode_refuses_what_is_not_permission_bits(value):
 
 def test_a_failed_write_names_itself_and_what_was_written(tmp_path):
     record = hostile_record()
-    (tmp_path / f"{audit.record_stem(record)}.md").mkdir()  # the markdown cannot replace a folder
+    (tmp_path / audit.TIMELINE).mkdir()  # the timeline cannot replace a folder
     with pytest.raises(audit.AuditWriteError) as caught:
         audit.write_record(tmp_path, record)
     twin = tmp_path / f"{audit.record_stem(record)}.json"
-    assert caught.value.written == [twin] and twin.is_file()
-    assert f"writing {tmp_path / audit.record_stem(record)}.md failed" in str(caught.value)
-    assert f"written: {twin}" in str(caught.value) and "\n" not in str(caught.value)
+    markdown = twin.with_suffix(".md")
+    assert caught.value.written == [twin, markdown] and twin.is_file() and markdown.is_file()
+    assert f"writing {tmp_path / audit.TIMELINE} failed" in str(caught.value)
+    assert f"written: {twin}, {markdown}" in str(caught.value) and "\n" not in str(caught.value)
     assert not list(tmp_path.glob(".*.tmp"))
