@@ -19,8 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pipeline import stages
-from pipeline.errors import ConfigError, one_line
+from pipeline.errors import ConfigError, InputError, one_line
 from pipeline.plan import resources
+from pipeline.readers.sif import read_sif
 from pipeline.stages import container_image
 from pipeline.stages.config import RESOURCE_BOUNDS, RESOURCE_KEYS, GateConfig, typed
 
@@ -140,6 +141,11 @@ def validate(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
     elif cfg.container.kind != "none":
         raise ConfigError("container.kind", f"{cfg.container.kind!r} is not one of none, apptainer")
     container_image.validate(cfg)  # pins parse; the apptainer binary exists before anything is submitted
+    if cfg.container.kind == "apptainer":
+        try:  # the header and descriptors only: microseconds, and "not a SIF" is named here, not in a job log
+            read_sif(cfg.container.image)
+        except InputError as exc:
+            raise ConfigError("container.image", str(exc)) from None
     check_chain(cfg)
     _validate_stage_configs(cfg, registry)
 

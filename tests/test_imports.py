@@ -28,18 +28,6 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _is_main_guard(node: ast.If) -> bool:
-    """`if __name__ == "__main__":` runs only as `python -m module`, where the module is `__main__`,
-    not itself: an import there cannot close a cycle."""
-    test = node.test
-    return (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == "__name__"
-        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
-    )
-
-
 def _target(name: str) -> str | None:
     """The `pipeline` module an imported name lands in (the longest known prefix)."""
     parts = name.split(".")
@@ -57,7 +45,7 @@ def imports_of(module: str) -> set[str]:
     stack: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), str(path))]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and (_is_type_checking(node) or _is_main_guard(node)):
+        if isinstance(node, ast.If) and _is_type_checking(node):  # a `__main__` guard's imports count too
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import):

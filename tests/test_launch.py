@@ -203,3 +203,14 @@ def test_status_shows_the_stage_states_of_a_run(tmp_path):
         env={**os.environ, "COLUMNS": "200"},
     ).stdout
     assert "container_check" in out and "COMPLETED" in out and "gate: clear (pass)" in out
+
+
+def test_an_image_that_is_not_a_sif_is_named_at_launch(tmp_path):
+    fake = tmp_path / "image.sif"
+    fake.write_bytes(b"#!/bin/sh\necho this is a shell script, not an image\n" * 4)
+    shim = fake_apptainer(tmp_path)
+    overrides = ("container=apptainer", f"container.binary={shim}", f"container.image={fake}")
+    proc = launch(tmp_path, "launcher=local", "~demo", *overrides)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"container.image: {fake}: not a SIF file: expected 'SIF_MAGIC' at offset 32" in proc.stdout
+    assert not (tmp_path / "preflight" / "runs").exists()  # nothing queued, no run folder

@@ -1,28 +1,23 @@
-"""Promotion records: which image a team promoted, by digest, and the CLI that writes and inspects them.
+"""Promotion records: which image a team promoted, by digest (`python -m pipeline.images` writes them).
 
 Teams pin the training image by hand today (`sha256sum` against a promotion log). A promotion record
 is that log entry as a file the gate reads: `image` (the path it was promoted at), `sha256` (of the
 whole SIF file), `labels` (as the image carries them), `date` and `who`. YAML or JSON (safe loader).
 
-    python -m pipeline.readers.sif list IMAGE            # the objects, as `siftool list` shows them
-    python -m pipeline.readers.sif inspect IMAGE         # header, objects, labels, digests (JSON)
-    python -m pipeline.readers.sif promote IMAGE --who "Ada <ada@lab>" --out images/promoted.yaml
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pipeline.errors import InputError, PreflightError
+from pipeline.errors import InputError
 from pipeline.readers.base import read_yaml
-from pipeline.readers.sif import listing, normalize_sha256, partition_sha256, read_sif, sha256_file
+from pipeline.readers.sif import normalize_sha256, partition_sha256, read_sif, sha256_file
 from pipeline.storage import atomic_write_text
 
 REQUIRED = ("image", "sha256", "date", "who")
@@ -85,36 +80,3 @@ def inspect(image: str | Path) -> dict[str, Any]:
         "labels": sif.labels(),
         "deffile": attrs.get("deffile"),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.readers.sif", description=__doc__.split("\n")[0]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="objects as siftool lists them").add_argument("image")
-    sub.add_parser("inspect", help="header, objects, labels, digests as JSON").add_argument("image")
-    promote = sub.add_parser("promote", help="write a promotion record for an image")
-    promote.add_argument("image")
-    promote.add_argument("--who", required=True, help="who promotes it (name <email>)")
-    promote.add_argument("--out", required=True, help="record file (.yaml/.yml or .json)")
-    promote.add_argument("--date", default=None, help="default: now (UTC, ISO 8601)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "list":
-            print(f"{'ID':<5}|{'GROUP':<8}|{'LINK':<8}|{'SIF POSITION (start-end)':<26}|TYPE")
-            for oid, group, link, span, kind in listing(read_sif(args.image)):
-                print(f"{oid:<5}|{group:<8}|{link:<8}|{span:<26}|{kind}")
-        elif args.command == "inspect":
-            print(json.dumps(inspect(args.image), indent=2))
-        else:
-            path = write_promotion(promotion_record(args.image, args.who, args.date), args.out)
-            print(f"promotion record: {path}")
-    except (PreflightError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

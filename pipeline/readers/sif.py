@@ -384,9 +384,3 @@ def listing(image: SifImage) -> list[tuple[int, str, str, str, str]]:
         )
         for o in image.objects
     ]
-
-
-if __name__ == "__main__":
-    from pipeline.readers.promotion import main
-
-    raise SystemExit(main())

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.readers.promotion import main as sif_cli
+from pipeline.images import main as sif_cli
 from pipeline.readers.promotion import promotion_record, read_promotion, write_promotion
 from pipeline.readers.sif import DESCRIPTOR, listing, partition_sha256, read_sif, sha256_file
 from tests.sif_images import build_image, sha256sum, siftool_list
@@ -94,7 +94,7 @@ def test_promotion_record_round_trip_and_cli(signed, tmp_path, capsys):
     shown = json.loads(capsys.readouterr().out)
     assert shown["partition_sha256"] == signed.squashfs_sha256 and shown["labels"] == LABELS
     out = subprocess.run(
-        [sys.executable, "-m", "pipeline.readers.sif", "list", str(signed.path)],
+        [sys.executable, "-m", "pipeline.images", "list", str(signed.path)],
         capture_output=True,
         text=True,
         timeout=60,
