@@ -143,9 +143,10 @@ def launch(cfg: DictConfig) -> int:
     except InputError as exc:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
     audit_key(cfg)  # a bad audit.key_file is one line now, not a gate that cannot seal its record
+    launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
     rcfg = resolved_config(cfg, executor)
     folder = RunFolder(Path(rcfg.run_dir))
-    launch_inputs.check_inputs(rcfg, registry)  # demo paths filled; nothing on disk for this run yet
+    launch_inputs.check_inputs(rcfg, registry)  # again with the demo's paths filled in
     jobs = build_plan(rcfg, registry, folder)  # fingerprints: only inputs that passed their checks
     extra = {
         "history": history_notes(rcfg),

@@ -214,3 +214,10 @@ def test_an_image_that_is_not_a_sif_is_named_at_launch(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"container.image: {fake}: not a SIF file: expected 'SIF_MAGIC' at offset 32" in proc.stdout
     assert not (tmp_path / "preflight" / "runs").exists()  # nothing queued, no run folder
+
+
+def test_a_missing_input_fails_before_the_demo_is_built(tmp_path):
+    proc = launch(tmp_path, "stage=full", "launcher=local", "model.path=/nonexistent")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "model.path: /nonexistent: model path does not exist" in proc.stdout
+    assert not (tmp_path / "preflight").exists()  # no demo built for the inputs left at their default
