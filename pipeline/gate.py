@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import audit, integrity
 from pipeline.errors import ConfigError
 from pipeline.junit import write_junit
-from pipeline.records import GateRecord, RecordError, Rows, StageResult
+from pipeline.records import GateRecord, PartDone, RecordError, Rows, StageResult
 from pipeline.runfolder import NO_GATE_EXIT, PART_DONE, RunFolder, demo_dir
 from pipeline.status import sacct_states
 from pipeline.waivers import apply_waivers
@@ -114,10 +114,10 @@ def _parts(folder: RunFolder, result: StageResult) -> dict[str, float]:
     spans = []
     for done in sorted(folder.parts_dir(result.stage).glob(f"*/{PART_DONE}")):
         try:
-            data = json.loads(done.read_text(encoding="utf-8"))
-            spans.append((float(data["started"]), float(data["finished"])))
-        except (OSError, ValueError, KeyError, TypeError):
+            part = PartDone.from_dict(json.loads(done.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError, RecordError):
             continue
+        spans.append((part.started, part.finished))
     started, wall = result.timings.get("started"), result.timings.get("wall_s")
     if not spans or started is None or wall is None:
         return {}

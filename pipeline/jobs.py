@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from pipeline import stages
 from pipeline.errors import InputError, one_line
 from pipeline.launch_inputs import check_stage
-from pipeline.records import Check, StageResult
+from pipeline.records import Check, PartDone, StageResult
 from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage, StageContext, error_check
 from pipeline.storage import atomic_write_json
@@ -118,8 +118,8 @@ def run_part(run_dir: Path, name: str, part: str) -> str:
         atomic_write_json(failed, {"part": part, "input_error": error, "provenance": provenance(plan)})
         return str(failed)
     done = folder.part_done_file(name, part)
-    record = {"part": part, "provenance": provenance(plan), "started": started, "finished": time.time()}
-    atomic_write_json(done, record)
+    record = PartDone(part, started, time.time(), provenance(plan))
+    atomic_write_json(done, record.to_dict())
     return str(done)
 
 

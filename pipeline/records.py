@@ -230,6 +230,29 @@ class GateRecord:
         return cls(**fields)
 
 
+@dataclass(frozen=True)
+class PartDone:
+    """A part job's last write (`parts/<stage>/<part>/done.json`): it ran to its end, and when."""
+
+    part: str
+    started: float
+    finished: float
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PartDone:
+        fields = _known_fields(cls, data, "part done")
+        return cls(
+            part=str(fields["part"]),
+            started=float(fields["started"]),
+            finished=float(fields["finished"]),
+            provenance=dict(fields.get("provenance") or {}),
+        )
+
+
 def _known_fields(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise RecordError(f"{what}: expected a JSON object, got {type(data).__name__}")

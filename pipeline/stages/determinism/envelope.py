@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import history
+from pipeline import history, integrity
 from pipeline.records import Check, Rows
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
@@ -100,7 +100,9 @@ def envelope_check(
         return None, {}
     keys = tuple(config.envelope_match)
     audit = cfg.get("audit_dir")
-    found = history.same_inputs(audit, NAME, fingerprints, keys, str(cfg.get("run_id"))) if audit else []
+    key = integrity.load_key((cfg.get("audit") or {}).get("key_file"))  # only verified twins count
+    run = str(cfg.get("run_id"))
+    found = history.same_inputs(audit, NAME, fingerprints, keys, run, key) if audit else []
     runs = [(e.run_id, c) for e in found[: config.envelope_max_runs] if (c := stored_curve(e.result))]
     steps = sorted(curve)
     kept = {"curve": {"steps": steps, "loss": [curve[s] for s in steps]}, "match": list(keys)}

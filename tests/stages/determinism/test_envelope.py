@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from pipeline import history
 from pipeline.audit import record_stem
 from pipeline.errors import ConfigError
 from pipeline.fingerprint import digest_path
@@ -52,7 +53,8 @@ def earlier(audit: Path, run_id: str, losses: list[float], gate: str = "clear", 
         sources={"model": {"name": "m"}, "dataset": {"name": "d"}},
         fingerprints={"determinism": result.fingerprints},
     )
-    return atomic_write_json(audit / f"{record_stem(record)}.json", record.to_dict())
+    sealed = history.seal(record.to_dict(), history.chain_head(audit), None)  # as a gate writes it
+    return atomic_write_json(audit / f"{record_stem(record)}.json", sealed)
 
 
 def check(tmp_path: Path, losses: list[float], **settings):
