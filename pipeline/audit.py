@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from omegaconf import DictConfig
 
-from pipeline import history
+from pipeline import history, integrity
 from pipeline.audit_markdown import DEFAULT_PHYSICAL_CHECKS, Files, render_markdown
 from pipeline.audit_text import cell, code, flat, md_text, unescape
 from pipeline.errors import RecordError
@@ -231,10 +231,11 @@ def rebuild_timeline(audit_dir: Path, mode: int | None = None) -> Path:
     audit_dir = Path(audit_dir)
     with file_lock(audit_dir / LOCK):
         rows, unreadable = [], []
-        for path in sorted(audit_dir.glob("*_audit.json")):
-            try:
-                rows.append(_timeline_row(path, json.loads(path.read_text(encoding="utf-8"))))
-            except (OSError, ValueError, KeyError, TypeError):
+        for path in sorted(audit_dir.glob(history.TWIN_GLOB)):
+            try:  # bounded, regular files only: a FIFO or /dev/zero link there cannot hang the gate
+                data = integrity.load_json(path, history.MAX_TWIN_BYTES, inside=audit_dir)
+                rows.append(_timeline_row(path, data))
+            except (integrity.Unreadable, KeyError, TypeError):
                 unreadable.append(path.name)
         rows.sort()
         lines = [

@@ -386,3 +386,14 @@ def test_the_key_and_cache_readers_refuse_fifos_and_devices(tmp_path):
 def test_an_input_declaration_rejects_a_malformed_key():
     with pytest.raises(ValueError):
         Input("stages.x.models[0].path")
+
+
+def test_the_timeline_rebuild_skips_a_fifo_and_a_device_link(tmp_path):
+    audit.write_record(tmp_path, clear_record("fine", []))
+    os.mkfifo(tmp_path / "2026-12-03_m_d_fifo_audit.json")
+    (tmp_path / "2026-12-03_m_d_zero_audit.json").symlink_to("/dev/zero")
+    script = f"from pipeline import audit; audit.rebuild_timeline({str(tmp_path)!r})"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / audit.TIMELINE).read_text()
+    assert "fifo_audit.json" in text and "zero_audit.json" in text and "`fine`" in text
