@@ -100,6 +100,9 @@ def python_argv(cfg: DictConfig) -> list[str]:
     for bind in binds:
         argv += ["--bind", bind if ":" in bind else f"{bind}:{bind}"]
     argv += ["--bind", f"{cfg.container.image}:{cfg.container.image}:ro"]  # hashed in the job
+    key = (cfg.get("audit") or {}).get("key_file")
+    if key:  # the gate seals its record and the envelope verifies twins with it, inside the image
+        argv += ["--bind", f"{key}:{key}:ro"]
     argv += [str(a) for a in cfg.container.extra_args]
     return [*argv, str(cfg.container.image), str(cfg.container.python)]
 

@@ -62,6 +62,8 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
     with open_dict(out):
         out.run_id, out.run_dir, out.output_root = run_id, str(run_dir), str(output_root)
         out.audit_dir = str(Path(cfg.audit_dir).resolve())
+        if (out.get("audit") or {}).get("key_file"):  # read by the gate job, wherever it starts
+            out.audit.key_file = str(Path(out.audit.key_file).expanduser().resolve())
         out.checkpoint_dir = str(Path(cfg.checkpoint_dir or run_dir / "checkpoints").resolve())
         if out.gate.get("junit"):  # relative to where the user launched, not to the gate job's cwd
             out.gate.junit = str(Path(out.gate.junit).expanduser().resolve())
