@@ -112,9 +112,11 @@ class Fingerprinter:
             head = rel + b"\0link\0" + os.fsencode(os.readlink(file)) + b"\0"
             resolved = file.resolve(strict=True)  # a dangling link or a loop: OSError/RuntimeError
             if resolved != inner and inner not in resolved.parents:
+                tally.other += 1
                 return head  # outside the input: the readers refuse it; the link text is its fingerprint
             info, file = resolved.stat(), resolved
         if not stat.S_ISREG(info.st_mode):
+            tally.other += 1
             return head + rel + f"\0{kind_of(info.st_mode)}\0".encode()
         if whole or info.st_size <= self.whole_file_bytes:
             tally.whole(info.st_size)
@@ -132,6 +134,7 @@ class Tally:
     whole_bytes: int = 0
     sampled_files: int = 0
     sampled_bytes: int = 0
+    other: int = 0  # FIFOs, devices, links out of the input: taken by kind or link text, never opened
 
     def whole(self, size: int) -> None:
         self.whole_files, self.whole_bytes = self.whole_files + 1, self.whole_bytes + size
@@ -141,11 +144,13 @@ class Tally:
 
     def basis(self) -> str:
         parts = []
-        if self.whole_files or not self.sampled_files:
+        if self.whole_files or not (self.sampled_files or self.other):
             parts.append(f"sha256 of {_files(self.whole_files)}, {human_bytes(self.whole_bytes)}")
         if self.sampled_files:
             size = human_bytes(self.sampled_bytes)
             parts.append(f"{_files(self.sampled_files)} ({size}) by identity + sampled blocks")
+        if self.other:
+            parts.append(f"{self.other:,} not a regular file (by kind or link text, never opened)")
         return "; ".join(parts)
 
 

@@ -397,3 +397,20 @@ def test_the_timeline_rebuild_skips_a_fifo_and_a_device_link(tmp_path):
     assert done.returncode == 0, done.stderr
     text = (tmp_path / audit.TIMELINE).read_text()
     assert "fifo_audit.json" in text and "zero_audit.json" in text and "`fine`" in text
+
+
+def test_fingerprints_never_open_a_fifo_or_read_a_device(tmp_path):
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe")
+    (folder / "zero").symlink_to("/dev/zero")  # a link out of the input: its text is its fingerprint
+    script = (
+        "from pipeline.fingerprint import Fingerprinter;"
+        f"print(Fingerprinter().path({str(folder)!r}, whole=True).basis);"
+        f"print(Fingerprinter().path({str(folder / 'pipe')!r}, whole=True).basis);"
+        "print(Fingerprinter().path('/dev/zero', whole=True).basis)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    what = "not a regular file (by kind or link text, never opened)"
+    assert done.stdout.splitlines() == [f"2 {what}", f"1 {what}", f"1 {what}"]
