@@ -224,9 +224,18 @@ def _reused(stages: tuple[StageResult, ...]) -> list[str]:
             f"`{md_text(result.stage)}` is reused: its rows were measured in run {code(prov['reused_from'])}"
             f" on {md_text(str(prov.get('reused_created') or '?')[:10])}, not in this run; these inputs were"
             " proven the same:",
-            *(f"- {code(k)}: {md_text(v)}" for k, v in (prov.get("reused_compared") or {}).items()),
+            *(
+                f"- {code(k)}: {md_text(_short_digest(v))}"
+                for k, v in (prov.get("reused_compared") or {}).items()
+            ),
         ]
     return lines
+
+
+def _short_digest(text: str) -> str:
+    """`how: sha256:<64 hex>` shown with the digest's first 12 digits (the JSON keeps it whole)."""
+    how, sep, value = text.rpartition(": ")
+    return f"{how}{sep}{value[:19]}…" if value.startswith("sha256:") and len(value) > 19 else text
 
 
 def _history(lines: tuple[str, ...]) -> list[str]:
