@@ -69,6 +69,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
             out.gate.junit = str(Path(out.gate.junit).expanduser().resolve())
         _fill_demo_paths(out)
         container_image.prepare(out, run_dir)  # absolute image/record paths; demo=faulty's stale record
+        _pin_demo_image(out)
         out.launcher.name = executor
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good", "release", "cache"):
@@ -76,6 +77,19 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
                 out[section].path = str(Path(out[section].path).resolve())
     assert isinstance(out, DictConfig)
     return out
+
+
+def _pin_demo_image(cfg: DictConfig) -> None:
+    """The demo's own image (`python -m pipeline.demo image`), unpinned: pinned by its promotion record
+    (demo=faulty has pinned a stale one by now)."""
+    con = cfg.get("container")
+    if not con or not con.get("image") or con.get("promotion_record") or con.get("expect_sha256"):
+        return
+    from pipeline.demo.image import IMAGE_NAME, record_of
+
+    record = record_of(Path(str(con.image)))
+    if Path(str(con.image)).name == IMAGE_NAME and record.is_file():
+        con.promotion_record = str(record)
 
 
 def _fill_demo_paths(cfg: DictConfig) -> None:

@@ -1,4 +1,6 @@
-"""`python -m pipeline.demo build [--variant default|faulty] [--out DIR]`."""
+"""`python -m pipeline.demo build [--variant default|faulty] [--out DIR]`, and
+`python -m pipeline.demo image [--out DIR]`: the demo's SIF image (built once, promoted), its path on
+stdout; where the tools to build it are missing, one line saying so on stderr and exit 3."""
 
 from __future__ import annotations
 
@@ -29,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="generate the demo model, dataset and training config")
     build.add_argument("--variant", default="default")
     build.add_argument("--out", default=None, help="output directory (default: preflight/demo/<variant>)")
+    image = sub.add_parser("image", help="build the demo's SIF image once and promote it; print its path")
+    image.add_argument("--out", default=str(Path("preflight") / "demo" / "image"), help="its folder")
     args = parser.parse_args(argv)
+    if args.command == "image":
+        return _image(Path(args.out))
     from pipeline.demo.build import build as run_build
 
     started = time.time()
@@ -43,6 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     print(
         json.dumps({"variant": args.variant, **paths, "seconds": round(time.time() - started, 2)}, indent=2)
     )
+    return 0
+
+
+def _image(folder: Path) -> int:
+    from pipeline.demo.image import ensure
+
+    try:
+        print(ensure(folder).resolve())
+    except InputError as exc:
+        print(f"demo: runs without an image: {one_line(exc)}", file=sys.stderr)
+        return 3
     return 0
 
 

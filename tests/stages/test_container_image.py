@@ -164,7 +164,7 @@ def test_a_changed_pin_changes_the_fingerprint_so_a_resume_reruns_the_check(imag
     from pipeline.fingerprint import input_fingerprints
 
     def prints(**container):
-        return input_fingerprints({"container": {"image": str(image.path), **container}}, (), {})
+        return input_fingerprints({"container": {"image": str(image.path), **container}}, (), {})[0]
 
     assert "container_pins" not in prints()
     record = write_promotion(promotion_record(image.path, "Ada", "2026-11-30"), tmp_path / "p.yaml")
