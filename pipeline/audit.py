@@ -109,10 +109,10 @@ def write_record(
     try:
         stem, copies = _write_twin(audit_dir, record, files, mode, key)
     except (OSError, RecordError, TimeoutError) as exc:
+        twin = audit_dir / f"{record_stem(record)}.json"
         raise AuditWriteError(
-            f"audit record: writing the JSON twin in {audit_dir} failed: "
-            f"{getattr(exc, 'strerror', None) or exc}",
-            path=audit_dir,
+            f"audit record: writing {twin} failed: {getattr(exc, 'strerror', None) or exc}; written: none",
+            path=twin,
             written=written,
         ) from exc
     written.append(audit_dir / f"{stem}.json")

@@ -8,6 +8,8 @@ Everything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import errno
+import shutil
 from pathlib import Path
 
 
@@ -38,6 +40,24 @@ class SubmissionError(PreflightError):
 
 class RecordError(PreflightError, ValueError):
     """A record read from disk does not have the documented shape."""
+
+
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(path: str | Path, exc: OSError, *, needed: int | None, kept: str) -> InputError:
+    """A write that ran out of space or quota, said whole: where, how much was needed and is free, and
+    what was kept (a bare "No space left on device" leaves the user to guess all three)."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:  # the partial file or folder is gone by now
+        probe = probe.parent
+    try:
+        free = f"{shutil.disk_usage(probe).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    need = f"about {needed:,} bytes needed" if needed else "needed size unknown"
+    reason = "over quota" if exc.errno == errno.EDQUOT else "filesystem full"
+    return InputError(f"{path}: {reason} ({need}, {free}); {kept}", path=path, field="disk space")
 
 
 def one_line(error: BaseException | str) -> str:

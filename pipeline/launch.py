@@ -18,7 +18,16 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline import launch_inputs, stages
-from pipeline.errors import ConfigError, InputError, PreflightError, RecordError, SubmissionError, one_line
+from pipeline.errors import (
+    FULL_ERRNOS,
+    ConfigError,
+    InputError,
+    PreflightError,
+    RecordError,
+    SubmissionError,
+    disk_full,
+    one_line,
+)
 from pipeline.executors import chain_sbatch, require_slurm, sbatch_preview, slurm_available, submit_slurm
 from pipeline.fingerprint import digest_path
 from pipeline.follow import console, follow_slurm, launch_local
@@ -210,6 +219,9 @@ def _launch_locked(
         where = f"{exc.filename}: " if exc.filename else ""
         if not _queued(folder):
             folder.discard(created)
+            if exc.errno in FULL_ERRNOS:
+                kept = f"nothing was queued and {folder.root} was removed"
+                raise disk_full(exc.filename or folder.root, exc, needed=None, kept=kept) from None
             raise InputError(f"cannot write the run folder: {where}{exc.strerror or exc}") from None
         what = f"run folder write failed: {where}{exc.strerror or exc}"
         raise RecordError(what, path=exc.filename) from None

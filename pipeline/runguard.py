@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from pipeline.audit import audit_mode
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import FULL_ERRNOS, ConfigError, InputError, disk_full
 from pipeline.runfolder import RunFolder
 from pipeline.storage import LockHeld, exclusive_lock
 
@@ -74,6 +74,9 @@ def run_lock(folder: RunFolder, created: list[Path]) -> Iterator[None]:
         ) from None
     except OSError as exc:
         folder.discard(created)
+        if exc.errno in FULL_ERRNOS:
+            kept = f"nothing was queued and {folder.root} was removed"
+            raise disk_full(folder.root, exc, needed=None, kept=kept) from None
         raise InputError(f"cannot lock the run folder {folder.lock_file}: {exc.strerror or exc}") from None
     try:
         yield

@@ -153,6 +153,9 @@ def _training_config(out: Path, base_modes: Mapping[str, str], faults: Mapping[s
     }
 
 
+DEMO_BYTES = 2 * 2**20  # the default demo is ~0.5 MB; twice that with the temporary copy, and a margin
+
+
 def ensure(demo_cfg: Any, root: str | Path) -> dict[str, str]:
     """Build the variant once under `root/<variant>` and reuse it while its settings are unchanged.
 
@@ -165,6 +168,7 @@ def ensure(demo_cfg: Any, root: str | Path) -> dict[str, str]:
         str(cfg["variant"]),
         lambda t: _reuse(t, cfg) is not None,
         lambda folder: build(cfg, folder),
+        needed=DEMO_BYTES,
     )
     found = _reuse(target, cfg)
     assert found is not None

@@ -14,18 +14,31 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pipeline.errors import FULL_ERRNOS, disk_full
+
 
 def build_once(
-    root: Path, name: str, current: Callable[[Path], bool], build: Callable[[Path], object]
+    root: Path,
+    name: str,
+    current: Callable[[Path], bool],
+    build: Callable[[Path], object],
+    needed: int | None = None,
 ) -> Path:
-    """`root/name`, built by `build(folder)` unless `current(root/name)` already holds."""
+    """`root/name`, built by `build(folder)` unless `current(root/name)` already holds; a full disk is
+    one `InputError` naming `root`, the `needed` bytes (an estimate) and the free ones."""
     root, target = Path(root), Path(root) / name
     if current(target):
         return target
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     try:
-        build(scratch)
+        try:
+            build(scratch)
+        except OSError as exc:
+            if exc.errno not in FULL_ERRNOS:
+                raise
+            kept = f"the partial build was removed; {target} was left as it was"
+            raise disk_full(root, exc, needed=needed, kept=kept) from None
         if target.exists():
             stale = root / f".stale-{name}-{os.getpid()}-{time.time_ns()}"
             try:
