@@ -19,7 +19,6 @@ are copied into this run (from the earlier record's own copies), so they outlive
 from __future__ import annotations
 
 import dataclasses
-import logging
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -40,7 +39,6 @@ from pipeline.stages.config import RESOURCE_KEYS, typed
 GATE = "gate"
 ARRAY_PART = "task"  # a stage's job array is part "task"; task i runs as part "task-<i:04d>"
 REUSE_MODES = ("history", "run", "none", "off")
-log = logging.getLogger(__name__)
 # their verdict depends on the moment (free space, quota, the node's GPUs), which no fingerprint covers
 NOT_FROM_HISTORY = frozenset({"container_check", "checkpoint_storage"})
 
@@ -192,7 +190,7 @@ def _copy_artifacts(folder: RunFolder, job: JobSpec) -> dict[str, str]:
         if found is None:
             copied[name] = source
             continue
-        target = folder.artifacts_dir(job.stage) / "reused" / Path(source).name
+        target = folder.artifacts_dir(job.stage) / "reused" / f"{name}{Path(source).suffix}"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(found, target)
         copied[name] = str(target)

@@ -55,8 +55,8 @@ def test_typed_stage_config_is_validated_at_launch_naming_the_key(tmp_path):
 
 def test_unreadable_input_is_named_by_its_path(tmp_path):
     data = tmp_path / "data"
-    data.mkdir()
-    (data / "meta.json").write_text("{}")
+    (data / "meta").mkdir(parents=True)
+    (data / "meta" / "info.json").write_text("{}")  # a LeRobot folder to the launch check; then hashed
     (data / "gone.parquet").symlink_to(tmp_path / "no-such-target")
     with pytest.raises(InputError) as info:
         digest_path(data)
