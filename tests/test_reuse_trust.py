@@ -103,7 +103,7 @@ def seal_run(cfg, run_id: str, key: bytes | None = None, **fields) -> Path:
 
 def test_a_nested_input_declared_by_a_plugin_is_checked_and_fingerprinted(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setattr(stages, "_REGISTRY", dict(stages._REGISTRY))  # the plugin leaves with the test
+    monkeypatch.setattr(stages, "_REGISTRY", dict(stages.load()))  # the plugin leaves with the test
     registry = stages.load(["preflight_nested_input_stage"])
     nested = {"container_check": Stage("container_check", noop, after=()), "nested": registry["nested"]}
     weight = tmp_path / "w.bin"
