@@ -34,7 +34,15 @@ from pipeline.follow import console, follow_slurm, launch_local
 from pipeline.follow import job_rows as _rows
 from pipeline.launch_checks import validate
 from pipeline.local_runner import adoptable
-from pipeline.plan import JobSpec, audit_key, build_plan, history_notes, plan_document, write_reused
+from pipeline.plan import (
+    JobSpec,
+    audit_key,
+    build_plan,
+    history_notes,
+    plan_document,
+    selected_stages,
+    write_reused,
+)
 from pipeline.readers.sif import sha256_file
 from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder, demo_dir
 from pipeline.runguard import run_lock, validate_run_folders
@@ -102,15 +110,19 @@ def _pin_demo_image(cfg: DictConfig) -> None:
 
 
 def _fill_demo_paths(cfg: DictConfig) -> None:
-    """Null model/dataset/training paths mean the embedded demo: build it once under output_root/demo."""
+    """Null model/dataset/training paths mean the embedded demo: build it once under output_root/demo,
+    for the sections the selected stages read (their declared inputs) and only those, so
+    `stage=teacher_forced dataset.path=...` neither builds the demo nor names its model in the record."""
     _fill_render_demo(cfg)
-    if not cfg.get("demo") or all(cfg[k].get("path") for k in ("model", "dataset", "training")):
+    read = {i.key.split(".")[0] for s in selected_stages(cfg, load_registry(cfg)) for i in s.declared_inputs}
+    wanted = [k for k in ("model", "dataset", "training") if k in read]
+    if not cfg.get("demo") or all(cfg[k].get("path") for k in wanted):
         return
     from pipeline import demo
 
     built = demo.ensure(cfg.demo, demo_dir(cfg.output_root))
     for key, path in built.items():
-        if not cfg[key].get("path"):
+        if key in wanted and not cfg[key].get("path"):
             cfg[key].path = str(path)
 
 

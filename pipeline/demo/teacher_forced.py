@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from pipeline.demo.dataset import write_dataset
 from pipeline.demo.policy import ACTION_KEY, load_pretrained, normalize, save_pretrained, unnormalize
 from pipeline.demo.train import train_policy
+from pipeline.readers.files import refuse_pickles
 
 FOLDER = "teacher_forced"
 LOADER = "pipeline.demo.teacher_forced:load_policy"
@@ -38,6 +39,7 @@ class DemoModel:
     `self.policy` stays the checkpoint's own module (normalized in, normalized out)."""
 
     def __init__(self, path: str, device: str) -> None:
+        refuse_pickles(Path(path), "a demo policy checkpoint")
         self.loaded = load_pretrained(path)
         self.device = torch.device(device)
         self.policy = self.loaded.policy.to(self.device)

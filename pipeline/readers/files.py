@@ -196,3 +196,26 @@ def load_yaml(path: Path, what: str = "YAML", max_bytes: int = MAX_METADATA_BYTE
             path=path,
             field=path.name,
         ) from exc
+
+
+PICKLE_MAGIC = (b"\x80", b"PK\x03\x04")  # pickle protocol >= 2; torch.save's zip container
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle", ".safetensors")
+
+
+def refuse_pickles(path: Path, what: str) -> None:
+    """A model path handed to one of the project's loaders holds no pickle-based weights: the loaders
+    read safetensors only, and say so by name instead of relying on a library's defaults. Checked are the
+    file itself, or a folder's weight files (by suffix), by their first bytes; nothing is unpickled."""
+    path = Path(path)
+    files = [path] if not path.is_dir() else sorted(p for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    for file in files:
+        regular_file(file, what)
+        with open(file, "rb") as handle:
+            head = handle.read(4)
+        if head.startswith(PICKLE_MAGIC):
+            raise InputError(
+                f"{file}: a pickle-based file (torch.save / pickle); {what} is read from safetensors only, "
+                "never unpickled",
+                path=file,
+                field=file.name,
+            )

@@ -66,3 +66,37 @@ def nans(path: str, device: str) -> NaNs:
 
 def chunked(path: str, device: str) -> Chunked:
     return Chunked(path, device)
+
+
+class Biased(DemoModel):
+    """Clearly but modestly worse: every output overshoots by 30 % (per sample, so deterministic)."""
+
+    def predict(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
+        return super().predict(batch) * 1.3
+
+
+class WrongWidth(DemoModel):
+    """Predicts one action dim too many (a checkpoint for another robot)."""
+
+    def predict(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
+        out = super().predict(batch)
+        return torch.cat([out, out[:, :1]], dim=1)
+
+
+class FourStep(Chunked):
+    """A 4-step chunk whose first step is the demo policy's action."""
+
+    def predict_action_chunk(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return super().predict_action_chunk(batch)[:, :1].repeat(1, 4, 1)
+
+
+def biased(path: str, device: str) -> Biased:
+    return Biased(path, device)
+
+
+def wrong_width(path: str, device: str) -> WrongWidth:
+    return WrongWidth(path, device)
+
+
+def four_step(path: str, device: str) -> FourStep:
+    return FourStep(path, device)

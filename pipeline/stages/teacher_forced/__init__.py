@@ -13,6 +13,8 @@ beside the demo's dataset). No models and no demo: the stage is skipped (nothing
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +72,7 @@ class TeacherForcedConfig(StageConfig):
     max_l1: float | None = None  # mean normalized L1 above this: hard finding (None: off)
     baseline_ratio: float = 3.0  # mean error above 3x the baseline's (and the CI excludes 0): finding
     baseline_severity: str = "soft"
+    min_pairs: int = 64  # fewer paired samples cannot clear a comparison (reference 002's floor)
     subset_ratio: float = 2.0  # one subset's error above 2x the others': the covariate-shift signature
     subset_severity: str = "soft"
     bootstrap_resamples: int = 2000
@@ -101,10 +104,33 @@ class TeacherForcedConfig(StageConfig):
             raise ConfigError(f"{key}.models", f"every model needs a unique non-empty name, got {names}")
         if self.baseline and names and self.baseline not in names:
             raise ConfigError(f"{key}.baseline", f"{self.baseline!r} is not one of the models {names}")
+        if self.min_pairs < 2:
+            raise ConfigError(f"{key}.min_pairs", f"expected >= 2, got {self.min_pairs}")
         for i, m in enumerate(self.models):
             if m.path and not m.loader:
                 raise ConfigError(f"{key}.models[{i}].loader", "expected 'module:function' for the path")
         check_seeds(self.estimator_seeds, {m.name: m.seeds for m in self.models}, key)
+        for i, m in enumerate(self.models):
+            if m.loader:
+                loader_installed(m.loader, f"{key}.models[{i}].loader")
+
+
+def loader_installed(loader: str, key: str) -> None:
+    """At launch: the loader's module exists and the packages it declares (`fn.requires`) are installed,
+    so a missing `lerobot` is one line now, not a stage error after the queue."""
+    module, _, function = loader.partition(":")
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found or not function:
+        raise ConfigError(key, f"{loader!r}: module {module!r} is not installed (expected 'module:function')")
+    fn = getattr(importlib.import_module(module), function, None)
+    if fn is None:
+        raise ConfigError(key, f"{loader!r}: {module} has no {function!r}")
+    missing = [p for p in getattr(fn, "requires", ()) if importlib.util.find_spec(p) is None]
+    if missing:
+        raise ConfigError(key, f"{loader!r} needs the package(s) {missing}, not installed here")
 
 
 def demo_models(dataset: str | None) -> tuple[list[ModelSpec], dict[str, Any]]:

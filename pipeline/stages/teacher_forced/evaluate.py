@@ -18,7 +18,16 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import StageContext
-from pipeline.stages.teacher_forced import metrics, models, provenance, repeatability, report, samples
+from pipeline.stages.teacher_forced import (
+    compare,
+    metrics,
+    models,
+    provenance,
+    repeatability,
+    report,
+    samples,
+)
+from pipeline.stages.teacher_forced.compare import sig
 from pipeline.storage import atomic_write_json
 
 ROWS = Rows("teacher_forced", "diagnostics")
@@ -63,12 +72,17 @@ def evaluate(
     checks: list[Check] = []
     loaded = []
     for spec in specs:
-        row, ok = _provenance(spec, tf.require_provenance)
-        checks.append(row)
-        if ok is not False:
-            key = f"stages.teacher_forced.models[{spec.name}]"
-            device = models.device_for(tf.device)
-            loaded.append((spec, models.load(spec.name, spec.path, spec.loader, device, spec.inputs, key)))
+        try:  # one model's bad file or failing loader is its own row; the others still report
+            row, ok = _provenance(spec, tf.require_provenance)
+            checks.append(row)
+            if ok is not False:
+                key = f"stages.teacher_forced.models[{spec.name}]"
+                device = models.device_for(tf.device)
+                loaded.append(
+                    (spec, models.load(spec.name, spec.path, spec.loader, device, spec.inputs, key))
+                )
+        except Exception as exc:  # noqa: BLE001 - recorded as the model's error row
+            checks.append(model_error(spec, exc, "loading"))
     extra = {c for c in (tf.subset_column, tf.reference_column) if c}
     keys = sorted({k for _, m in loaded for k in m.inputs} | {tf.action_key} | extra)
     frames = samples.read_frames(dataset, keys)
@@ -80,11 +94,24 @@ def evaluate(
     shared = prepare(tf, frames, rows, labels, keys)
     runs: dict[str, Run] = {}
     for spec, model in loaded:
-        found, runs[spec.name] = score_model(tf, spec, model, shared)
+        try:
+            found, runs[spec.name] = score_model(tf, spec, model, shared)
+        except Exception as exc:  # noqa: BLE001 - e.g. a wrong action width: this model's row
+            checks.append(model_error(spec, exc, "scoring"))
+            continue
         checks += found
-    checks += _compare(tf, runs, baseline)
+    checks += compare.compare(tf, runs, baseline)
     artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
     return _result(checks, artifacts)
+
+
+def model_error(spec: Any, exc: BaseException, doing: str) -> Check:
+    """`teacher_forced.error.<model>`: what failed, named after the model and its file."""
+    message = (
+        f"{spec.name}: {doing} failed: {type(exc).__name__}: {exc} (model {spec.path}, loader {spec.loader})"
+    )
+    evidence = {"path": spec.path, "loader": spec.loader, "exception": type(exc).__name__}
+    return ROWS(f"error.{spec.name}", spec.name, "error", message, evidence=evidence)
 
 
 def _result(checks: list[Check], artifacts: dict[str, str]) -> StageResult:
@@ -230,10 +257,11 @@ def _findings(
         )
     ]
     col = metrics.collapse(scored.pred, truth, tf.collapse_ratio)
+    dims = [summary["dims"][d] for d in col["inactive_dims"]]
     message = (
         f"{name}: outputs barely vary across samples (collapsed or inactive model)"
         if col["collapsed"]
-        else f"{name}: inactive dims {col['inactive_dims']}"
+        else f"{name}: inactive dims {dims} (output spread < {tf.collapse_ratio} of the data's)"
         if col["inactive_dims"]
         else f"{name}: outputs vary with the observations"
     )
@@ -249,13 +277,15 @@ def _findings(
     )
     mean = summary["l1_norm_mean"]
     limit = "no limit set" if tf.max_l1 is None else f"limit {tf.max_l1}"
+    finite = mean is not None and np.isfinite(mean)
     out.append(
         ROWS.judge(
-            f"error.{name}",
+            f"l1.{name}",
             name,
-            None if mean is None else tf.max_l1 is None or mean <= tf.max_l1,
-            f"{name}: mean L1 {mean if mean is None else round(mean, 4)} dataset std units ({limit}); "
-            f"arm {summary['arm_l1_norm']}, gripper {summary['gripper_l1_norm']}",
+            None if mean is None else finite and (tf.max_l1 is None or mean <= tf.max_l1),
+            f"{name}: mean L1 {sig(mean)} dataset std units ({limit}"
+            + ("" if finite or mean is None else f"; {bad['samples']} sample(s) NaN/inf count as infinite")
+            + f"); arm {sig(summary['arm_l1_norm'])}, gripper {sig(summary['gripper_l1_norm'])}",
             severity="hard" if tf.max_l1 is not None else "soft",
             expected=tf.max_l1,
             actual=mean,
@@ -359,38 +389,3 @@ def _reference(tf: Any, name: str, score: np.ndarray, reference: np.ndarray) -> 
         actual={"association": bool(holds)},
         evidence={**control, "leave_one_out": loo},
     )
-
-
-def _compare(tf: Any, runs: Mapping[str, Run], baseline: str) -> list[Check]:
-    if baseline not in runs:
-        return []
-    base = runs[baseline].scored.per_sample
-    unverified = {n for n, r in runs.items() if not r.repeatable}
-    out = []
-    for name, run in runs.items():
-        if name == baseline:
-            continue
-        result = metrics.paired(run.scored.per_sample, base, tf.bootstrap_resamples, tf.confidence, tf.seed)
-        mine, theirs = run.summary["l1_norm_mean"], runs[baseline].summary["l1_norm_mean"]
-        ratio = mine / theirs if mine is not None and theirs else None
-        far = ratio is not None and ratio > tf.baseline_ratio and bool(result["ci"]) and result["ci"][0] > 0
-        ok = None if {name, baseline} & unverified else not far
-        ci = result["ci"]
-        message = (
-            f"{name} vs {baseline} on the same {result['n']} samples: mean diff "
-            f"{result['mean_diff']}, {int(tf.confidence * 100)}% CI {ci}, Wilcoxon p {result['p']}, "
-            f"ratio {ratio if ratio is None else round(ratio, 3)}"
-        )
-        out.append(
-            ROWS.judge(
-                f"compare.{name}_vs_{baseline}",
-                name,
-                ok,
-                message,
-                severity=tf.baseline_severity,
-                expected=tf.baseline_ratio,
-                actual=ratio,
-                evidence=result,
-            )
-        )
-    return out

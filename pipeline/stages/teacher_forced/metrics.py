@@ -55,6 +55,8 @@ def score(pred: np.ndarray, truth: np.ndarray, valid: np.ndarray, scale: np.ndar
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a sample with only NaN outputs stays NaN
         per_sample = np.nanmean(l1_norm.reshape(len(l1), -1), axis=1)
+    broken = ~np.isfinite(pred.reshape(len(pred), -1)).all(axis=1)
+    per_sample[broken] = np.inf  # a NaN/inf output is the worst error, never a sample left out
     return Scored(pred, l1, l1_norm, per_sample)
 
 
@@ -78,7 +80,7 @@ def summary(
         "mse_norm": _nanmean(scored.l1_norm**2, (0, 1)),
         "l1_norm_by_step": _nanmean(scored.l1_norm, (0, 2)),
         "l1_norm_mean": float(np.nanmean(scored.per_sample))
-        if np.isfinite(scored.per_sample).any()
+        if not np.isnan(scored.per_sample).all()
         else None,
         "arm_l1_norm": float(np.nanmean(scored.l1_norm[..., arm])) if arm else None,
         "gripper_l1_norm": float(np.nanmean(scored.l1_norm[..., list(gripper)])) if gripper else None,

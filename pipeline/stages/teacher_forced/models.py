@@ -23,6 +23,7 @@ import torch
 
 from pipeline.errors import InputError
 from pipeline.progress import progress
+from pipeline.readers.files import refuse_pickles
 from pipeline.stages.config import resolve_callable as resolve
 
 Predict = Callable[[Mapping[str, np.ndarray]], np.ndarray]
@@ -128,6 +129,7 @@ def load_lerobot(path: str, device: str) -> LeRobotModel:
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
+    refuse_pickles(Path(path), "a LeRobot policy")
     root = str(Path(path))
     config = PreTrainedConfig.from_pretrained(root)
     config.device = device
@@ -136,3 +138,6 @@ def load_lerobot(path: str, device: str) -> LeRobotModel:
     pre, post = make_pre_post_processors(config, pretrained_path=root)
     inputs = [k for k in config.input_features if not k.startswith("observation.image")]
     return LeRobotModel(policy, pre, post, inputs)
+
+
+load_lerobot.requires = ("lerobot",)  # type: ignore[attr-defined]  # checked at launch

@@ -16,25 +16,30 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pipeline.errors import InputError
+from pipeline.readers.files import read_text, regular_file
+from pipeline.readers.sif import normalize_sha256
 
 CHUNK = 8 * 1024 * 1024
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
 def sha256_file(path: Path) -> str:
-    """Streamed digest: a multi-GB checkpoint never sits in memory."""
+    """Streamed digest: a multi-GB checkpoint never sits in memory; never more than the size the file
+    had when it was checked to be a regular file (a FIFO or a device is refused, never opened)."""
+    left = regular_file(Path(path), "a checkpoint file").st_size
     digest = hashlib.sha256()
     with Path(path).open("rb") as source:
-        for chunk in iter(lambda: source.read(CHUNK), b""):
+        while left > 0 and (chunk := source.read(min(CHUNK, left))):
             digest.update(chunk)
+            left -= len(chunk)
     return digest.hexdigest()
 
 
 def hash_tree(root: Path) -> dict[str, str]:
     """`relative path -> sha256` of every file under a checkpoint directory (or the one file)."""
     root = Path(root)
-    if root.is_file():
-        return {root.name: sha256_file(root)}
+    if root.exists() and not root.is_dir():
+        return {root.name: sha256_file(root)}  # a FIFO or device: named there, never opened
     if not root.is_dir():
         raise InputError(f"{root}: checkpoint not found (expected a file or a directory)", path=root)
     files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
@@ -50,12 +55,7 @@ def tree_digest(hashes: dict[str, str]) -> str:
 def read_manifest(path: Path) -> dict[str, str]:
     """`path sha256` (or `sha256  path`) lines; '#' comments and blank lines skipped."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(
-            f"{path}: cannot read checkpoint manifest: {exc}", path=path, field="manifest"
-        ) from exc
+    lines = read_text(path, "a checkpoint manifest of 'path sha256' lines").splitlines()  # bounded, UTF-8
     out: dict[str, str] = {}
     for number, line in enumerate(lines, 1):
         parts = line.split("#", 1)[0].split()
@@ -115,10 +115,11 @@ def verify(path: Path, expected_sha256: str | None, manifest: Path | None) -> Pr
     ok: bool | None = None
     mismatched: dict[str, dict[str, str | None]] = {}
     unlisted: list[str] = []
-    if expected_sha256:
-        ok = digest == expected_sha256.lower()
+    if expected_sha256:  # `<hex>` or `sha256:<hex>`, as container_check takes an image pin
+        expected_sha256 = normalize_sha256(expected_sha256, "expected_sha256")
+        ok = digest == expected_sha256
         if not ok:
-            mismatched["<checkpoint>"] = {"expected": expected_sha256.lower(), "actual": digest}
+            mismatched["<checkpoint>"] = {"expected": expected_sha256, "actual": digest}
     if manifest is not None:
         listed = read_manifest(manifest)
         for name, want in listed.items():

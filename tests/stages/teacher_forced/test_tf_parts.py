@@ -53,7 +53,12 @@ def test_single_file_checkpoint_and_manifest_paths_that_leave_the_root(tmp_path)
 
 
 def test_overlapping_repeated_or_odd_estimator_seeds_are_refused():
-    model = {"name": "flow", "path": "/ckpt", "loader": "m:f", "seeds": [9301, 7]}
+    model = {
+        "name": "flow",
+        "path": "/ckpt",
+        "loader": "pipeline.demo.teacher_forced:load_policy",
+        "seeds": [9301, 7],
+    }
     with pytest.raises(ConfigError, match=r"seeds \[9301\] are also seeds of compared artifact 'flow'"):
         typed(TeacherForcedConfig, {"models": [model]}, KEY)
     with pytest.raises(ConfigError, match="unique; repeated"):
@@ -71,7 +76,10 @@ def test_config_refusals_name_the_key():
     with pytest.raises(ConfigError, match=r"stages.teacher_forced.baseline"):
         typed(
             TeacherForcedConfig,
-            {"models": [{"name": "a", "path": "x", "loader": "m:f"}], "baseline": "b"},
+            {
+                "models": [{"name": "a", "path": "x", "loader": "pipeline.demo.teacher_forced:load_policy"}],
+                "baseline": "b",
+            },
             KEY,
         )
     with pytest.raises(ConfigError, match=r"models\[0\].loader"):
