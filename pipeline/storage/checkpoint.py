@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, PreflightError
+from pipeline.errors import InputError, PreflightError, one_line
 from pipeline.storage import manifest, tensorfile
 from pipeline.storage.atomic import atomic_write_json
-from pipeline.storage.maintain import apply_retention
+from pipeline.storage.maintain import Refused, apply_retention
 from pipeline.storage.manifest import fallback_dir
 from pipeline.storage.quota import preflight
 
@@ -120,7 +120,10 @@ def save_checkpoint(
             _record_fallback(saved, attempts)
             _announce(notify, saved, attempts)
         if keep is not None:
-            apply_retention(primary, keep, fallbacks=given)
+            try:
+                apply_retention(primary, keep, fallbacks=given)
+            except Refused as exc:  # the save stands; retention touched nothing and says why
+                log.warning("retention after %s refused: %s", name, one_line(exc))
         return saved
     _record_fallback(None, attempts, primary=primary, name=name)
     lines = "; ".join(f"{a.folder}: {a.reason}" for a in attempts)

@@ -9,6 +9,7 @@ another node sees the old manifest or the new one, and two writers lose no line.
     fallback    a location was refused (`reason`) and the save moved on; `saved` follows elsewhere
     promoted    a fallback checkpoint was moved back to the primary
     superseded  retention no longer keeps it; only such checkpoints may be deleted
+    deleting    its files are about to be removed (logged before they are)
     deleted     its files were removed
 
 Paths are stored relative to their `location` folder and resolved back inside it, never outside.
@@ -26,24 +27,56 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.readers.files import read_text
 from pipeline.storage.atomic import atomic_write_bytes, file_lock
 
 MANIFEST = "checkpoints.manifest.jsonl"
 LOCK = ".checkpoints.manifest.lock"
-EVENTS = ("init", "saved", "fallback", "promoted", "superseded", "deleted")
+EVENTS = ("init", "saved", "fallback", "promoted", "superseded", "deleting", "deleted")
 
 
 def manifest_path(folder: Path) -> Path:
     return Path(folder) / MANIFEST
 
 
+# what each event must carry (name -> (types, what a message says was expected))
+TEXT, NUMBER, INT = ((str,), "text"), ((int, float), "a number"), ((int,), "an integer")
+REQUIRED: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
+    "saved": {"name": TEXT, "location": TEXT, "file": TEXT, "sidecar": TEXT, "sha256": TEXT, "size": INT},
+    "promoted": {"name": TEXT, "location": TEXT},
+    "superseded": {"name": TEXT},
+    "deleting": {"name": TEXT},
+    "deleted": {"name": TEXT},
+}
+MAX_MANIFEST_BYTES = 256 * 2**20
+
+
+def _checked(event: dict[str, Any], path: Path, number: int) -> dict[str, Any]:
+    """An event whose fields have the types the code reads them as; else one named line."""
+    fields = {**REQUIRED.get(event["event"], {}), "time": NUMBER}
+    if event["event"] == "init":
+        fields["fallbacks"] = ((list,), "a list of folders")
+    for name, (types, what) in fields.items():
+        value = event.get(name)
+        if name == "time" and value is None:
+            continue
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise InputError(
+                f"{path}: line {number}: field '{name}' of a '{event['event']}' event: expected {what}, "
+                f"got {str(value)[:40]!r}",
+                path=path,
+                field=f"line {number}.{name}",
+            )
+    return event
+
+
 def read(folder: Path) -> list[dict[str, Any]]:
-    """Every event of the manifest in `folder` (none when there is no manifest yet)."""
+    """Every event of the manifest in `folder` (none when there is no manifest yet): a regular UTF-8
+    file of bounded size (a FIFO or /dev/zero is named, never read), each line's fields typed."""
     path = manifest_path(folder)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return []
+    text = read_text(path, "a checkpoint manifest (JSON lines)", MAX_MANIFEST_BYTES)
     events = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -62,7 +95,7 @@ def read(folder: Path) -> list[dict[str, Any]]:
                 path=path,
                 field=f"line {number}.event",
             )
-        events.append(event)
+        events.append(_checked(event, path, number))
     return events
 
 
