@@ -208,7 +208,7 @@ def _quota_check(
                 evidence=where,
             )
         ]
-    if conf.require_quota:
+    if conf.require_quota or space.quota_failed:  # a tool that failed is said in the row, not hidden
         return [
             rows.judge(
                 "quota",

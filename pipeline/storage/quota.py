@@ -21,6 +21,8 @@ from pathlib import Path
 Runner = Callable[[Sequence[str]], str]
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
 _HEADER = re.compile(r"^\s*Disk quotas for (usr|user|grp|group|prj|project) (\S+) \((\w+) ([^)]*)\):")
+MAX_DIGITS = 30
+FAILED = "<quota tool failed>"  # a marker among quota_for's notes (kept out of Room.notes)
 _NUMBER = re.compile(r"^\[?(\d+(?:\.\d+)?)([kKMGTPE]?)\]?(\*?)$")
 
 
@@ -59,6 +61,7 @@ class Room:
     quota_tool: str | None = None
     quota: QuotaRow | None = None
     notes: list[str] = field(default_factory=list)
+    quota_failed: bool = False  # the tool ran and failed (timed out, garbage): not the same as no quota
 
     @property
     def available(self) -> int:
@@ -90,6 +93,8 @@ def to_bytes(token: str, unit: int = 1024) -> tuple[int, bool] | None:
     if not match:
         return None
     number, suffix, star = match.groups()
+    if len(number) > MAX_DIGITS:  # no filesystem holds 10^30 blocks: garbage, not a number to trust
+        return None
     scale = UNITS[suffix.upper()] if suffix else unit
     return int(float(number) * scale), bool(star)
 
@@ -151,11 +156,19 @@ def _unescape(field_: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
 
 
-def _run(argv: Sequence[str]) -> str:
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
-    if done.returncode != 0 and not done.stdout.strip():
-        raise OSError(f"{argv[0]} exited {done.returncode}: {done.stderr.strip()[:200]}")
-    return done.stdout
+def _run(argv: Sequence[str], timeout_s: float = 30) -> str:
+    """The tool's output as text; output that is not UTF-8 (or a time-out) is an OSError naming it."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"{argv[0]} timed out after {timeout_s:g} s") from None
+    try:
+        out, err = done.stdout.decode("utf-8"), done.stderr.decode("utf-8", "replace")
+    except UnicodeDecodeError:
+        raise OSError(f"{argv[0]} printed output that is not UTF-8 text") from None
+    if done.returncode != 0 and not out.strip():
+        raise OSError(f"{argv[0]} exited {done.returncode}: {err.strip()[:200]}")
+    return out
 
 
 def quota_for(
@@ -175,13 +188,25 @@ def quota_for(
         missing = "lfs" if fstype == "lustre" else "quota"
         return None, None, [f"no quota tool on this node ({missing} not on PATH): quota not checked"]
     try:
-        rows = parse_quota_table(runner(argv))
+        text = runner(argv)
+        rows = parse_quota_table(text)
     except (OSError, subprocess.SubprocessError) as exc:
-        return argv[0], None, [f"{' '.join(argv)} failed ({exc}): quota not checked"]
+        return argv[0], None, [f"{' '.join(argv)} failed ({exc}): quota not checked", FAILED]
+    if not rows and _garbage(text):
+        said = f"{' '.join(argv)} printed no quota table this reader takes ({text.strip()[:60]!r})"
+        return argv[0], None, [f"{said}: quota not checked", FAILED]
     mine = [r for r in rows if r.kind in ("usr", "user") and r.filesystem in wanted]
     if not mine:
         return argv[0], None, [f"{' '.join(argv)} reports no user quota for {mountpoint}"]
     return argv[0], mine[0], []
+
+
+def _garbage(text: str) -> bool:
+    """Output that is neither a quota table nor a tool saying there is none: no title line, or a number
+    no filesystem has (more than MAX_DIGITS digits)."""
+    lines = text.splitlines()
+    titled = any(_HEADER.match(line) for line in lines)
+    return bool(text.strip()) and (not titled or re.search(rf"\d{{{MAX_DIGITS + 1},}}", text) is not None)
 
 
 def _user() -> str:
@@ -204,7 +229,8 @@ def room(folder: Path, *, check_quota: bool = True, runner: Runner = _run) -> Ro
     )
     if check_quota:
         out.quota_tool, out.quota, notes = quota_for(Path(folder), runner=runner)
-        out.notes.extend(notes)
+        out.quota_failed = FAILED in notes
+        out.notes.extend(n for n in notes if n != FAILED)
     return out
 
 

@@ -38,7 +38,10 @@ def test_pruning_a_copied_folder_never_touches_the_original(tmp_path):
     before = tree_hash(original)
     done = cli("prune", str(copy), "--keep", "1")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "(the folder was copied or moved): locations re-rooted here" in done.stdout and "deleted 2" in done.stdout
+    assert (
+        "(the folder was copied or moved): locations re-rooted here" in done.stdout
+        and "deleted 2" in done.stdout
+    )
     assert tree_hash(original) == before  # the original: not one byte
     assert [p.name for p in copy.glob("*.safetensors")] == ["step_000000003.safetensors"]
 
