@@ -219,3 +219,38 @@ def refuse_pickles(path: Path, what: str) -> None:
                 path=file,
                 field=file.name,
             )
+
+
+def npz_member(handle: Any, key: str, path: Path) -> Any:
+    """One array of an open `np.load(..., allow_pickle=False)` .npz, read only after its header's shape x
+    dtype has been checked against the bytes the archive member holds: a header declaring terabytes is
+    an InputError naming the file and key, never an allocation attempt."""
+    import numpy as np
+
+    name = f"{key}.npy"
+    try:
+        info = handle.zip.getinfo(name)
+        with handle.zip.open(name) as member:
+            version = np.lib.format.read_magic(member)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _, dtype = read_header(member)
+            header = member.tell()
+    except KeyError:
+        raise InputError(f"{path}: no array {key!r}", path=path, field=key) from None
+    except (OSError, ValueError, EOFError) as exc:  # a garbage or truncated .npy header
+        raise InputError(
+            f"{path}: array {key!r} has no valid .npy header ({exc})", path=path, field=key
+        ) from None
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need > info.file_size - header:
+        raise InputError(
+            f"{path}: array {key!r} declares shape {shape} {dtype} ({need:,} bytes) but holds "
+            f"{info.file_size - header:,} bytes; not read",
+            path=path,
+            field=key,
+        )
+    return handle[key]

@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
-from pipeline.readers.files import regular_file
+from pipeline.readers.files import npz_member, regular_file
 from pipeline.readers.scan import ScanOptions, finish, image_summary
 
 ROLES = {
@@ -43,7 +43,7 @@ def _files(path: Path) -> list[Path]:
 def _load(path: Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
+            return {k: npz_member(data, k, path) for k in data.files}
     except ValueError as exc:
         raise InputError(
             f"{path}: holds an object array that would need pickle ({exc}); refused", path=path, field="npz"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.readers.files import npz_member
 
 META_KEYS = ("action", "state", "traj_id")
 
@@ -53,7 +54,7 @@ def load_meta(path: Path, keys: tuple[str, ...] = META_KEYS) -> dict[str, np.nda
         raise InputError(f"{path}: meta file does not exist", path=str(path), field="meta")
     try:
         with np.load(path, allow_pickle=False) as handle:
-            out = {k: np.asarray(handle[k]) for k in handle.files}
+            out = {k: np.asarray(npz_member(handle, k, path)) for k in handle.files}
     except (OSError, ValueError, EOFError) as exc:
         raise InputError(
             f"{path}: meta unreadable or truncated ({exc})", path=str(path), field="meta"

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.readers.files import MAX_JSONL_BYTES, npz_member, read_text
 
 HDF5_SUFFIXES = (".h5", ".hdf5")
 
@@ -37,13 +38,14 @@ def manifest_path(root: Path, template: str, budget: int) -> Path:
 def read_manifest(root: Path, template: str, budget: int, episode_dir: str) -> list[Entry]:
     """The budget's manifest, every line validated (fields, types, containment)."""
     path = manifest_path(root, template, budget)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise InputError(
             f"{path}: manifest for budget {budget} does not exist", path=str(path), field="manifest"
         )
     base = (Path(root) / episode_dir).resolve()
     entries: list[Entry] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    text = read_text(path, f"the subset manifest of budget {budget} (JSON lines)", MAX_JSONL_BYTES)
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -120,7 +122,9 @@ class _Arrays(Mapping[str, np.ndarray]):
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self._cache:
             try:
-                self._cache[key] = np.asarray(self._source[key])
+                source = self._source
+                value = npz_member(source, key, self.path) if hasattr(source, "zip") else source[key]
+                self._cache[key] = np.asarray(value)
             except KeyError:
                 raise InputError(f"{self.path}: no array {key!r}", path=str(self.path), field=key) from None
             except (OSError, ValueError, EOFError) as exc:
