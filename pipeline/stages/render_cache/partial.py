@@ -104,12 +104,17 @@ def classify(
 
 
 def sampled(
-    cfg: RenderCacheConfig, budget: int, population: int, salt: int = 0, count: int | None = None
+    cfg: RenderCacheConfig,
+    budget: int,
+    population: int,
+    salt: int = 0,
+    count: int | None = None,
+    starts: Any = None,
 ) -> list[int]:
     n = stats.sample_size(
         population, cfg.sample if count is None else count, cfg.max_mismatch_rate, cfg.confidence
     )
-    return [int(j) for j in stats.sample_rows(population, n, cfg.seed + budget + salt)]
+    return [int(j) for j in stats.sample_rows(population, n, cfg.seed + budget + salt, starts)]
 
 
 def _eq(cached: np.ndarray, expected: np.ndarray) -> int | None:
@@ -211,8 +216,13 @@ def episode_range(
         return {"budget": budget, "part": list(part), "error": _error(exc)}
     entries = data["entries"]
     lo, hi = _split(len(entries), *part)
-    sample = [j for j in sampled(cfg, budget, data["rows"]) if data["starts"][lo] <= j < data["starts"][hi]]
-    hires = {s: sampled(cfg, budget, data["rows"], salt=s, count=h.sample) for s, h in _hires(cfg, data)}
+    starts = data["starts"][:-1]
+    drawn = sampled(cfg, budget, data["rows"], starts=starts)
+    sample = [j for j in drawn if data["starts"][lo] <= j < data["starts"][hi]]
+    hires = {
+        s: sampled(cfg, budget, data["rows"], salt=s, count=h.sample, starts=starts)
+        for s, h in _hires(cfg, data)
+    }
     k = cfg.keys
     required = (k.qpos, k.qvel, k.action, k.observation)
     episodes, frames, hi_frames = [], [], {str(s): [] for s in hires}

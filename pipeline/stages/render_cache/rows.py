@@ -11,7 +11,7 @@ import numpy as np
 
 from pipeline.records import Check, Rows
 from pipeline.stages.render_cache.config import RenderCacheConfig
-from pipeline.stages.render_cache.stats import bound_fields
+from pipeline.stages.render_cache.stats import bound_fields, sample_size
 
 ROWS = Rows("render_cache", "cache")
 ROW_CHECKS = (("actions", "order.actions"), ("states", "order.states"), ("traj_id", "order.traj_id"))
@@ -71,11 +71,13 @@ def budget_rows(
             )
         )
     rows += replay_rows(cfg, tag, feature, eps)
-    rows += frame_rows(cfg, f"frames.{tag}", feature, got["frames"], cfg.size)
+    population = sum(int(e.get("checked") or 0) for e in eps)  # the rows a sample was drawn from
+    rows += frame_rows(cfg, f"frames.{tag}", feature, got["frames"], cfg.size, population)
     rows.append(goal_row(tag, feature, eps, cfg))
     for size, info in facts.get("hires", {}).items():
         rows.append(hires_order_row(f"hires{size}.order.{tag}", feature, info, int(size)))
-        rows += frame_rows(cfg, f"hires{size}.{tag}", feature, got["hires"].get(size, []), int(size))
+        hires = got["hires"].get(size, [])
+        rows += frame_rows(cfg, f"hires{size}.{tag}", feature, hires, int(size), population)
     return rows
 
 
@@ -219,7 +221,12 @@ def replay_rows(cfg: RenderCacheConfig, tag: str, feature: str, eps: list[dict[s
 
 
 def frame_rows(
-    cfg: RenderCacheConfig, prefix: str, feature: str, got: list[dict[str, Any]], size: int
+    cfg: RenderCacheConfig,
+    prefix: str,
+    feature: str,
+    got: list[dict[str, Any]],
+    size: int,
+    population: int | None = None,
 ) -> list[Check]:
     """Cached frame == fresh render under the claimed pairing, on the seeded sample; each mismatch is
     explained as a shifted row, the other pairing convention, or a frame rendered differently."""
@@ -240,7 +247,9 @@ def frame_rows(
         )
     else:
         msg = f"{n} sampled frames: {exact} exact, {len(shift) + len(alt)} explained by the rows below"
-    rerender = _sampled(cfg, f"{prefix}.rerender", feature, diff, n, msg, {**stats_, "rows": _rows(diff)})
+    rerender = _sampled(
+        cfg, f"{prefix}.rerender", feature, diff, (n, population), msg, {**stats_, "rows": _rows(diff)}
+    )
     if shift:
         later = "later" if shift[0]["offset"] > 0 else "earlier"
         msg = (
@@ -254,7 +263,7 @@ def frame_rows(
         f"{prefix}.order",
         feature,
         shift,
-        n,
+        (n, population),
         msg,
         {"rows": [[r["row"], r["offset"]] for r in shift[:20]]},
     )
@@ -270,7 +279,7 @@ def frame_rows(
         f"{prefix}.pairing",
         feature,
         alt,
-        n,
+        (n, population),
         msg,
         {"rows": _rows(alt)},
         configured=cfg.pairing,
@@ -284,14 +293,35 @@ def _rows(found: list[dict[str, Any]]) -> list[int]:
 
 
 def _sampled(
-    cfg: RenderCacheConfig, check_id: str, feature: str, bad: list, n: int, msg: str, ev: dict, **fields: Any
+    cfg: RenderCacheConfig,
+    check_id: str,
+    feature: str,
+    bad: list,
+    drawn: tuple[int, int | None],
+    msg: str,
+    ev: dict,
+    **fields: Any,
 ) -> Check:
-    """A sampled row: n, mismatches and the Clopper-Pearson bound in its evidence; nothing sampled is
-    unverifiable."""
-    ok = None if n == 0 else not bad
-    return ROWS.judge(
-        check_id, feature, ok, msg, evidence={**ev, **bound_fields(len(bad), n, cfg.confidence)}, **fields
-    )
+    """A sampled row: n, mismatches and the Clopper-Pearson bound in its evidence. Mismatches are a
+    mismatch; nothing sampled is unverifiable; 0 mismatches is `match` only when every row was checked
+    or the bound lies below `max_mismatch_rate`, else `unverifiable`, saying how many samples settle it."""
+    n, population = drawn
+    bound = bound_fields(len(bad), n, cfg.confidence)
+    exhaustive = population is not None and n >= population > 0
+    ok: bool | None = None if n == 0 else not bad
+    upper = bound["mismatch_rate_upper_bound"]
+    if ok and not exhaustive and upper is not None and upper >= cfg.max_mismatch_rate:
+        needed = sample_size(population or n + 1, None, cfg.max_mismatch_rate, cfg.confidence)
+        ok, msg = (
+            None,
+            (
+                f"{msg}; but 0 of {n} sampled bounds the mismatch rate only below {upper:.2%} at "
+                f"{cfg.confidence:.0%}, not below max_mismatch_rate {cfg.max_mismatch_rate:.2%}: sample "
+                f"{needed} frames (stages.render_cache.sample) to settle it"
+            ),
+        )
+    evidence = {**ev, **bound, "population": population, "exhaustive": exhaustive}
+    return ROWS.judge(check_id, feature, ok, msg, evidence=evidence, **fields)
 
 
 def goal_row(tag: str, feature: str, eps: list[dict[str, Any]], cfg: RenderCacheConfig) -> Check:

@@ -84,7 +84,7 @@ def test_clopper_pearson_bounds() -> None:
     assert 2.9 / 100 < stats.upper_bound(0, 100) < 3.1 / 100  # the rule of three
     assert stats.upper_bound(0, 0) is None and stats.upper_bound(5, 5) == 1.0
     assert stats.upper_bound(1, 100) > stats.upper_bound(0, 100)
-    n = stats.sample_size(10_000, 5, 0.01)
+    n = stats.sample_size(10_000, None, 0.01)  # no count: sized from the rate
     assert n == 299 and stats.upper_bound(0, n) <= 0.01 < stats.upper_bound(0, n - 1)
     assert stats.sample_size(40, 64, None) == 40
 
