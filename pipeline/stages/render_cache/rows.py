@@ -267,6 +267,13 @@ def frame_rows(
         msg,
         {"rows": [[r["row"], r["offset"]] for r in shift[:20]]},
     )
+    return [rerender, order, _pairing_row(cfg, prefix, feature, alt, (n, population), exact, other)]
+
+
+def _pairing_row(
+    cfg: RenderCacheConfig, prefix: str, feature: str, alt: list, drawn: tuple, exact: int, other: str
+) -> Check:
+    n = drawn[0]
     if alt:
         msg = (
             f"cache claims pairing {cfg.pairing!r} but {len(alt)}/{n} sampled frames follow {other!r}: a "
@@ -274,18 +281,8 @@ def frame_rows(
         )
     else:
         msg = f"frames follow the claimed pairing {cfg.pairing!r} ({exact}/{n} exact)"
-    pairing = _sampled(
-        cfg,
-        f"{prefix}.pairing",
-        feature,
-        alt,
-        (n, population),
-        msg,
-        {"rows": _rows(alt)},
-        configured=cfg.pairing,
-        actual=other if alt else cfg.pairing,
-    )
-    return [rerender, order, pairing]
+    extra = {"configured": cfg.pairing, "actual": other if alt else cfg.pairing}
+    return _sampled(cfg, f"{prefix}.pairing", feature, alt, drawn, msg, {"rows": _rows(alt)}, **extra)
 
 
 def _rows(found: list[dict[str, Any]]) -> list[int]:
