@@ -40,6 +40,7 @@ from pipeline.stages.contract import (
     units,
 )
 from pipeline.stages.contract.config import ContractConfig
+from pipeline.stages.contract.frames import frame_checks
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
@@ -134,6 +135,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     a, b, c = load_sources(cfg, config)
     checks, src = reconcile(a, b, c, config)
     checks += _known_good(cfg, config, b, c, checks)
+    checks += frame_checks(_path(cfg, "dataset"), a.stats, config.frames)
     artifacts = _artifacts(ctx.artifacts_dir, src, checks)
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 

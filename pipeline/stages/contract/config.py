@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from pipeline.records import SEVERITIES
 from pipeline.stages.config import Resources, StageConfig, require
+from pipeline.stages.contract.frames import FramesConfig
 
 
 @dataclass
@@ -192,6 +193,7 @@ class ContractConfig(StageConfig):
     sign: SignConfig = field(default_factory=SignConfig)
     offset: OffsetConfig = field(default_factory=OffsetConfig)
     relation: RelationConfig = field(default_factory=RelationConfig)
+    frames: FramesConfig = field(default_factory=FramesConfig)  # rows from decoded camera frames
 
     def validate(self, key: str) -> None:
         super().validate(key)
