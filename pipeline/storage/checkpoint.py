@@ -21,7 +21,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from pipeline.errors import InputError, PreflightError, one_line
 from pipeline.storage import manifest, tensorfile
 from pipeline.storage.atomic import atomic_write_json
 from pipeline.storage.maintain import Refused, apply_retention
-from pipeline.storage.manifest import fallback_dir
+from pipeline.storage.manifest import Saved, fallback_dir
 from pipeline.storage.quota import preflight
 
 log = logging.getLogger("pipeline.storage")
@@ -54,24 +54,6 @@ class Attempt:
     ok: bool
     reason: str = ""
     room: dict[str, Any] | None = None
-
-
-@dataclass
-class Saved:
-    """Where a checkpoint went (returned by `save_checkpoint`)."""
-
-    name: str
-    path: Path
-    sidecar: Path
-    location: Path
-    primary: Path
-    sha256: str
-    size: int
-    attempts: list[Attempt] = field(default_factory=list)
-
-    @property
-    def fallback(self) -> bool:
-        return self.location != self.primary
 
 
 def save_checkpoint(
@@ -225,7 +207,7 @@ def _try(folder, primary, name, data, writer, metadata, size, margin, reserve, c
         return Attempt(str(folder), False, _why(exc), space.as_dict()), None
     if folder != primary:
         _mirror(primary, event)
-    saved = Saved(name, final, sidecar, folder, primary, sha, written)
+    saved = Saved(name, final, sidecar, folder, primary, sha, written, now)
     return Attempt(str(folder), True, "", space.as_dict()), saved
 
 
