@@ -108,10 +108,31 @@ def save_checkpoint(
                 log.warning("retention after %s refused: %s", name, one_line(exc))
         return saved
     _record_fallback(None, attempts, primary=primary, name=name)
-    lines = "; ".join(f"{a.folder}: {a.reason}" for a in attempts)
-    message = f"checkpoint {name!r} could not be saved anywhere: {lines}"
+    lines = "; ".join(f"{a.folder}: {a.reason}{_room(a)}" for a in attempts)
+    message = (
+        f"checkpoint {name!r} ({size} bytes) could not be saved anywhere: {lines}. "
+        f"Kept: no partial file; {_kept(primary, given)}"
+    )
     tell(notify, message, {"name": name, "location": None, "primary": str(primary), "reasons": lines})
     raise CheckpointSaveError(message, attempts)
+
+
+def _room(attempt: Attempt) -> str:
+    """', N bytes free' after a write that failed (a preflight refusal already says both numbers)."""
+    free = (attempt.room or {}).get("available")
+    return "" if free is None or "needs" in attempt.reason else f" ({free} bytes free)"
+
+
+def _kept(primary: Path, given: Sequence[Path]) -> str:
+    """What the user still has: the checkpoints already saved, the newest named."""
+    try:
+        live = [e for e in manifest.collect(primary, given).values() if e.state == "present"]
+    except (PreflightError, OSError) as exc:
+        return f"the earlier checkpoints untouched (manifest not read: {exc})"
+    if not live:
+        return "no earlier checkpoint of this run"
+    newest = max(live, key=lambda e: e.saved)
+    return f"{len(live)} earlier checkpoint(s) untouched, the newest {newest.name} in {newest.location}"
 
 
 def _existing(fallbacks: Sequence[str | Path]) -> list[Path]:
