@@ -33,6 +33,7 @@ from pipeline.stages.contract import (
     drift,
     encoding,
     finite,
+    frames,
     layout,
     normalization,
     relation,
@@ -40,7 +41,6 @@ from pipeline.stages.contract import (
     units,
 )
 from pipeline.stages.contract.config import ContractConfig
-from pipeline.stages.contract.frames import frame_checks
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
@@ -68,6 +68,7 @@ GLOBAL = (
     reload.placeholder_rows,
     reload.mask_rows,
     finite.nonfinite_rows,  # NaN/inf in the data rows
+    frames.frame_rows,  # decoded camera frames (issue 22)
 )
 
 
@@ -135,7 +136,6 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     a, b, c = load_sources(cfg, config)
     checks, src = reconcile(a, b, c, config)
     checks += _known_good(cfg, config, b, c, checks)
-    checks += frame_checks(_path(cfg, "dataset"), a.stats, config.frames)
     artifacts = _artifacts(ctx.artifacts_dir, src, checks)
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 

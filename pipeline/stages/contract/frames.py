@@ -1,229 +1,243 @@
-"""Contract rows from the camera frames themselves, per camera: the faults no stats file shows.
+"""Rows read from the decoded camera frames (issue 22): video health, channel order, scale, camera keys
+and swapped cameras, stale image stats.
 
-A dataset whose frames were written BGR, whose two cameras were exchanged, or whose image stats are on
-another scale trains a policy on pixels it was never meant to see, and every stats-only check passes.
-Here a few frames of a few episodes per camera are decoded through the frame reader (what the training
-loader yields: RGB, 0-1) and their per-channel means are compared with the dataset's own image stats and
-the base checkpoint's: the resolution against info.json, the channel order (a reversed order that fits
-clearly better names the camera), the scale (stats in 0-255 where the loader gives 0-1), the camera
-assignment (exchanging two cameras fits the base's per-camera stats clearly better) and stale image
-stats. Where the videos cannot be decoded that is one row, not silence.
+The stats files alone cannot tell a BGR camera or two exchanged cameras: here a few frames of a few
+episodes per camera are decoded (`pipeline.readers.frames`, one seek per episode) and their per-channel
+means, in 0-1 as LeRobot's loader yields them, are set against the dataset's `meta/stats.json` and the
+base checkpoint's image stats. Every row carries the episodes and frames it used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from itertools import permutations
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.readers.frames import FrameReader
+from pipeline.readers.frames import FrameReader, ImageStats, probe
+from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
+from pipeline.stages.contract.rows import NAME, Sources
 
-ROWS = Rows("contract", "encoding")
-LAYOUT = Rows("contract", "layout")
-
-
-@dataclass
-class FramesConfig:
-    """`stages.contract.frames`: how many frames are decoded and how close channel means must be."""
-
-    enabled: bool = True
-    episodes: int = 4  # episodes sampled per camera (evenly spread)
-    per_episode: int = 6  # frames per sampled episode (evenly spread in time)
-    mean_atol: float = 0.06  # |channel mean - stats mean| within this is "fits" (0-1 units)
-    clearly: float = 0.5  # an alternative fits "clearly better" when its distance is below this share
+ROWS = Rows(NAME, "encoding")
+LAYOUT = Rows(NAME, "layout")
 
 
-def frame_checks(root: str | Path | None, base_stats: Mapping[str, Any], conf: FramesConfig) -> list[Check]:
-    """Every frame row for the dataset at `root` (none when it declares no video camera)."""
-    if not conf.enabled or root is None or not (Path(root) / "meta" / "info.json").is_file():
-        return []
-    reader = FrameReader(root)
+def frame_rows(src: Sources) -> list[Check]:
+    """Every frame row; one `frames.unavailable` row when the input has cameras but no frames here."""
+    a_cams = [k for k, f in src.a.features.items() if f.role == "image"]
+    data = LeRobotData(src.c.path) if src.c.kind.startswith("lerobot") else None
+    reader = FrameReader(data) if data is not None else None
+    cams = reader.cameras() if reader is not None else []
+    root = Path(src.c.path)
+    no_videos = reader is not None and not reader.data.image_keys() and not (root / "videos").is_dir()
+    if reader is None or not cams or no_videos or not (root / "data").is_dir():
+        if not a_cams and not src.c.images:
+            return []
+        why = f"{src.c.kind} input at {src.c.path} holds no decodable frames (stats only)"
+        return [LAYOUT("frames.unavailable", "images", "unverifiable", why, severity="soft")]
+    out: list[Check] = []
+    means: dict[str, np.ndarray] = {}
+    for key in cams:
+        rows, sample = _sample(src, reader, key)
+        out += rows
+        if sample is not None:
+            means[key] = sample.reshape(-1, 3).mean(axis=0) / 255.0
+            out += _channel_row(src, key, means[key]) + _scale_row(src, key) + _stale_row(src, key, sample)
+    return out + _key_rows(src, a_cams, cams) + _swap_rows(src, means)
+
+
+def _episodes(reader: FrameReader, count: int) -> list[int]:
+    eps = reader.data.episodes()
+    index = [0] if eps is None or eps.index.size == 0 else eps.index.tolist()
+    pick = np.unique(np.linspace(0, len(index) - 1, min(count, len(index))).round().astype(int))
+    return [int(index[i]) for i in pick]
+
+
+def _sample(src: Sources, reader: FrameReader, key: str) -> tuple[list[Check], np.ndarray | None]:
+    """Decode `per_episode` frames of the sampled episodes; one health row (or one error row) per camera."""
+    cfg = src.cfg.frames
+    used: dict[int, list[int]] = {}
+    frames: list[np.ndarray] = []
+    facts: dict[str, Any] = {}
     try:
-        cameras = reader.cameras
-    except InputError:
-        return []
-    if not cameras:
-        return []
-    measured, rows = _measure(reader, cameras, conf)
-    if not measured:
-        return rows
-    shipped = reader.data.stats()
-    for key, means in measured.items():
-        rows += _camera_rows(
-            key, means["mean"], means["shape"], reader, shipped.get(key), base_stats.get(key), conf
+        for ep in _episodes(reader, cfg.episodes):
+            n = reader.timestamps(ep).size
+            idx = sorted({*np.linspace(0, n - 1, min(cfg.per_episode, n)).round().astype(int).tolist()})
+            if key in reader.data.video_keys():
+                facts = probe(reader.data.video_location(key, ep)[0], f"camera {key}, episode {ep}")
+            frames.append(reader.frames(key, ep, idx))
+            used[ep] = idx
+    except InputError as exc:
+        return [ROWS("frames.health:" + key, key, "error", str(exc), evidence={"decoded": used})], None
+    sample = np.concatenate(frames)
+    problems = _health_problems(src, reader, key, sample, facts)
+    evidence = {"episodes_frames": used, "video": facts, "frame_shape": list(sample.shape[1:])}
+    message = f"{key}: " + ("; ".join(problems) if problems else "sampled frames decode, fps and shape agree")
+    row = ROWS("frames.health:" + key, key, "mismatch" if problems else "match", message, evidence=evidence)
+    return [row], sample
+
+
+def _health_problems(
+    src: Sources, reader: FrameReader, key: str, sample: np.ndarray, facts: dict[str, Any]
+) -> list[str]:
+    problems = []
+    fps = reader.data.info.get("fps")
+    if facts.get("fps") and fps and abs(facts["fps"] - float(fps)) > src.cfg.frames.fps_tolerance:
+        problems.append(f"video fps {facts['fps']:g} != info.json fps {fps}")
+    shape = (reader.data.features.get(key) or {}).get("shape")
+    hwc = list(sample.shape[1:])
+    if isinstance(shape, list) and sorted(shape) != sorted(hwc):
+        problems.append(f"decoded frames {hwc} (HWC) != info.json shape {shape}")
+    a = src.a.features.get(key)
+    if a is not None and a.shape and sorted(a.shape) != sorted(hwc):
+        problems.append(
+            f"decoded frames {hwc} != base input_features shape {list(a.shape)} (no resize named)"
         )
-    rows += _swap_rows(measured, base_stats, conf)
-    return rows
+    return problems
 
 
-def _measure(
-    reader: FrameReader, cameras: list[str], conf: FramesConfig
-) -> tuple[dict[str, dict[str, Any]], list[Check]]:
-    """Per camera: channel means of the sampled frames (0-1) and the frame shape; decode failures as rows."""
-    episodes = reader.data.episodes()
-    if episodes is None or episodes.length is None or not len(episodes.index):
-        return {}, [
-            ROWS("frames.available", "frames", "unverifiable", "no per-episode lengths to sample frames")
-        ]
-    pick = np.unique(
-        np.linspace(0, len(episodes.index) - 1, min(conf.episodes, len(episodes.index))).astype(int)
-    )
-    measured, rows = {}, []
-    for key in cameras:
-        try:
-            frames = [
-                reader.frames(key, int(episodes.index[i]), _times(int(episodes.length[i]), reader.fps, conf))
-                for i in pick
-            ]
-        except InputError as exc:
-            rows.append(
-                ROWS(f"frames.{key}.decode", key, "unverifiable", f"{key}: frames not checked: {exc}")
-            )
-            continue
-        stack = np.concatenate(frames)
-        measured[key] = {"mean": stack.reshape(-1, 3).mean(axis=0) / 255.0, "shape": stack.shape[1:]}
-        rows.append(
-            ROWS(
-                f"frames.{key}.decode",
-                key,
-                "match",
-                f"{key}: {len(stack)} frames of {len(pick)} episode(s) decode at the metadata's timestamps",
-                evidence={"episodes": [int(episodes.index[i]) for i in pick], "frames": len(stack)},
-            )
-        )
-    return measured, rows
+def _mean_of(stats: dict[str, dict[str, np.ndarray]], key: str) -> np.ndarray | None:
+    mean = (stats.get(key) or {}).get("mean")
+    return None if mean is None or np.asarray(mean).size != 3 else np.asarray(mean, np.float64).reshape(3)
 
 
-def _times(length: int, fps: float, conf: FramesConfig) -> np.ndarray:
-    frames = np.unique(np.linspace(0, max(length - 1, 0), conf.per_episode).astype(int))
-    return frames / (fps or 1.0)
-
-
-def _mean(stats: Any) -> np.ndarray | None:
-    if not isinstance(stats, Mapping) or stats.get("mean") is None:
-        return None
-    mean = np.asarray(stats["mean"], dtype=np.float64).ravel()
-    return mean if mean.size == 3 else None
-
-
-def _camera_rows(
-    key: str,
-    mean: np.ndarray,
-    shape: tuple[int, ...],
-    reader: FrameReader,
-    shipped: Any,
-    base: Any,
-    conf: FramesConfig,
-) -> list[Check]:
-    rows = [_resolution(key, shape, reader)]
-    for tag, source, stats in (
-        ("dataset", "the dataset's meta stats", shipped),
-        ("base", "the base checkpoint's stats", base),
-    ):
-        ref = _mean(stats)
+def _channel_row(src: Sources, key: str, mean: np.ndarray) -> list[Check]:
+    """Sampled means vs the dataset's and the base's image stats, each in both channel orders."""
+    cfg = src.cfg.frames
+    found: dict[str, Any] = {"decoded_mean_rgb": mean.round(4).tolist()}
+    flipped_any = False
+    for who, stats in (("dataset", src.c.stats), ("base", src.a.stats)):
+        ref = _mean_of(stats, key)
         if ref is None:
             continue
-        rows.append(_scale(f"frames.{key}.scale.{tag}", key, source, ref, stats))
-        if ref.max() <= 1.5:
-            rows.append(_order(f"frames.{key}.channel_order.{tag}", key, source, mean, ref, conf))
-    ref = _mean(shipped)
-    if ref is not None and ref.max() <= 1.5:
-        off = float(np.abs(mean - ref).max())
-        rows.append(
-            ROWS.judge(
-                f"frames.{key}.stats_fresh",
-                key,
-                off <= conf.mean_atol,
-                f"{key}: channel means of the sampled frames {np.round(mean, 3).tolist()} vs meta stats "
-                f"{np.round(ref, 3).tolist()} (max off {off:.3g}, tolerance {conf.mean_atol})",
-                severity="soft",
-                expected=ref.tolist(),
-                actual=mean.tolist(),
-            )
-        )
-    return rows
-
-
-def _resolution(key: str, shape: tuple[int, ...], reader: FrameReader) -> Check:
-    declared = [int(v) for v in (reader.data.features.get(key) or {}).get("shape") or []]
-    hwc = sorted(declared) == sorted(shape) and len(declared) == 3
-    return LAYOUT.judge(
-        f"frames.{key}.resolution",
-        key,
-        hwc if declared else None,
-        f"{key}: decoded frames are {list(shape)} (H, W, C); info.json declares {declared or 'nothing'}",
-        expected=declared,
-        actual=list(shape),
-    )
-
-
-def _scale(check_id: str, key: str, source: str, ref: np.ndarray, stats: Mapping[str, Any]) -> Check:
-    top = float(np.asarray(stats.get("max", ref), dtype=np.float64).max())
-    on_255 = top > 1.5
-    message = (
-        f"{key}: {source} are on the 0-255 scale (max {top:.4g}) but the loader yields 0-1 frames: a "
-        "factor-255 disagreement"
-        if on_255
-        else f"{key}: {source} are on the 0-1 scale the loader yields (max {top:.4g})"
-    )
-    return ROWS.judge(check_id, key, not on_255, message, expected="0-1", actual=top)
-
-
-def _order(
-    check_id: str, key: str, source: str, mean: np.ndarray, ref: np.ndarray, conf: FramesConfig
-) -> Check:
-    as_is, reversed_ = float(np.abs(mean - ref).sum()), float(np.abs(mean[::-1] - ref).sum())
-    flipped = as_is > 3 * conf.mean_atol and reversed_ < conf.clearly * as_is
-    message = (
-        f"{key}: the frames fit {source} clearly better with their channels reversed (distance "
-        f"{reversed_:.3g} vs {as_is:.3g}): written BGR"
-        if flipped
-        else f"{key}: channel order RGB fits {source} (distance {as_is:.3g}; reversed {reversed_:.3g})"
-    )
-    return ROWS.judge(
-        check_id,
-        key,
-        not flipped,
-        message,
-        expected="RGB",
-        actual="BGR" if flipped else "RGB",
-        evidence={"frame_means": mean.tolist(), "reference_means": ref.tolist(), "reference": source},
-    )
-
-
-def _swap_rows(measured: Mapping[str, Any], base: Mapping[str, Any], conf: FramesConfig) -> list[Check]:
-    """Which assignment of cameras to the base's per-camera stats fits best; the identity unless another
-    fits clearly better (then the keys that look exchanged are named)."""
-    keys = [k for k in measured if _mean(base.get(k)) is not None]
-    if len(keys) < 2 or len(keys) > 6:
+        ref = ref / 255.0 if ref.max() > 1.5 else ref
+        same, rev = float(np.abs(mean - ref).sum()), float(np.abs(mean[::-1] - ref).sum())
+        flipped = rev < cfg.reversed_ratio * same and same > cfg.min_distance
+        flipped_any |= flipped
+        found[who] = {"mean": ref.round(4).tolist(), "as_is": round(same, 4), "reversed": round(rev, 4)}
+    if len(found) == 1:
         return []
-    cost = {(a, b): float(np.abs(measured[a]["mean"] - _mean(base.get(b))).sum()) for a in keys for b in keys}
-    identity = sum(cost[(k, k)] for k in keys)
-    best = min(permutations(keys), key=lambda p: sum(cost[(k, t)] for k, t in zip(keys, p, strict=True)))
-    score = sum(cost[(k, t)] for k, t in zip(keys, best, strict=True))
-    moved = {k: t for k, t in zip(keys, best, strict=True) if k != t}
-    swapped = bool(moved) and identity > 3 * conf.mean_atol and score < conf.clearly * identity
-    message = (
-        "cameras look exchanged: "
-        + ", ".join(f"{k} shows what the base knows as {t}" for k, t in moved.items())
-        + f" (distance {score:.3g} exchanged vs {identity:.3g} as named)"
-        if swapped
-        else f"each camera's frames fit the base's stats of the same key (distance {identity:.3g})"
-    )
+    verdict = "mismatch" if flipped_any else "match"
+    text = "fit clearly better reversed: frames look BGR" if flipped_any else "fit in RGB order"
     return [
-        LAYOUT.judge(
-            "frames.camera_assignment",
-            ", ".join(keys),
-            not swapped,
-            message,
-            expected=keys,
-            actual=list(best) if swapped else keys,
-            evidence={"distance": {f"{a}->{b}": round(v, 4) for (a, b), v in cost.items()}},
+        ROWS(
+            "frames.channels:" + key,
+            key,
+            verdict,
+            f"{key}: decoded channel means {text}",
+            expected="RGB",
+            actual="BGR" if flipped_any else "RGB",
+            evidence=found,
         )
     ]
+
+
+def _scale_row(src: Sources, key: str) -> list[Check]:
+    """The loader yields 0-1 float from video; the base normalizes with its image stats' range."""
+    stats = src.a.stats.get(key) or {}
+    a = src.a.features.get(key)
+    mode = src.a.mode(a) if a is not None else None
+    if "max" not in stats:
+        return []
+    expected = "0-255" if float(np.max(stats["max"])) > 1.5 else "0-1"
+    ok = expected == "0-1"
+    message = f"{key}: loader yields 0-1 float frames, base image stats span {expected} (mode {mode})"
+    return [
+        ROWS(
+            "frames.scale:" + key,
+            key,
+            "match" if ok else "mismatch",
+            message,
+            expected=expected,
+            actual="0-1",
+            evidence={"base_max": float(np.max(stats["max"])), "normalization": mode},
+        )
+    ]
+
+
+def _stale_row(src: Sources, key: str, sample: np.ndarray) -> list[Check]:
+    """meta/stats.json image mean/std against the same statistics recomputed from the sampled frames."""
+    block = src.c.stats.get(key) or {}
+    shipped = {k: np.asarray(block[k], np.float64).reshape(-1) for k in ("mean", "std") if k in block}
+    shipped = {k: v for k, v in shipped.items() if v.size == 3}
+    if not shipped:
+        return []
+    scale = 255.0 if shipped.get("mean", np.zeros(3)).max() > 1.5 else 1.0
+    acc = ImageStats()
+    acc.add(sample)
+    recomputed = {k: v.reshape(3) for k, v in acc.result().items() if k in shipped}
+    gaps = {k: float(np.abs(recomputed[k] - shipped[k] / scale).max()) for k in shipped}
+    gap = max(gaps.values())
+    limit = src.cfg.frames.stale_mean
+    evidence = {
+        "recomputed": {k: v.round(4).tolist() for k, v in recomputed.items()},
+        "shipped": {k: (v / scale).round(4).tolist() for k, v in shipped.items()},
+        "gaps": {k: round(v, 4) for k, v in gaps.items()},
+        "frames": int(sample.shape[0]),
+    }
+    message = f"{key}: meta/stats.json vs sampled frames differ by {gap:.4f} per channel at most"
+    verdict = "match" if gap <= limit else "mismatch"
+    return [
+        ROWS(
+            "frames.stale_stats:" + key,
+            key,
+            verdict,
+            message,
+            severity="soft",
+            expected=f"<= {limit}",
+            actual=round(gap, 4),
+            evidence=evidence,
+        )
+    ]
+
+
+def _key_rows(src: Sources, a_cams: list[str], cams: list[str]) -> list[Check]:
+    """The base's camera keys and order (rename map applied) against the dataset's."""
+    if not a_cams:
+        return []
+    rename = src.b.hints.get("rename_map") or {}
+    named = [rename.get(k, k) for k in cams]
+    missing = [k for k in a_cams if k not in named]
+    extra = [k for k in named if k not in a_cams]
+    order = [k for k in named if k in a_cams] == [k for k in a_cams if k in named]
+    ok = not missing and not extra and order
+    message = f"cameras: base expects {a_cams}, dataset gives {named}" + (
+        "" if ok else f" (missing {missing}, extra {extra}, same order: {order})"
+    )
+    return [
+        LAYOUT(
+            "frames.cameras",
+            "images",
+            "match" if ok else "mismatch",
+            message,
+            expected=a_cams,
+            actual=named,
+            evidence={"rename_map": rename, "dataset_keys": cams},
+        )
+    ]
+
+
+def _swap_rows(src: Sources, means: dict[str, np.ndarray]) -> list[Check]:
+    """Each pair of cameras against the base's per-camera stats: exchanged fits clearly better -> swapped."""
+    refs = {k: _mean_of(src.a.stats, k) for k in means}
+    keys = [k for k, r in refs.items() if r is not None]
+    out = []
+    for i, x in enumerate(keys):
+        for y in keys[i + 1 :]:
+            rx, ry = (r / 255.0 if r.max() > 1.5 else r for r in (refs[x], refs[y]))
+            named = float(np.abs(means[x] - rx).sum() + np.abs(means[y] - ry).sum())
+            swapped = float(np.abs(means[x] - ry).sum() + np.abs(means[y] - rx).sum())
+            bad = swapped < src.cfg.frames.swap_ratio * named and named > src.cfg.frames.min_distance
+            message = f"{x} and {y}: " + ("frames fit the base's stats exchanged" if bad else "fit as named")
+            out.append(
+                LAYOUT(
+                    f"frames.swapped:{x}|{y}",
+                    f"{x}|{y}",
+                    "mismatch" if bad else "match",
+                    message,
+                    evidence={"as_named": round(named, 4), "exchanged": round(swapped, 4)},
+                )
+            )
+    return out
