@@ -160,11 +160,32 @@ def render_states(
     return np.stack(frames), np.stack(goals)
 
 
+class _Sized:
+    """The eval renderer behind the env's set_state/get_pixel_observation pair, at a size the env's own
+    observation (64 px) does not have: so `demo.render_cache.size` is what the cache holds (issue 26)."""
+
+    def __init__(self, er: EvalRenderer) -> None:
+        self.er, self.qpos, self.qvel = er, None, None
+
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        self.qpos, self.qvel = qpos, qvel
+
+    def get_pixel_observation(self) -> np.ndarray:
+        return self.er.state(self.qpos, self.qvel)
+
+
+def _at_size(er: EvalRenderer, size: int) -> Any:
+    """The env itself when its observation already has `size` pixels (the bytes a policy sees), else
+    the eval renderer at `size`."""
+    u = er.env.unwrapped
+    return u if u.get_pixel_observation().shape[0] == size else _Sized(er)
+
+
 def write_cache(root: Path, rel: Path, episodes: list[dict[str, np.ndarray]], cfg: Mapping[str, Any]) -> None:
     """Per budget: frames, goals, meta, proprio (+ the largest budget's higher-resolution cache)."""
     steps, faults, largest = int(cfg["steps"]), cfg["faults"], max(cfg["budgets"])
     with EvalRenderer(ENV_ID, TASK_ID, int(cfg["size"]), CAMERA, "egl") as er:
-        u, memo = er.env.unwrapped, {}
+        u, memo = _at_size(er, int(cfg["size"])), {}
         for b in cfg["budgets"]:
             order = _manifest(rel, b)
             frames, goals = render_states(u, episodes, order, steps, memo)
