@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.demo.once import build_once
 from pipeline.progress import progress, track
-from pipeline.stages.render_cache.render import EvalRenderer
+from pipeline.stages.render_cache.render import EvalRenderer, reset_quietly
 
 DEFAULTS: dict[str, Any] = {
     "variant": "default",
@@ -65,12 +65,14 @@ def rollouts(n: int, steps: int, seed: int) -> list[dict[str, np.ndarray]]:
         import ogbench  # noqa: F401
         from ogbench.manipspace.oracles.markov.cube_markov import CubeMarkovOracle
 
-        env = gymnasium.make(STATE_ENV_ID, terminate_at_goal=False, mode="data_collection")
+        env = gymnasium.make(
+            STATE_ENV_ID, terminate_at_goal=False, mode="data_collection", disable_env_checker=True
+        )
     saved, out = np.random.get_state(), []
     try:
         for i in track(range(n), f"render_cache demo: {n} oracle episodes"):
             np.random.seed(seed * 1000 + i)
-            ob, info = env.reset(seed=seed * 1000 + i)
+            ob, info = reset_quietly(env, seed=seed * 1000 + i)
             u = env.unwrapped
             oracle = CubeMarkovOracle(env=env, min_norm=0.4)
             oracle.reset(ob, info)
