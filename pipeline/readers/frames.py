@@ -22,7 +22,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,6 +53,8 @@ def array_frames(array: Any, where: str) -> np.ndarray:
 
 def decode_image(blob: bytes, where: str) -> np.ndarray:
     """One encoded image (PNG, JPEG: what `dtype: image` columns hold) as RGB uint8 HWC."""
+    import av  # PyAV loads FFmpeg: imported where a frame is decoded, not by every job that imports us
+
     try:
         with av.open(io.BytesIO(blob)) as container:
             frame = next(container.decode(video=0))
@@ -68,6 +69,8 @@ def decode_at(
     """The frames presented at `times` (seconds in the file, ascending) as RGB uint8 [n,H,W,3].
 
     One seek to the first time, then decoding forward until the last one: never the whole file."""
+    import av  # PyAV loads FFmpeg: imported where a frame is decoded, not by every job that imports us
+
     label = f"{path}{' (' + what + ')' if what else ''}"
     if not path.is_file():
         raise InputError(f"{label}: video file missing (expected an mp4 for this camera)", path=path)
@@ -194,6 +197,8 @@ class FrameReader:
 
 def probe(path: Path, what: str = "") -> dict[str, Any]:
     """A video's stream facts without decoding: codec, fps, width, height, frame count and duration."""
+    import av  # PyAV loads FFmpeg: imported where a frame is decoded, not by every job that imports us
+
     label = f"{path}{' (' + what + ')' if what else ''}"
     if not path.is_file():
         raise InputError(f"{label}: video file missing (expected an mp4 for this camera)", path=path)
