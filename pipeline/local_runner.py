@@ -26,7 +26,8 @@ from typing import Any
 
 import submitit
 from omegaconf import DictConfig
-from submitit.local.local import LocalJob
+from submitit.core.utils import JobPaths
+from submitit.local.local import LocalJob, start_controller
 
 from pipeline.executors import FINAL_OK, TERMINAL, ArrayJobs, job_callable, python_argv, submit_array
 from pipeline.plan import JobSpec
@@ -90,10 +91,35 @@ def adoptable(previous: dict[str, dict[str, Any]], folder: RunFolder) -> dict[st
     return found
 
 
+class _LocalExecutor(submitit.LocalExecutor):
+    """submitit's, with the job's folder made the moment its controller's pid is known. The controller
+    opens its log in that folder as soon as it starts; submitit makes the folder a little later, and a
+    busy launcher loses that race (the job ends FAILED with no log, `FileNotFoundError` on its stderr)."""
+
+    def _submit_command(self, command: str) -> LocalJob:
+        ntasks = self.parameters.get("tasks_per_node", 1)
+        n_gpus, visible = self.parameters.get("gpus_per_node", 0), self.parameters.get("visible_gpus", ())
+        gpus = range(n_gpus) if visible == () else visible[:n_gpus]
+        process = start_controller(
+            folder=self.folder,
+            command=command,
+            tasks_per_node=ntasks,
+            cuda_devices=",".join(str(k) for k in gpus),
+            timeout_min=self.parameters.get("timeout_min", 2.0),
+            signal_delay_s=self.parameters.get("signal_delay_s", 30),
+            stderr_to_stdout=self.parameters.get("stderr_to_stdout", False),
+            setup=self.parameters.get("setup", ()),
+        )
+        JobPaths(self.folder, job_id=str(process.pid)).folder.mkdir(parents=True, exist_ok=True)
+        return LocalJob(
+            folder=self.folder, job_id=str(process.pid), process=process, tasks=list(range(ntasks))
+        )
+
+
 def _local_executor(kind: str, cfg: DictConfig, folder: RunFolder) -> submitit.Executor:
     if kind == "debug":
         return submitit.DebugExecutor(folder=folder.submitit_dir)
-    return submitit.LocalExecutor(
+    return _LocalExecutor(
         folder=folder.submitit_dir,
         max_num_timeout=int(cfg.launcher.requeue_max),
         python=shlex.join(python_argv(cfg)),

@@ -28,6 +28,7 @@ from pipeline.demo.policy import ACTION_KEY, ENV_KEY, STATE_KEY
 from pipeline.progress import track
 from pipeline.readers import LeRobotData
 from pipeline.readers.stats import compute_stats, iter_array_blocks
+from pipeline.stages.render_cache.render import reset_quietly
 
 ENV_ID = "cube-single-v0"
 FPS = 10
@@ -76,13 +77,19 @@ def generate_episodes(n_episodes: int, steps: int, seed: int) -> list[dict[str, 
         import ogbench  # noqa: F401  (registers the manipspace envs)
         from ogbench.manipspace.oracles.markov.cube_markov import CubeMarkovOracle
 
-        env = gymnasium.make(ENV_ID, terminate_at_goal=False, mode="data_collection", max_episode_steps=steps)
+        env = gymnasium.make(
+            ENV_ID,
+            terminate_at_goal=False,
+            mode="data_collection",
+            max_episode_steps=steps,
+            disable_env_checker=True,
+        )
     saved = np.random.get_state()
     episodes = []
     try:
         for index in track(range(n_episodes), f"demo: {n_episodes} oracle episodes"):
             np.random.seed(seed * 1000 + index)
-            ob, info = env.reset(seed=seed * 1000 + index)
+            ob, info = reset_quietly(env, seed=seed * 1000 + index)
             oracle = CubeMarkovOracle(env=env, min_norm=0.4)
             oracle.reset(ob, info)
             rows: dict[str, list[np.ndarray]] = {"state": [], "env_state": [], "action": []}

@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.demo.once import build_once
 from pipeline.progress import progress, track
-from pipeline.stages.render_cache.render import EvalRenderer
+from pipeline.stages.render_cache.render import EvalRenderer, reset_quietly
 
 DEFAULTS: dict[str, Any] = {
     "variant": "default",
@@ -65,12 +65,14 @@ def rollouts(n: int, steps: int, seed: int) -> list[dict[str, np.ndarray]]:
         import ogbench  # noqa: F401
         from ogbench.manipspace.oracles.markov.cube_markov import CubeMarkovOracle
 
-        env = gymnasium.make(STATE_ENV_ID, terminate_at_goal=False, mode="data_collection")
+        env = gymnasium.make(
+            STATE_ENV_ID, terminate_at_goal=False, mode="data_collection", disable_env_checker=True
+        )
     saved, out = np.random.get_state(), []
     try:
         for i in track(range(n), f"render_cache demo: {n} oracle episodes"):
             np.random.seed(seed * 1000 + i)
-            ob, info = env.reset(seed=seed * 1000 + i)
+            ob, info = reset_quietly(env, seed=seed * 1000 + i)
             u = env.unwrapped
             oracle = CubeMarkovOracle(env=env, min_norm=0.4)
             oracle.reset(ob, info)
@@ -160,11 +162,32 @@ def render_states(
     return np.stack(frames), np.stack(goals)
 
 
+class _Sized:
+    """The eval renderer behind the env's set_state/get_pixel_observation pair, at a size the env's own
+    observation (64 px) does not have: so `demo.render_cache.size` is what the cache holds (issue 26)."""
+
+    def __init__(self, er: EvalRenderer) -> None:
+        self.er, self.qpos, self.qvel = er, None, None
+
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        self.qpos, self.qvel = qpos, qvel
+
+    def get_pixel_observation(self) -> np.ndarray:
+        return self.er.state(self.qpos, self.qvel)
+
+
+def _at_size(er: EvalRenderer, size: int) -> Any:
+    """The env itself when its observation already has `size` pixels (the bytes a policy sees), else
+    the eval renderer at `size`."""
+    u = er.env.unwrapped
+    return u if u.get_pixel_observation().shape[0] == size else _Sized(er)
+
+
 def write_cache(root: Path, rel: Path, episodes: list[dict[str, np.ndarray]], cfg: Mapping[str, Any]) -> None:
     """Per budget: frames, goals, meta, proprio (+ the largest budget's higher-resolution cache)."""
     steps, faults, largest = int(cfg["steps"]), cfg["faults"], max(cfg["budgets"])
     with EvalRenderer(ENV_ID, TASK_ID, int(cfg["size"]), CAMERA, "egl") as er:
-        u, memo = er.env.unwrapped, {}
+        u, memo = _at_size(er, int(cfg["size"])), {}
         for b in cfg["budgets"]:
             order = _manifest(rel, b)
             frames, goals = render_states(u, episodes, order, steps, memo)

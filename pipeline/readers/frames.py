@@ -1,25 +1,29 @@
-"""Camera frames of a LeRobot dataset, decoded the way the training loader decodes them (PyAV).
+"""The one frame reader: camera frames as the training loader gives them, decoded with PyAV.
 
-The gate checks pixels only if it reads them: this reader gives the frames a policy is trained on, by
-episode and timestamp. LeRobot v2.x keeps one mp4 per episode and camera (`video_path` with
-`episode_chunk`/`episode_index`, timestamps from 0); v3.0 keeps many episodes in one file per camera and
-chunk, an episode's frames starting at `meta/episodes` `videos/<key>/from_timestamp`. A frame is the
-decoded frame within `tolerance_s` of the asked timestamp (LeRobot's default 1e-4 s), as RGB uint8
-(H, W, 3); `processor_view` gives what a policy's processor sees (float32 0-1, (3, H, W)).
+LeRobot v2.x keeps one mp4 per episode and camera (`video_path` template); v3.0 packs many episodes
+into shared files, an episode's frames lying between its `videos/<key>/from_timestamp` and
+`to_timestamp` (both found through `LeRobotData`, the one metadata reader). A frame is looked up by
+timestamp within `tolerance_s` (LeRobot's 1e-4 s): frame `t` of an episode is the decoded frame whose
+presentation time is `from_timestamp + t`. Frames come back RGB uint8 HWC, what the loader decodes;
+`processor_view` gives what the policy sees (float 0-1 CHW). Image features stored in the parquet
+(`dtype: image`, encoded bytes) and HDF5/npz arrays come out of the same API.
 
-Streamed: one seek per episode, frames decoded forward only as far as the last timestamp asked, never a
-whole video in memory. Every failure (a missing file, no moov atom, a truncated stream, a codec FFmpeg
-cannot decode, a timestamp with no frame, a video shorter than its episode) is one `InputError` naming
-the file, the camera, the episode and what was expected.
+Streamed: only the asked frames are decoded, after one seek per episode; a video is never held whole.
+Every way a video can be bad (missing, truncated, no moov atom, a codec FFmpeg cannot decode, shorter
+than its episode, timestamps that match no frame) is an `InputError` naming the file, episode and what
+was expected.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
@@ -28,136 +32,216 @@ from pipeline.readers.lerobot_data import LeRobotData
 TOLERANCE_S = 1e-4
 
 
-@dataclass(frozen=True)
-class Span:
-    """Where one episode's frames of one camera are: the file and the video time of its first frame."""
+def processor_view(frames: np.ndarray) -> np.ndarray:
+    """RGB uint8 [..., H, W, C] -> float32 [..., C, H, W] in 0-1: what LeRobot's loader hands the policy."""
+    return np.moveaxis(frames, -1, -3).astype(np.float32) / 255.0
 
-    key: str
-    episode: int
-    path: Path
-    start_s: float
-    end_s: float | None = None
+
+def array_frames(array: Any, where: str) -> np.ndarray:
+    """An HDF5/npz image array ([n,H,W,C] or [n,C,H,W]; uint8, or float in 0-1) as RGB uint8 [n,H,W,C]."""
+    a = np.asarray(array)
+    if a.ndim != 4 or not (a.shape[-1] in (1, 3, 4) or a.shape[1] in (1, 3, 4)):
+        raise InputError(f"{where}: expected images [n,H,W,C] or [n,C,H,W], got shape {a.shape}", path=where)
+    if a.shape[-1] not in (1, 3, 4):
+        a = np.moveaxis(a, 1, -1)
+    if a.dtype == np.uint8:
+        return np.ascontiguousarray(a)
+    if np.issubdtype(a.dtype, np.floating) and a.size and (np.nanmin(a) < 0 or np.nanmax(a) > 1):
+        raise InputError(f"{where}: float images must lie in 0-1, got {np.nanmin(a)}..{np.nanmax(a)}")
+    return np.clip(np.rint(a.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
+
+
+def decode_image(blob: bytes, where: str) -> np.ndarray:
+    """One encoded image (PNG, JPEG: what `dtype: image` columns hold) as RGB uint8 HWC."""
+    import av  # PyAV loads FFmpeg: imported where a frame is decoded, not by every job that imports us
+
+    try:
+        with av.open(io.BytesIO(blob)) as container:
+            frame = next(container.decode(video=0))
+            return frame.to_ndarray(format="rgb24")
+    except (av.error.FFmpegError, StopIteration, ValueError) as exc:
+        raise InputError(f"{where}: not a decodable image ({exc})", path=where) from exc
+
+
+def decode_at(
+    path: Path, times: Sequence[float], *, tolerance_s: float = TOLERANCE_S, threads: int = 0, what: str = ""
+) -> np.ndarray:
+    """The frames presented at `times` (seconds in the file, ascending) as RGB uint8 [n,H,W,3].
+
+    One seek to the first time, then decoding forward until the last one: never the whole file."""
+    import av  # PyAV loads FFmpeg: imported where a frame is decoded, not by every job that imports us
+
+    label = f"{path}{' (' + what + ')' if what else ''}"
+    if not path.is_file():
+        raise InputError(f"{label}: video file missing (expected an mp4 for this camera)", path=path)
+    wanted = np.asarray(times, dtype=np.float64)
+    if wanted.size == 0:
+        return np.zeros((0, 0, 0, 3), np.uint8)
+    try:
+        with av.open(str(path)) as container:
+            return _decode(container, wanted, tolerance_s, threads, label)
+    except av.error.FFmpegError as exc:
+        raise InputError(
+            f"{label}: not a decodable video ({exc.__class__.__name__}: {exc}); expected a complete mp4 "
+            "whose codec FFmpeg decodes",
+            path=path,
+        ) from exc
+
+
+def _decode(container: Any, wanted: np.ndarray, tol: float, threads: int, label: str) -> np.ndarray:
+    if not container.streams.video:
+        raise InputError(f"{label}: no video stream", path=label)
+    stream = container.streams.video[0]
+    stream.thread_type = "AUTO"
+    stream.thread_count = threads
+    base = float(stream.time_base)
+    container.seek(max(int((wanted[0] - tol) / base), 0), stream=stream, backward=True)  # keyframe at/before
+    out: list[np.ndarray] = []
+    last = -np.inf
+    for frame in container.decode(stream):
+        if frame.pts is None:
+            continue
+        t = frame.pts * base
+        if len(out) < wanted.size and wanted[len(out)] < t - tol:
+            raise InputError(
+                f"{label}: no frame at {wanted[len(out)]:.6f} s within {tol} s (nearest {last:.6f} s and "
+                f"{t:.6f} s); expected one frame per episode timestamp",
+                path=label,
+            )
+        while len(out) < wanted.size and abs(wanted[len(out)] - t) <= tol:
+            out.append(frame.to_ndarray(format="rgb24"))
+        last = t
+        if len(out) == wanted.size:
+            return np.stack(out)
+    raise InputError(
+        f"{label}: video ends at {last:.6f} s with {len(out)} of {wanted.size} frames found; expected a "
+        f"frame at {wanted[len(out)]:.6f} s (video shorter than its episode, or truncated)",
+        path=label,
+    )
 
 
 class FrameReader:
-    """The video cameras of one LeRobot dataset (v2.x or v3.0)."""
+    """Camera frames of a LeRobot dataset by camera key, episode and (optional) frame indices."""
 
-    def __init__(self, root: str | Path, tolerance_s: float = TOLERANCE_S) -> None:
-        self.data = LeRobotData(root)
+    def __init__(self, data: LeRobotData, tolerance_s: float = TOLERANCE_S, threads: int = 0) -> None:
+        self.data = data
         self.tolerance_s = tolerance_s
-        self._v3: dict[int, dict[str, object]] | None = None
+        self.threads = threads
 
-    @property
     def cameras(self) -> list[str]:
-        """Video features in info.json order (the order a processor stacks them in)."""
-        return [
-            k
-            for k, spec in self.data.features.items()
-            if isinstance(spec, dict) and spec.get("dtype") == "video"
-        ]
+        """Camera keys in info.json order: videos first as LeRobot lists them, then parquet images."""
+        return self.data.video_keys() + self.data.image_keys()
 
-    @property
-    def fps(self) -> float:
-        return float(self.data.info.get("fps") or 0)
+    @cached_property
+    def _rows(self) -> dict[str, np.ndarray]:
+        return self.data.frames(["episode_index", "timestamp"])
 
-    def span(self, key: str, episode: int) -> Span:
-        template = self.data.info.get("video_path")
-        if not isinstance(template, str):
+    def timestamps(self, episode: int) -> np.ndarray:
+        """The episode's `timestamp` column from the parquet rows (seconds from the episode start)."""
+        cols = self._rows
+        ts = cols["timestamp"][cols["episode_index"] == episode].astype(np.float64)
+        if ts.size == 0:
+            where = self.data.root / "data"
+            raise InputError(f"{where}: no rows for episode {episode}", path=where, field="episode_index")
+        return ts
+
+    def frames(self, key: str, episode: int, index: Sequence[int] | None = None) -> np.ndarray:
+        """Frames `index` (all when None) of one camera and episode, RGB uint8 [n,H,W,3]."""
+        ts = self.timestamps(episode)
+        pick = np.arange(ts.size) if index is None else np.asarray(index, dtype=np.int64)
+        if pick.size and (pick.min() < 0 or pick.max() >= ts.size):
+            raise InputError(f"{self.data.root}: episode {episode} has {ts.size} frames, asked {pick.max()}")
+        if key in self.data.image_keys():
+            return self._images(key, episode, pick)
+        if key not in self.data.video_keys():
+            where = self.data.root / "meta/info.json"
+            raise InputError(f"{where}: no camera {key!r} (have {self.cameras()})", path=where, field=key)
+        path, start, end = self.data.video_location(key, episode)
+        times = start + ts[pick]
+        if end is not None and times.size and times.max() > end + self.tolerance_s:
             raise InputError(
-                f"{self.data.root / 'meta/info.json'}: no 'video_path' template for camera {key!r}",
-                path=self.data.root / "meta/info.json",
-                field="video_path",
+                f"{path}: episode {episode} timestamps reach {times.max():.6f} s past its to_timestamp "
+                f"{end:.6f} s (meta/episodes); expected them inside the episode's span",
+                path=path,
             )
-        if str(self.data.version).startswith("v3"):
-            row = self._episode_row(episode)
-            chunk, index = row.get(f"videos/{key}/chunk_index"), row.get(f"videos/{key}/file_index")
-            start, end = row.get(f"videos/{key}/from_timestamp"), row.get(f"videos/{key}/to_timestamp")
-            if chunk is None or index is None or start is None:
-                raise InputError(
-                    f"{self.data.root / 'meta/episodes'}: episode {episode} has no videos/{key}/ pointers",
-                    path=self.data.root / "meta/episodes",
-                    field=f"videos/{key}",
-                )
-            relative = template.format(video_key=key, chunk_index=int(chunk), file_index=int(index))
-            return Span(key, episode, self.data.file(relative, f"video of {key}"), float(start), _num(end))
-        chunk = episode // int(self.data.info.get("chunks_size") or 1000)
-        relative = template.format(video_key=key, episode_chunk=chunk, episode_index=episode)
-        return Span(key, episode, self.data.file(relative, f"video of {key}"), 0.0)
+        order = np.argsort(times, kind="stable")
+        decoded = decode_at(
+            path,
+            times[order],
+            tolerance_s=self.tolerance_s,
+            threads=self.threads,
+            what=f"camera {key}, episode {episode}",
+        )
+        out = np.empty_like(decoded)
+        out[order] = decoded
+        return out
 
-    def _episode_row(self, episode: int) -> dict[str, object]:
-        if self._v3 is None:
-            self._v3 = {}
-            for path in sorted((self.data.root / "meta" / "episodes").glob("chunk-*/file-*.parquet")):
-                for row in pq.read_table(self.data.file(path.relative_to(self.data.root))).to_pylist():
-                    self._v3[int(row.get("episode_index", len(self._v3)))] = row
-        if episode not in self._v3:
-            raise InputError(
-                f"{self.data.root / 'meta/episodes'}: no episode {episode}",
-                path=self.data.root,
-                field="episode",
-            )
-        return self._v3[episode]
-
-    def frames(self, key: str, episode: int, timestamps: Sequence[float]) -> np.ndarray:
-        """RGB uint8 frames (N, H, W, 3) of `key` at the episode's `timestamps` (seconds from its start)."""
-        span = self.span(key, episode)
-        wanted = np.asarray(timestamps, dtype=np.float64) + span.start_s
-        return decode_at(span, wanted, self.tolerance_s)
+    def _images(self, key: str, episode: int, pick: np.ndarray) -> np.ndarray:
+        blobs: list[Any] = []
+        for path in self.data.data_files():
+            try:
+                table = pq.read_table(path, columns=[key, "episode_index"])
+            except (pa.ArrowInvalid, OSError, KeyError) as exc:
+                raise InputError(f"{path}: no readable image column {key!r}: {exc}", path=path) from exc
+            mask = np.asarray(table.column("episode_index").to_numpy()) == episode
+            blobs.extend(v for v, m in zip(table.column(key).to_pylist(), mask, strict=True) if m)
+        out = []
+        for i in pick:
+            value = blobs[int(i)]
+            blob = value.get("bytes") if isinstance(value, dict) else value
+            if not isinstance(blob, bytes | bytearray):
+                raise InputError(f"{self.data.root}: {key} episode {episode} frame {i}: no image bytes")
+            out.append(decode_image(bytes(blob), f"{self.data.root} {key} episode {episode} frame {i}"))
+        return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
 
 
-def _num(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def probe(path: Path, what: str = "") -> dict[str, Any]:
+    """A video's stream facts without decoding: codec, fps, width, height, frame count and duration."""
+    import av  # PyAV loads FFmpeg: imported where a frame is decoded, not by every job that imports us
 
-
-def decode_at(span: Span, wanted: np.ndarray, tolerance_s: float) -> np.ndarray:
-    """The frames at video times `wanted` (any order); one seek, then forward decoding."""
-    import av
-
-    where = f"{span.path}: camera {span.key}, episode {span.episode}"
-    if not span.path.is_file():
-        raise InputError(f"{where}: video file not found", path=span.path, field=span.key)
-    order = np.argsort(wanted)
-    out: list[np.ndarray | None] = [None] * len(wanted)
+    label = f"{path}{' (' + what + ')' if what else ''}"
+    if not path.is_file():
+        raise InputError(f"{label}: video file missing (expected an mp4 for this camera)", path=path)
     try:
-        with av.open(str(span.path)) as container:
-            stream = container.streams.video[0]
-            if len(wanted):
-                start = float(wanted[order[0]])
-                container.seek(max(0, int((start - 0.5) / stream.time_base)), stream=stream, backward=True)
-            _fill(container.decode(stream), wanted, order, out, tolerance_s)
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise InputError(f"{label}: no video stream", path=path)
+            s = container.streams.video[0]
+            duration = None if s.duration is None else float(s.duration * s.time_base)
+            return {
+                "codec": s.codec_context.name,
+                "fps": None if s.average_rate is None else float(s.average_rate),
+                "width": s.codec_context.width,
+                "height": s.codec_context.height,
+                "frames": int(s.frames),
+                "duration_s": duration,
+            }
     except av.error.FFmpegError as exc:
         raise InputError(
-            f"{where}: cannot decode the video ({exc})", path=span.path, field=span.key
-        ) from None
-    missing = [float(wanted[i]) for i, frame in enumerate(out) if frame is None]
-    if missing:
-        raise InputError(
-            f"{where}: no frame within {tolerance_s} s of video time {missing[0]:.4f} s "
-            f"({len(missing)} timestamp(s) without a frame; the video is shorter than its episode or the "
-            "timestamps do not map to frames)",
-            path=span.path,
-            field=span.key,
-        )
-    return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)  # type: ignore[arg-type]
+            f"{label}: not a readable video ({exc}); expected a complete mp4", path=path
+        ) from exc
 
 
-def _fill(frames, wanted: np.ndarray, order: np.ndarray, out: list, tolerance_s: float) -> None:
-    """Walk decoded frames forward, taking for each wanted time the frame within tolerance."""
-    position = 0
-    for frame in frames:
-        if position >= len(order) or frame.time is None:
-            if position >= len(order):
-                return
-            continue
-        while position < len(order) and frame.time > wanted[order[position]] + tolerance_s:
-            position += 1  # passed it without a frame close enough: stays None, named by the caller
-        if position < len(order) and abs(frame.time - wanted[order[position]]) <= tolerance_s:
-            image = frame.to_ndarray(format="rgb24")
-            while position < len(order) and abs(frame.time - wanted[order[position]]) <= tolerance_s:
-                out[order[position]] = image
-                position += 1
+class ImageStats:
+    """Per-channel mean/std/min/max in 0-1 over streamed uint8 frames, exact, from 256-bin histograms
+    (a bincount per channel: cheaper than float sums of squares, and memory stays 3 x 256 counters)."""
 
+    def __init__(self) -> None:
+        self.hist = np.zeros((3, 256), np.int64)
 
-def processor_view(frames: np.ndarray) -> np.ndarray:
-    """What a policy's processor gets from the loader: float32 in [0, 1], channels first."""
-    return np.ascontiguousarray(frames.transpose(0, 3, 1, 2), dtype=np.float32) / 255.0
+    def add(self, frames: np.ndarray) -> None:
+        flat = frames.reshape(-1, frames.shape[-1])
+        for c in range(3):
+            self.hist[c] += np.bincount(flat[:, c], minlength=256)
+
+    def result(self) -> dict[str, np.ndarray]:
+        """LeRobot's image stats shape, (3, 1, 1) per statistic, values in 0-1."""
+        levels = np.arange(256) / 255.0
+        n = self.hist.sum(1)
+        mean = self.hist @ levels / n
+        std = np.sqrt(np.maximum(self.hist @ levels**2 / n - mean**2, 0.0))
+        seen = self.hist > 0
+        lo = np.argmax(seen, 1) / 255.0
+        hi = (255 - np.argmax(seen[:, ::-1], 1)) / 255.0
+        out = {"mean": mean, "std": std, "min": lo, "max": hi}
+        return {k: v.reshape(3, 1, 1) for k, v in out.items()} | {"count": np.array([int(n[0])])}

@@ -63,6 +63,7 @@ class LeRobotData:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._episode_cache: dict[str, dict[str, list[Any]]] = {}  # v3.0 video locations, per camera
 
     def file(self, relative: str | Path, what: str = "path") -> Path:
         """`root / relative`, resolved and refused if it leaves the root (the one containment rule), or
@@ -177,6 +178,60 @@ class LeRobotData:
             if column in table.column_names:
                 return [str(v) for v in table.column(column).to_pylist()]  # strings: one per task
         return None
+
+    # ------------------------------------------------------------------------------------- videos
+
+    def video_keys(self) -> list[str]:
+        """Camera features stored as video (`dtype: video`), in info.json order (the loader's order)."""
+        return [k for k, v in self.features.items() if isinstance(v, dict) and v.get("dtype") == "video"]
+
+    def image_keys(self) -> list[str]:
+        """Camera features stored inside the parquet as encoded bytes (`dtype: image`)."""
+        return [k for k, v in self.features.items() if isinstance(v, dict) and v.get("dtype") == "image"]
+
+    def episode_columns(self, columns: Sequence[str]) -> dict[str, list[Any]]:
+        """v3.0 `meta/episodes/**.parquet` columns by name (absent ones left out), over all files."""
+        out: dict[str, list[Any]] = {}
+        for path in self._files("meta/episodes", "episodes file"):
+            try:
+                handle = pq.ParquetFile(path)
+                names = [c for c in columns if c in handle.schema_arrow.names]
+                table = handle.read(columns=names)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise InputError(f"{path}: not a readable episodes parquet: {exc}", path=path) from exc
+            for name in names:
+                out.setdefault(name, []).extend(table.column(name).to_pylist())
+        return out
+
+    def video_location(self, key: str, episode: int) -> tuple[Path, float, float | None]:
+        """(video file, first and end timestamp of the episode inside it): v2.x one file per episode
+        from `video_path` (end None: the whole file); v3.0 from meta/episodes `videos/<key>/...`."""
+        template = require(self.info, "video_path", self.root / INFO, "a video path template")
+        if not str(self.version).startswith("v3"):
+            chunk = episode // int(self.info.get("chunks_size", 1000) or 1000)
+            rel = str(template).format(episode_chunk=chunk, video_key=key, episode_index=episode)
+            return self.file(rel, f"video of {key} episode {episode}"), 0.0, None
+        prefix = f"videos/{key}/"
+        names = ["episode_index"] + [prefix + c for c in ("chunk_index", "file_index")]
+        names += [prefix + "from_timestamp", prefix + "to_timestamp"]
+        cols = self._episode_cache.get(key) or self._episode_cache.setdefault(
+            key, self.episode_columns(names)
+        )
+        where = self.root / "meta/episodes"
+        missing = [n for n in names if n not in cols]
+        if missing:
+            raise InputError(
+                f"{where}: no column {missing[0]} (expected per-episode video location)",
+                path=where,
+                field=missing[0],
+            )
+        if episode not in cols["episode_index"]:
+            raise InputError(f"{where}: episode {episode} not listed", path=where, field="episode_index")
+        row = cols["episode_index"].index(episode)
+        chunk, number = (int(cols[prefix + c][row]) for c in ("chunk_index", "file_index"))
+        rel = str(template).format(video_key=key, chunk_index=chunk, file_index=number)
+        start, end = (float(cols[prefix + c][row]) for c in ("from_timestamp", "to_timestamp"))
+        return self.file(rel, f"video of {key} episode {episode}"), start, end
 
     # ------------------------------------------------------------------------------------- frames
 

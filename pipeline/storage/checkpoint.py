@@ -21,7 +21,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from pipeline.errors import InputError, PreflightError, one_line
 from pipeline.storage import manifest, tensorfile
 from pipeline.storage.atomic import atomic_write_json
 from pipeline.storage.maintain import Refused, apply_retention
-from pipeline.storage.manifest import fallback_dir
+from pipeline.storage.manifest import Saved, fallback_dir
 from pipeline.storage.quota import preflight
 
 log = logging.getLogger("pipeline.storage")
@@ -54,24 +54,6 @@ class Attempt:
     ok: bool
     reason: str = ""
     room: dict[str, Any] | None = None
-
-
-@dataclass
-class Saved:
-    """Where a checkpoint went (returned by `save_checkpoint`)."""
-
-    name: str
-    path: Path
-    sidecar: Path
-    location: Path
-    primary: Path
-    sha256: str
-    size: int
-    attempts: list[Attempt] = field(default_factory=list)
-
-    @property
-    def fallback(self) -> bool:
-        return self.location != self.primary
 
 
 def save_checkpoint(
@@ -126,10 +108,31 @@ def save_checkpoint(
                 log.warning("retention after %s refused: %s", name, one_line(exc))
         return saved
     _record_fallback(None, attempts, primary=primary, name=name)
-    lines = "; ".join(f"{a.folder}: {a.reason}" for a in attempts)
-    message = f"checkpoint {name!r} could not be saved anywhere: {lines}"
+    lines = "; ".join(f"{a.folder}: {a.reason}{_room(a)}" for a in attempts)
+    message = (
+        f"checkpoint {name!r} ({size} bytes) could not be saved anywhere: {lines}. "
+        f"Kept: no partial file; {_kept(primary, given)}"
+    )
     tell(notify, message, {"name": name, "location": None, "primary": str(primary), "reasons": lines})
     raise CheckpointSaveError(message, attempts)
+
+
+def _room(attempt: Attempt) -> str:
+    """', N bytes free' after a write that failed (a preflight refusal already says both numbers)."""
+    free = (attempt.room or {}).get("available")
+    return "" if free is None or "needs" in attempt.reason else f" ({free} bytes free)"
+
+
+def _kept(primary: Path, given: Sequence[Path]) -> str:
+    """What the user still has: the checkpoints already saved, the newest named."""
+    try:
+        live = [e for e in manifest.collect(primary, given).values() if e.state == "present"]
+    except (PreflightError, OSError) as exc:
+        return f"the earlier checkpoints untouched (manifest not read: {exc})"
+    if not live:
+        return "no earlier checkpoint of this run"
+    newest = max(live, key=lambda e: e.saved)
+    return f"{len(live)} earlier checkpoint(s) untouched, the newest {newest.name} in {newest.location}"
 
 
 def _existing(fallbacks: Sequence[str | Path]) -> list[Path]:
@@ -225,7 +228,7 @@ def _try(folder, primary, name, data, writer, metadata, size, margin, reserve, c
         return Attempt(str(folder), False, _why(exc), space.as_dict()), None
     if folder != primary:
         _mirror(primary, event)
-    saved = Saved(name, final, sidecar, folder, primary, sha, written)
+    saved = Saved(name, final, sidecar, folder, primary, sha, written, now)
     return Attempt(str(folder), True, "", space.as_dict()), saved
 
 

@@ -27,29 +27,14 @@ from typing import Any
 from pipeline.errors import InputError, PreflightError
 from pipeline.storage import manifest
 from pipeline.storage.atomic import _fsync_dir
-from pipeline.storage.manifest import Entry
+from pipeline.storage.manifest import Entry, Saved
 from pipeline.storage.quota import preflight
 from pipeline.storage.tensorfile import file_sha256
 
 log = logging.getLogger("pipeline.storage")
 
 
-@dataclass(frozen=True)
-class Found:
-    """A complete, verified checkpoint (what `latest_checkpoint` returns)."""
-
-    name: str
-    path: Path
-    sidecar: Path
-    location: Path
-    primary: Path
-    sha256: str
-    size: int
-    saved: float
-
-    @property
-    def fallback(self) -> bool:
-        return self.location != self.primary
+Found = Saved  # the name `latest_checkpoint` has always returned: the same class as a save's
 
 
 class Refused(PreflightError):

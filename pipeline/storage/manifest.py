@@ -114,6 +114,26 @@ def append(folder: Path, *events: dict[str, Any]) -> Path:
 
 
 @dataclass
+class Saved:
+    """A complete checkpoint and where it is: returned by `save_checkpoint` (with the attempts it made)
+    and by `latest_checkpoint` (sha256 verified). One class for both, so the two never drift apart."""
+
+    name: str
+    path: Path
+    sidecar: Path
+    location: Path
+    primary: Path
+    sha256: str
+    size: int
+    saved: float = 0.0
+    attempts: list[Any] = field(default_factory=list)
+
+    @property
+    def fallback(self) -> bool:
+        return Path(self.location) != Path(self.primary)
+
+
+@dataclass
 class Entry:
     """Where one checkpoint is now, folded from every event that names it."""
 

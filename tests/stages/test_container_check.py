@@ -1,7 +1,5 @@
 """The environment probe, run for real in this environment (torch, MuJoCo's GL context, the disk)."""
 
-import subprocess
-
 import pytest
 from omegaconf import OmegaConf
 
@@ -9,6 +7,7 @@ from pipeline.errors import ConfigError, InputError
 from pipeline.stages import StageContext
 from pipeline.stages.config import typed
 from pipeline.stages.container_check import ContainerCheckConfig, run
+from tests.storage.conftest import tmpfs
 
 
 def context(tmp_path, **overrides) -> StageContext:
@@ -70,16 +69,7 @@ def test_unwritable_directory_is_a_storage_mismatch(tmp_path):
 
 
 def test_full_filesystem_is_reported_from_a_real_small_tmpfs(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, check=False
-        ).returncode
-        != 0
-    ):
-        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
-    try:
+    with tmpfs(tmp_path / "small", "4m") as mount:  # the one tmpfs helper (skips where it cannot mount)
         (mount / "fill").write_bytes(b"\0" * (3 * 1024 * 1024))
         ctx = context(tmp_path, packages={}, require_gl=False, min_free_gb=0.002)
         cfg = OmegaConf.create(
@@ -88,8 +78,6 @@ def test_full_filesystem_is_reported_from_a_real_small_tmpfs(tmp_path):
         rows = {c.feature: c for c in run(cfg, ctx).checks}
         assert rows["checkpoint_dir"].verdict == "mismatch"
         assert rows["checkpoint_dir"].evidence["free_gb"] < 0.002
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_section_in_cfg_is_typed_when_the_stage_is_called_without_a_job_config(tmp_path):

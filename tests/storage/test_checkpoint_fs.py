@@ -108,6 +108,9 @@ def test_read_only_primary_is_a_clear_error_or_a_recorded_fallback(small_fs, tmp
         with pytest.raises(CheckpointSaveError, match=r"ckpt is on a read-only filesystem"):
             save_checkpoint(weights(2.0, 0.25), {"step": 2}, primary=primary, notify=told.append)
         assert told and told[0]["location"] is None and "could not be saved anywhere" in told[0]["message"]
+        assert (
+            "Kept: no partial file; 1 earlier checkpoint(s) untouched, the newest step_" in told[0]["message"]
+        )
         scratch = tmp_path / "scratch"
         scratch.mkdir()
         saved = save_checkpoint(weights(2.0, 0.25), {"step": 2}, primary=primary, fallbacks=[scratch])

@@ -33,6 +33,7 @@ from pipeline.stages.contract import (
     drift,
     encoding,
     finite,
+    frames,
     layout,
     normalization,
     relation,
@@ -67,6 +68,7 @@ GLOBAL = (
     reload.placeholder_rows,
     reload.mask_rows,
     finite.nonfinite_rows,  # NaN/inf in the data rows
+    frames.frame_rows,  # decoded camera frames (issue 22)
 )
 
 

@@ -172,6 +172,29 @@ class UnitsConfig:
 
 
 @dataclass
+class FramesConfig:
+    """Rows decoded from the camera frames (issue 22): how much to decode and when a difference counts."""
+
+    episodes: int = 4  # episodes sampled per camera (first, last and evenly between): one seek each
+    per_episode: int = 8  # frames decoded per sampled episode, evenly spaced
+    reversed_ratio: float = 0.5  # channel order: reversed distance < ratio x as-is distance -> BGR
+    min_distance: float = 0.05  # ... and the as-is distance above this (0-1 units), else both fit
+    swap_ratio: float = 0.5  # cameras: exchanged assignment < ratio x as-named distance -> swapped
+    stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale
+    fps_tolerance: float = 0.01  # video fps vs info.json fps
+
+    def validate(self, key: str) -> None:
+        require(self.episodes >= 1, f"{key}.episodes", "an episode count >= 1", self.episodes)
+        require(self.per_episode >= 1, f"{key}.per_episode", "a frame count >= 1", self.per_episode)
+        for name in ("reversed_ratio", "swap_ratio"):
+            value = getattr(self, name)
+            require(0 < value < 1, f"{key}.{name}", "a ratio in (0, 1)", value)
+        for name in ("min_distance", "stale_mean", "fps_tolerance"):
+            value = getattr(self, name)
+            require(value >= 0, f"{key}.{name}", "a value >= 0", value)
+
+
+@dataclass
 class ContractConfig(StageConfig):
     """contract: base checkpoint (A) vs training config (B) vs dataset (C). Thresholds and why."""
 
@@ -192,6 +215,7 @@ class ContractConfig(StageConfig):
     sign: SignConfig = field(default_factory=SignConfig)
     offset: OffsetConfig = field(default_factory=OffsetConfig)
     relation: RelationConfig = field(default_factory=RelationConfig)
+    frames: FramesConfig = field(default_factory=FramesConfig)
 
     def validate(self, key: str) -> None:
         super().validate(key)
@@ -207,6 +231,7 @@ class ContractConfig(StageConfig):
             "sign",
             "offset",
             "relation",
+            "frames",
         ):
             getattr(self, name).validate(f"{key}.{name}")
 

@@ -21,8 +21,9 @@ from omegaconf import DictConfig
 
 from pipeline.errors import InputError
 from pipeline.records import Check, StageResult
-from pipeline.stages import Stage, StageContext, register, stage_config
+from pipeline.stages import Stage, StageContext, error_check, register, stage_config
 from pipeline.stages.render_cache import budget as budget_mod
+from pipeline.stages.render_cache.checksums import checksum_rows
 from pipeline.stages.render_cache.config import RenderCacheConfig
 from pipeline.stages.render_cache.gap import determinism_row, gap_row, gl_row
 from pipeline.stages.render_cache.partial import Renderers, episode_range
@@ -145,6 +146,11 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     release_root, cache_root = input_paths(cfg)
     parts, errors = (None, []) if scfg.tasks() == 1 else _task_results(scfg, ctx)
     checks, artifacts = check(scfg, release_root, cache_root, parts, ctx.artifacts_dir)
+    for root, tag in ((cache_root, "cache"), (release_root, "release")):
+        try:
+            checks += checksum_rows(root, tag, getattr(scfg, f"{tag}_sha256"))
+        except InputError as exc:
+            checks.append(error_check(NAME, exc, "cache"))
     return StageResult.from_checks(NAME, [*errors, *checks], artifacts=artifacts)
 
 

@@ -66,6 +66,8 @@ class RenderCacheConfig(StageConfig):
     pairing: str = "state"  # what frame t shows: "state" (set_state(q_t) + forward) | "live_step"
     mujoco_gl: str = "egl"
     sample: int | None = None  # frames re-rendered per budget; None: enough that 0 mismatches bound ...
+    cache_sha256: str | None = None  # pin: sha256 of the cache folder's sorted `path sha256` lines
+    release_sha256: str | None = None  # the same for the release (a SHA256SUMS inside is always checked)
     max_mismatch_rate: float = 0.005  # ... the rate below this (598 at 95 %); every row where fewer exist
     confidence: float = 0.95  # one-sided Clopper-Pearson level of every reported bound
     seed: int = 0  # the sample's seed (per budget: seed + budget)

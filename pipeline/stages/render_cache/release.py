@@ -9,6 +9,7 @@ Every problem is an `InputError` naming the file and the field.
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ def open_episode(entry: Entry, required: tuple[str, ...]) -> Iterator[Mapping[st
         return
     try:
         handle = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"{path}: not a readable .npz ({exc})", path=str(path), field="file") from None
     with handle:
         data = _Arrays(path, handle)
@@ -127,7 +128,7 @@ class _Arrays(Mapping[str, np.ndarray]):
                 self._cache[key] = np.asarray(value)
             except KeyError:
                 raise InputError(f"{self.path}: no array {key!r}", path=str(self.path), field=key) from None
-            except (OSError, ValueError, EOFError) as exc:
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
                 raise InputError(
                     f"{self.path}: array {key!r} unreadable ({exc})", path=str(self.path), field=key
                 ) from None

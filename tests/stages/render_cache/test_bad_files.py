@@ -64,3 +64,14 @@ def test_a_manifest_that_is_a_fifo_is_named_never_opened(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "is a FIFO (named pipe), expected a regular file" in done.stderr
+
+
+def test_a_truncated_episode_archive_and_meta_are_named(tmp_path):
+    np.savez(tmp_path / "full.npz", qpos=np.arange(1000.0).reshape(100, 10))
+    data = (tmp_path / "full.npz").read_bytes()
+    (tmp_path / "ep.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"ep.npz: not a readable .npz"):
+        with open_episode(Entry("ep.npz", 1, tmp_path / "ep.npz"), ("qpos",)) as arrays:
+            arrays["qpos"]
+    with pytest.raises(InputError, match="meta unreadable or truncated"):
+        load_meta(tmp_path / "ep.npz", keys=("qpos",))
