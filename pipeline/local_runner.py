@@ -18,6 +18,8 @@ import contextlib
 import os
 import shlex
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,8 +28,7 @@ from typing import Any
 
 import submitit
 from omegaconf import DictConfig
-from submitit.core.utils import JobPaths
-from submitit.local.local import LocalJob, start_controller
+from submitit.local.local import LocalJob
 
 from pipeline.executors import FINAL_OK, TERMINAL, ArrayJobs, job_callable, python_argv, submit_array
 from pipeline.plan import JobSpec
@@ -92,25 +93,28 @@ def adoptable(previous: dict[str, dict[str, Any]], folder: RunFolder) -> dict[st
 
 
 class _LocalExecutor(submitit.LocalExecutor):
-    """submitit's, with the job's folder made the moment its controller's pid is known. The controller
-    opens its log in that folder as soon as it starts; submitit makes the folder a little later, and a
-    busy launcher loses that race (the job ends FAILED with no log, `FileNotFoundError` on its stderr)."""
+    """submitit's, with its job controller started as `pipeline.local_controller`, which makes the job's
+    folder itself before it opens its log there (see that module for the race it closes)."""
 
     def _submit_command(self, command: str) -> LocalJob:
         ntasks = self.parameters.get("tasks_per_node", 1)
         n_gpus, visible = self.parameters.get("gpus_per_node", 0), self.parameters.get("visible_gpus", ())
         gpus = range(n_gpus) if visible == () else visible[:n_gpus]
-        process = start_controller(
-            folder=self.folder,
-            command=command,
-            tasks_per_node=ntasks,
-            cuda_devices=",".join(str(k) for k in gpus),
-            timeout_min=self.parameters.get("timeout_min", 2.0),
-            signal_delay_s=self.parameters.get("signal_delay_s", 30),
-            stderr_to_stdout=self.parameters.get("stderr_to_stdout", False),
-            setup=self.parameters.get("setup", ()),
-        )
-        JobPaths(self.folder, job_id=str(process.pid)).folder.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "SUBMITIT_LOCAL_NTASKS": str(ntasks),
+            "SUBMITIT_LOCAL_COMMAND": command,
+            "SUBMITIT_LOCAL_TIMEOUT_S": str(int(60 * self.parameters.get("timeout_min", 2.0))),
+            "SUBMITIT_LOCAL_SIGNAL_DELAY_S": str(int(self.parameters.get("signal_delay_s", 30))),
+            "SUBMITIT_LOCAL_NODEID": "0",
+            "SUBMITIT_LOCAL_JOB_NUM_NODES": "1",
+            "SUBMITIT_STDERR_TO_STDOUT": "1" if self.parameters.get("stderr_to_stdout", False) else "",
+            "SUBMITIT_EXECUTOR": "local",
+            "CUDA_VISIBLE_DEVICES": ",".join(str(k) for k in gpus),
+            "SUBMITIT_LOCAL_WITH_SHELL": "",
+        }
+        argv = [sys.executable, "-m", "pipeline.local_controller", str(self.folder)]
+        process = subprocess.Popen(argv, env=env)  # noqa: S603 - a fixed argv, no shell
         return LocalJob(
             folder=self.folder, job_id=str(process.pid), process=process, tasks=list(range(ntasks))
         )
