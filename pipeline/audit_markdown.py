@@ -61,6 +61,7 @@ def render_markdown(
         f"## Findings: {len(findings)} row(s) not `match`",
         *_findings(findings, slugs),
         "",
+        *_health(checks),
         "## Stages",
         "| stage | status | host | job | wall s |",
         "|---|---|---|---|---|",
@@ -83,6 +84,26 @@ def render_markdown(
     if record.waivers:
         lines += ["", "## Waivers", *(_waiver_line(w) for w in record.waivers)]
     return "\n".join(lines) + "\n"
+
+
+def _health(checks: list[Check]) -> list[str]:
+    """The contract's dataset-health section: the rows that are not `match`, then the worst episodes."""
+    rows = [c for c in checks if c.category == "health"]
+    if not rows:
+        return []
+    summary = next((c for c in rows if c.id.endswith(".health.episodes")), None)
+    lines = ["## Dataset health", md_text(summary.message) if summary else "", ""]
+    flagged = [c for c in rows if c.verdict != "match"]
+    if flagged:
+        lines += ["| check | verdict | severity | what |", "|---|---|---|---|"]
+        lines += [f"| {code(c.id)} | {c.verdict} | {c.severity} | {cell(c.message)} |" for c in flagged]
+    worst = (summary.evidence.get("worst") if summary else None) or []
+    if worst:
+        lines += ["", "| episode | reasons | flagged frames |", "|---|---|---|"]
+        lines += [
+            f"| {w['episode']} | {cell(', '.join(w['reasons']))} | {w['flagged_frames']} |" for w in worst
+        ]
+    return [*lines, ""]
 
 
 def _rank(check: Check) -> int:

@@ -30,6 +30,7 @@ CATEGORIES = (
     "determinism",
     "container",
     "storage",
+    "health",
 )
 VERDICTS = ("match", "mismatch", "unverifiable", "waived", "error")
 SEVERITIES = ("hard", "soft")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pipeline.demo.dataset import ALL_STATS, generate_episodes, write_dataset
+from pipeline.demo.dataset import ALL_STATS, FPS, generate_episodes, write_dataset
 from pipeline.demo.once import build_once
 from pipeline.demo.policy import save_pretrained
 from pipeline.demo.teacher_forced import build_models
@@ -67,7 +67,8 @@ def digest(cfg: Mapping[str, Any]) -> str:
 def plant_faults(
     episodes: list[dict[str, np.ndarray]], faults: Mapping[str, Any]
 ) -> list[dict[str, np.ndarray]]:
-    """The data-side faults: swap state columns, record action columns in degrees instead of radians."""
+    """The data-side faults: swap state columns, record action columns in degrees instead of radians, an
+    episode whose timestamps run backwards, an episode recorded twice."""
     out = copy.deepcopy(episodes)
     swap = faults.get("swap_state_dims")
     degrees = faults.get("degrees_action_dims") or []
@@ -77,6 +78,13 @@ def plant_faults(
             episode["state"][:, [i, j]] = episode["state"][:, [j, i]]
         for d in degrees:
             episode["action"][:, int(d)] *= np.float32(180.0 / np.pi)
+    if faults.get("backwards_time_episode") is not None:  # the recorder's clock reset mid-episode
+        episode = out[int(faults["backwards_time_episode"])]
+        steps = np.arange(len(episode["state"]), dtype=np.float64)
+        steps[len(steps) // 2 :] -= len(steps) // 4
+        episode["timestamp"] = (steps / FPS).astype(np.float32)
+    if faults.get("duplicate_episode") is not None:  # a merge that took one episode twice
+        out.append(copy.deepcopy(out[int(faults["duplicate_episode"])]))
     return out
 
 

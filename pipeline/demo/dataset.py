@@ -184,7 +184,7 @@ def write_dataset(
             STATE_KEY: _fixed_list(arrays[STATE_KEY]),
             ENV_KEY: _fixed_list(arrays[ENV_KEY]),
             ACTION_KEY: _fixed_list(arrays[ACTION_KEY]),
-            "timestamp": pa.array((frame_index / FPS).astype(np.float32)),
+            "timestamp": pa.array(_timestamps(episodes)),
             "frame_index": pa.array(frame_index.astype(np.int64)),
             "episode_index": pa.array(episode_index.astype(np.int64)),
             "index": pa.array(np.arange(len(frame_index), dtype=np.int64)),
@@ -200,6 +200,12 @@ def write_dataset(
     _write_episodes(root, episodes, lengths)
     _write_tasks(root)
     return root
+
+
+def _timestamps(episodes: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
+    """Each episode's own `timestamp` where it has one (a planted fault), else frame / fps."""
+    parts = [e["timestamp"] if "timestamp" in e else np.arange(len(e["state"])) / FPS for e in episodes]
+    return np.concatenate(parts).astype(np.float32)
 
 
 def _write_episodes(root: Path, episodes: Sequence[Mapping[str, np.ndarray]], lengths: list[int]) -> None:

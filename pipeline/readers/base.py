@@ -106,6 +106,7 @@ class DatasetContract(Contract):
     dynamics: dict[str, np.ndarray] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     shipped_ranks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    health: dict[str, Any] = field(default_factory=dict)  # `readers.health.HealthScan.facts()`
 
 
 def role_of(key: str, shape: tuple[int, ...] | None = None, dtype: str | None = None) -> str:

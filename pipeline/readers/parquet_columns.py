@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
+from pipeline.readers.health import TIME_COLUMNS
 
 # None: decode the next batch ahead in a worker thread only where the cores allow it (`read_ahead`);
 # True / False force it (tests). A batch's columns are decoded side by side on pyarrow's thread pool, so
@@ -202,7 +203,8 @@ def _batches(files: Sequence[Path], dims: Mapping[str, int], rows: int) -> Itera
                 path=path,
                 field="rows",
             )
-        want = columns + (["episode_index"] if "episode_index" in handle.schema_arrow.names else [])
+        extra = ("episode_index", *TIME_COLUMNS)  # scalar columns the health side channel reads
+        want = columns + [c for c in extra if c in handle.schema_arrow.names and c not in columns]
         batches = handle.iter_batches(batch_size=rows, columns=want, use_threads=True)
         done = 0
         while True:
@@ -228,4 +230,11 @@ def _group_of(handle: pq.ParquetFile, row: int) -> int:
 
 
 def _arrays(block: Mapping[str, Any], dims: Mapping[str, int], path: Path) -> dict[str, np.ndarray]:
-    return {k: (column_2d(v, dims[k], path, k) if k in dims else v.to_numpy()) for k, v in block.items()}
+    """Vector columns as [n, dim]; the scalar index columns as [n] where they are numbers with no nulls
+    (a column of another type is left out here and named by the health rows, which read the schema)."""
+    out = {k: column_2d(v, dims[k], path, k) for k, v in block.items() if k in dims}
+    for key, column in block.items():
+        numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+        if key not in dims and numeric and column.null_count == 0:
+            out[key] = column.to_numpy()
+    return out

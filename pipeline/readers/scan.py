@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers.base import DatasetContract
+from pipeline.readers.health import HealthScan
 from pipeline.readers.stats import QUANTILES, FeatureStats, compute_stats, rank_of
 
 Blocks = Callable[[], Iterable[Mapping[str, np.ndarray]]]
@@ -32,6 +33,9 @@ class ScanOptions:
     rank_error: float
     dynamics_rows: int
     image_frames: int = IMAGE_FRAMES
+    # dataset health in the same pass (`pipeline.readers.health`): episodes followed one by one at most
+    # (beyond, every k-th); 0: off
+    health_episodes: int = 0
     # called with each block's row count as the pass reads it (both passes): the caller's progress display
     progress: Callable[[int], None] | None = field(default=None, compare=False)
 
@@ -49,6 +53,7 @@ class ScanOptions:
             rank_error=float(values["rank_error"]),
             dynamics_rows=int(values["dynamics_rows"]),
             image_frames=int(values["image_frames"] if values["image_frames"] is not None else IMAGE_FRAMES),
+            health_episodes=int(values["health_episodes"] or 0),
             progress=values["progress"],
         )
 
@@ -56,8 +61,15 @@ class ScanOptions:
 class Scan:
     """Everything the data itself must tell the reconciliation, gathered while streaming."""
 
-    def __init__(self, dims: Mapping[str, int], pair: tuple[str, str] | None, options: ScanOptions):
+    def __init__(
+        self,
+        dims: Mapping[str, int],
+        pair: tuple[str, str] | None,
+        options: ScanOptions,
+        health: HealthScan | None = None,
+    ):
         self.dims = dict(dims)
+        self.health = health
         self.pair = pair
         self.options = options
         self.rows = 0
@@ -70,6 +82,8 @@ class Scan:
         """Side channel on pass 1: counts and the capped dynamics sample (cheap, bounded)."""
         n = next((len(v) for k, v in block.items() if k in self.dims), 0)
         self.rows += n
+        if self.health is not None:
+            self.health.observe(block)
         episode = block.get("episode_index")
         if episode is not None and len(episode):
             episode = np.asarray(episode).reshape(-1)
@@ -128,13 +142,15 @@ def finish(contract: DatasetContract, blocks: Blocks, options: ScanOptions) -> D
         for k, f in contract.features.items()
         if f.role != "image" and f.dim and k not in INDEX_COLUMNS
     }
-    scan = Scan(dims, dynamics_pair(contract), options)
+    scan = Scan(dims, dynamics_pair(contract), options, _health(contract, dims, options))
     contract.recomputed = scan.run(blocks) if dims else {}
     contract.rows = scan.rows
     if scan.rows == 0:  # metadata-only copy: nothing was recomputed, so claim nothing
         contract.recomputed, scan.sketches = {}, {}
     contract.episodes = len(scan.episodes)
     contract.dynamics = scan.dynamics()
+    if scan.health is not None:
+        contract.health = scan.health.facts()
     for key, fs in scan.sketches.items():  # where the shipped quantiles really sit in the data
         shipped = contract.stats.get(key, {})
         contract.shipped_ranks[key] = {
@@ -143,6 +159,16 @@ def finish(contract: DatasetContract, blocks: Blocks, options: ScanOptions) -> D
             if q in shipped and np.asarray(shipped[q]).size == fs.dim
         }
     return contract
+
+
+def _health(contract: DatasetContract, dims: Mapping[str, int], options: ScanOptions) -> HealthScan | None:
+    """The health side channel, following every episode, or every k-th where there are more than asked."""
+    if options.health_episodes <= 0:
+        return None
+    total = contract.claimed.get("total_episodes")
+    stride = -(-int(total) // options.health_episodes) if isinstance(total, int) and total > 0 else 1
+    fps = contract.claimed.get("fps")
+    return HealthScan(dims, float(fps) if isinstance(fps, (int, float)) else None, stride)
 
 
 def image_summary(frames: np.ndarray) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from pipeline.stages.contract import (
     units,
 )
 from pipeline.stages.contract.config import ContractConfig
+from pipeline.stages.contract.health import health_rows
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
@@ -69,6 +70,7 @@ GLOBAL = (
     reload.mask_rows,
     finite.nonfinite_rows,  # NaN/inf in the data rows
     frames.frame_rows,  # decoded camera frames (issue 22)
+    health_rows,  # dataset health from the same pass (issue 24)
 )
 
 
@@ -97,7 +99,12 @@ def load_sources(cfg: DictConfig, config: ContractConfig) -> tuple[Contract, Con
     with progress("contract: dataset stats pass (rows read)", None) as advance:
         c = read_dataset(
             _path(cfg, "dataset"),
-            {"rank_error": config.rank_error, "dynamics_rows": config.dynamics_rows, "progress": advance},
+            {
+                "rank_error": config.rank_error,
+                "dynamics_rows": config.dynamics_rows,
+                "progress": advance,
+                "health_episodes": config.health.max_episodes if config.health.enabled else 0,
+            },
         )
     return a, b, c
 
@@ -222,6 +229,12 @@ def _artifacts(out_dir: Path, src: Sources, checks: list[Check]) -> dict[str, st
     }
     path = atomic_write_json(out_dir / "contract_evidence.json", jsonable(evidence))
     artifacts = {"contract_evidence": str(path)}
+    if any(c.category == "health" for c in checks):
+        from pipeline.stages.contract.health.plot import health_plot  # matplotlib: only when drawn
+
+        plot = health_plot(out_dir / "health_episodes.png", src.c.health, checks)
+        if plot is not None:
+            artifacts["health_episodes"] = str(plot)
     for pair in pair_features(src):
         path = _plot(out_dir, src, pair, checks)
         if path is not None:

@@ -195,6 +195,41 @@ class FramesConfig:
 
 
 @dataclass
+class HealthConfig:
+    """Dataset health (issue 24), measured in the stats pass. Every threshold used is printed in its row;
+    the severity of each row is the README's table (what breaks or silently corrupts training is hard)."""
+
+    enabled: bool = True
+    max_episodes: int = 20000  # beyond: every k-th episode is checked per episode (said in the record)
+    gap_factor: float = 1.5  # a step longer than this x 1/fps is a dropped-frame gap
+    fps_tolerance: float = 0.05  # |fps from the timestamps / info.json fps - 1| beyond this: hard
+    frozen_frames: int = 30  # a dim unchanged this many steps (and frozen_share of its episode) ...
+    frozen_share: float = 0.2  # ... while the episode goes on: a frozen stretch (soft)
+    stuck_still: float = 0.01  # a state dim moving < this share of its dataset range in an episode ...
+    stuck_moving: float = 0.2  # ... while its commanded action moves > this share: a stuck actuator
+    clip_share: float = 0.1  # more than this share of rows exactly at a dim's min or max: pinned (soft)
+    spike_z: float = 8.0  # one step beyond this many standard deviations of the dim's steps: a spike
+    outlier_iqr: float = 5.0  # min/max beyond q01/q99 by this many (q99 - q01): an extreme outlier
+    length_z: float = 3.5  # episode length beyond this robust z (median, MAD): a length outlier
+    max_duplicate_share: float = 0.0  # exact duplicate episodes beyond this share of episodes: hard
+    near_duplicate: float = 0.01  # episodes whose means, ends and length agree within this x std: soft
+    worst: int = 10  # episodes in the record's worst-episodes table
+
+    def validate(self, key: str) -> None:
+        require(self.max_episodes >= 1, f"{key}.max_episodes", "an episode count >= 1", self.max_episodes)
+        require(self.frozen_frames >= 2, f"{key}.frozen_frames", "a frame count >= 2", self.frozen_frames)
+        require(self.worst >= 1, f"{key}.worst", "a row count >= 1", self.worst)
+        for name in ("gap_factor", "spike_z", "outlier_iqr", "length_z"):
+            require(getattr(self, name) > 1, f"{key}.{name}", "a factor > 1", getattr(self, name))
+        for name in ("fps_tolerance", "frozen_share", "stuck_still", "stuck_moving", "clip_share"):
+            value = getattr(self, name)
+            require(0 < value < 1, f"{key}.{name}", "a fraction in (0, 1)", value)
+        for name in ("max_duplicate_share", "near_duplicate"):
+            value = getattr(self, name)
+            require(0 <= value < 1, f"{key}.{name}", "a fraction in [0, 1)", value)
+
+
+@dataclass
 class ContractConfig(StageConfig):
     """contract: base checkpoint (A) vs training config (B) vs dataset (C). Thresholds and why."""
 
@@ -216,6 +251,7 @@ class ContractConfig(StageConfig):
     offset: OffsetConfig = field(default_factory=OffsetConfig)
     relation: RelationConfig = field(default_factory=RelationConfig)
     frames: FramesConfig = field(default_factory=FramesConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
 
     def validate(self, key: str) -> None:
         super().validate(key)
@@ -232,6 +268,7 @@ class ContractConfig(StageConfig):
             "offset",
             "relation",
             "frames",
+            "health",
         ):
             getattr(self, name).validate(f"{key}.{name}")
 

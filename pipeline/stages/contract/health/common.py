@@ -1,0 +1,49 @@
+"""What every health row shares: its row builder, how it names episodes and dims, and its per-episode
+facts as arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pipeline.records import Rows
+from pipeline.stages.contract.rows import NAME, Sources
+
+ROWS = Rows(NAME, "health")
+SHOWN = 10  # episodes or dims named in a message (all of them are in the evidence)
+
+
+def listed(items: Sequence[Any], shown: int = SHOWN) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(str(i) for i in items[:shown]) + more
+
+
+def dim_names(src: Sources, key: str) -> list[str]:
+    feature = src.c.features.get(key)
+    return list(feature.names or []) if feature is not None else []
+
+
+def label(names: Sequence[str], dim: int) -> str:
+    return f"{dim} ({names[dim]})" if dim < len(names) else str(dim)
+
+
+def labels(names: Sequence[str], dims: Iterable[int]) -> list[str]:
+    return [label(names, int(d)) for d in dims]
+
+
+def model_reads(src: Sources) -> set[str]:
+    """C's feature keys the audited model (A) takes as input, by key or by role."""
+    a_inputs = [f for f in src.a.features.values() if f.role != "action"]
+    keys = {f.key for f in a_inputs}
+    roles = {f.role for f in a_inputs}
+    return {k for k, f in src.c.features.items() if k in keys or (f.role in roles and f.role == "state")}
+
+
+def per_episode(facts: dict[str, Any], key: str, field: str) -> tuple[list[int], np.ndarray]:
+    """(episode ids, stacked [episodes, dim] values of `motion[key][field]`) over followed episodes."""
+    rows = [e for e in facts["episodes"] if key in e.get("motion", {})]
+    if not rows:
+        return [], np.empty((0, 0))
+    return [int(e["index"]) for e in rows], np.stack([np.asarray(e["motion"][key][field]) for e in rows])

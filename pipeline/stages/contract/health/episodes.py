@@ -1,0 +1,230 @@
+"""Episode rows: too short for this model, lengths against the metadata, outliers, gaps in the indices,
+duplicated episodes.
+
+"Too short" is the model's own horizon, read from the checkpoint's `config.json` (`chunk_size`,
+`horizon`, `n_action_steps`, `n_obs_steps`), not a table of policy names: an episode shorter than the
+window the model trains on is padded or skipped by the loader, silently. Duplicates are found by a
+content digest per episode (exact) and a coarse signature (near), never by comparing all pairs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.readers.base import read_json
+from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.records import Check
+from pipeline.stages.contract.health.common import ROWS, listed
+from pipeline.stages.contract.rows import Sources
+
+HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon")
+
+
+def episode_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
+    lengths = {int(e["index"]): int(e["rows"]) for e in facts["episodes"]}
+    return [
+        _short(src, lengths),
+        _meta_lengths(src, lengths),
+        _length_outliers(src, lengths),
+        _missing(facts),
+        *_duplicates(src, facts),
+    ]
+
+
+def model_horizon(path: str | None) -> tuple[int | None, dict[str, int]]:
+    """(frames one training sample spans, the config fields it came from) from the model's config.json."""
+    if not path:
+        return None, {}
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    config = folder / "config.json"
+    if not config.is_file():
+        return None, {}
+    try:
+        data = read_json(config, "model config.json")
+    except InputError:
+        return None, {}
+    if not isinstance(data, dict):
+        return None, {}
+    found = {
+        k: int(v) for k in (*HORIZON_FIELDS, "n_obs_steps") if isinstance(v := data.get(k), int) and v > 0
+    }
+    steps = max((found[k] for k in HORIZON_FIELDS if k in found), default=None)
+    if steps is None and "n_obs_steps" not in found:
+        return None, found
+    steps = steps or 1  # n_obs_steps only: a one-step policy
+    return steps + found.get("n_obs_steps", 1) - 1, found
+
+
+def _short(src: Sources, lengths: dict[int, int]) -> Check:
+    need, fields = model_horizon(src.a.path)
+    if need is None:
+        message = f"the model's config.json ({src.a.path}) gives no chunk_size/horizon: length not judged"
+        return ROWS(
+            "health.episodes.short",
+            "episode",
+            "unverifiable",
+            message,
+            severity="soft",
+            evidence={"fields": fields},
+        )
+    short = {e: n for e, n in lengths.items() if n < need}
+    rule = " + ".join(f"{k}={v}" for k, v in fields.items())
+    message = (
+        f"{len(short)} episode(s) shorter than the model's window of {need} frames ({rule}): "
+        f"{listed([f'{e} ({n})' for e, n in short.items()])}; the loader pads or drops them"
+        if short
+        else f"every episode spans the model's window of {need} frames ({rule})"
+    )
+    return ROWS(
+        "health.episodes.short",
+        "episode",
+        "mismatch" if short else "match",
+        message,
+        expected=f">= {need} frames",
+        actual=min(lengths.values()) if lengths else None,
+        evidence={"episodes": list(short), "lengths": short, "fields": fields},
+    )
+
+
+def _meta_lengths(src: Sources, lengths: dict[int, int]) -> Check:
+    listed_meta = None
+    if src.c.kind.startswith("lerobot"):
+        try:
+            listed_meta = LeRobotData(src.c.path).episodes()
+        except InputError:
+            listed_meta = None
+    if listed_meta is None or listed_meta.length is None:
+        return ROWS(
+            "health.episodes.lengths",
+            "episode",
+            "unverifiable",
+            "no per-episode lengths in meta",
+            severity="soft",
+        )
+    claimed = dict(zip(listed_meta.index.tolist(), listed_meta.length.tolist(), strict=True))
+    off = {
+        e: {"meta": int(claimed[e]), "data": n}
+        for e, n in lengths.items()
+        if e in claimed and int(claimed[e]) != n
+    }
+    message = (
+        f"{len(off)} episode(s) hold another number of rows than meta/episodes says: "
+        f"{listed([_pair_text(e, v) for e, v in off.items()])}; the loader's "
+        "per-episode windows then cross into other episodes"
+        if off
+        else f"every followed episode has the length meta/episodes lists ({len(lengths)} compared)"
+    )
+    return ROWS(
+        "health.episodes.lengths",
+        "episode",
+        "mismatch" if off else "match",
+        message,
+        evidence={"episodes": list(off), "lengths": off},
+    )
+
+
+def _pair_text(episode: int, lengths: dict[str, int]) -> str:
+    return f"{episode} ({lengths['data']} vs {lengths['meta']})"
+
+
+def _length_outliers(src: Sources, lengths: dict[int, int]) -> Check:
+    z_max = src.cfg.health.length_z
+    values = np.array(list(lengths.values()), dtype=float)
+    median = float(np.median(values)) if len(values) else 0.0
+    mad = float(np.median(np.abs(values - median))) * 1.4826 if len(values) else 0.0
+    odd = {e: n for e, n in lengths.items() if mad > 0 and abs(n - median) / mad > z_max}
+    message = (
+        f"{len(odd)} episode length outlier(s) (robust z > {z_max:g} around the median {median:g}): "
+        f"{listed([f'{e} ({n})' for e, n in odd.items()])}"
+        if odd
+        else f"episode lengths within robust z {z_max:g} of the median {median:g}"
+    )
+    return ROWS(
+        "health.episodes.length_outliers",
+        "episode",
+        "mismatch" if odd else "match",
+        message,
+        severity="soft",
+        evidence={"episodes": list(odd), "median": median, "mad": mad},
+    )
+
+
+def _missing(facts: dict[str, Any]) -> Check:
+    seen = sorted(int(e) for e in facts["order"])
+    missing = sorted(set(range(seen[0], seen[-1] + 1)) - set(seen)) if seen else []
+    message = (
+        f"{len(missing)} episode index(es) missing between {seen[0]} and {seen[-1]}: {listed(missing)}"
+        if missing
+        else f"episode indices run {seen[0]}..{seen[-1]} with none missing"
+        if seen
+        else "no episodes"
+    )
+    return ROWS(
+        "health.episodes.missing",
+        "episode_index",
+        "mismatch" if missing else "match",
+        message,
+        severity="soft",
+        evidence={"missing": missing[:200], "episodes": []},
+    )
+
+
+def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
+    eps = facts["episodes"]
+    exact: dict[str, list[int]] = {}
+    for e in eps:
+        exact.setdefault(e["digest"], []).append(int(e["index"]))
+    groups = [g for g in exact.values() if len(g) > 1]
+    copies = sum(len(g) - 1 for g in groups)
+    share, limit = copies / max(len(eps), 1), src.cfg.health.max_duplicate_share
+    message = (
+        f"{copies} duplicated episode(s) ({share:.1%} of {len(eps)}, limit {limit:.1%}): "
+        f"{listed([' = '.join(map(str, g)) for g in groups])}; the same frames recorded twice weigh "
+        "double in training"
+        if groups
+        else f"no two episodes hold the same rows ({len(eps)} content digests)"
+    )
+    verdict, severity = ("mismatch", "hard" if share > limit else "soft") if groups else ("match", "hard")
+    evidence = {
+        "groups": groups,
+        "share": share,
+        "max_duplicate_share": limit,
+        "episodes": [e for g in groups for e in g[1:]],
+    }
+    rows = [
+        ROWS("health.episodes.duplicates", "episode", verdict, message, severity=severity, evidence=evidence)
+    ]
+    return rows + [_near(src, eps, {e for g in groups for e in g})]
+
+
+def _near(src: Sources, eps: list[dict[str, Any]], exact: set[int]) -> Check:
+    """Episodes whose length, means and first and last rows agree to `near_duplicate` x each dim's std."""
+    tol = src.cfg.health.near_duplicate
+    keys: dict[tuple[Any, ...], list[int]] = {}
+    for e in eps:
+        parts: list[Any] = [int(e["rows"])]
+        for key, m in sorted(e["motion"].items()):
+            std = np.asarray(src.c.recomputed.get(key, {}).get("std", np.ones_like(m["mean"])), dtype=float)
+            scale = np.where(std > 0, std * max(tol, 1e-9), 1.0)
+            for field in ("mean", "first", "last"):
+                parts += np.round(np.asarray(m[field], dtype=float) / scale).astype(np.int64).tolist()
+        keys.setdefault(tuple(parts), []).append(int(e["index"]))
+    groups = [g for g in keys.values() if len(g) > 1 and not set(g) <= exact]
+    message = (
+        f"{len(groups)} group(s) of near-duplicate episodes (length, means, first and last rows within "
+        f"{tol:g} x std): {listed([' ~ '.join(map(str, g)) for g in groups])}"
+        if groups
+        else f"no near-duplicate episodes (length, means and end rows within {tol:g} x std)"
+    )
+    return ROWS(
+        "health.episodes.near_duplicates",
+        "episode",
+        "mismatch" if groups else "match",
+        message,
+        severity="soft",
+        evidence={"groups": groups, "episodes": [e for g in groups for e in g[1:]]},
+    )

@@ -1,0 +1,221 @@
+"""Metadata and file rows: info.json's required fields, tasks declared against tasks used, features
+declared against the columns the data holds, stray files in data/, column types, and the camera videos.
+
+Videos that were never downloaded are one named row (`unverifiable`) and every vector check still runs:
+a dataset checked without its videos is common and is not a fault of the data. A video missing for some
+episodes while others have theirs is a hard row: the loader fails on the first sample that needs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import InputError
+from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.readers.scan import INDEX_COLUMNS
+from pipeline.records import Check
+from pipeline.stages.contract.health.common import ROWS, listed
+
+REQUIRED = (
+    "codebase_version",
+    "fps",
+    "features",
+    "total_episodes",
+    "total_frames",
+    "data_path",
+    "chunks_size",
+)
+
+
+def meta_rows(src: Any) -> list[Check]:
+    if not src.c.kind.startswith("lerobot"):
+        return []
+    data = LeRobotData(src.c.path)
+    try:
+        schema = _schema(data)
+    except InputError as exc:
+        return [ROWS("health.meta.columns", "data", "error", str(exc), evidence={"path": exc.path})]
+    return [
+        _required(data),
+        _tasks(data, src.c.health),
+        _columns(data, schema),
+        _types(schema),
+        _stray(data),
+        *_videos(data, [int(e["index"]) for e in src.c.health.get("episodes", [])]),
+    ]
+
+
+def _schema(data: LeRobotData) -> dict[str, pa.DataType]:
+    """Column types over every data file (a column present in some files only is kept with its type)."""
+    out: dict[str, pa.DataType] = {}
+    for path in data.data_files():
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(
+                f"{path}: not a readable parquet file: {exc}", path=path, field="schema"
+            ) from exc
+        out.update({name: schema.field(name).type for name in schema.names})
+    return out
+
+
+def _required(data: LeRobotData) -> Check:
+    fields = REQUIRED
+    missing = [f for f in fields if data.info.get(f) is None]
+    message = (
+        f"meta/info.json lacks {', '.join(missing)} (LeRobot {data.version} requires them)"
+        if missing
+        else f"meta/info.json has every field LeRobot {data.version} requires"
+    )
+    return ROWS(
+        "health.meta.info",
+        "info.json",
+        "mismatch" if missing else "match",
+        message,
+        expected=list(fields),
+        actual={"missing": missing},
+        evidence={"episodes": []},
+    )
+
+
+def _tasks(data: LeRobotData, facts: dict[str, Any]) -> Check:
+    declared = data.tasks()
+    used = [int(t) for t in facts.get("tasks_used", [])]
+    if declared is None or not used:
+        why = "no task list in meta" if declared is None else "no task_index column in the data"
+        return ROWS(
+            "health.meta.tasks", "task_index", "unverifiable", f"tasks not compared: {why}", severity="soft"
+        )
+    undeclared = [t for t in used if t >= len(declared) or t < 0]
+    unused = [i for i in range(len(declared)) if i not in set(used)]
+    message = (
+        f"task_index {listed(undeclared)} used in the data but meta lists {len(declared)} task(s): a "
+        "language-conditioned model gets no (or another) instruction"
+        if undeclared
+        else f"every task used is declared ({len(used)} used of {len(declared)})"
+        + (f"; declared but never used: {listed(unused)}" if unused else "")
+    )
+    return ROWS(
+        "health.meta.tasks",
+        "task_index",
+        "mismatch" if undeclared else "match",
+        message,
+        expected=len(declared),
+        actual={"used": used[:50], "unused": unused[:50]},
+        evidence={"episodes": []},
+    )
+
+
+def _columns(data: LeRobotData, schema: dict[str, pa.DataType]) -> Check:
+    in_parquet = {k for k, v in data.features.items() if isinstance(v, dict) and v.get("dtype") != "video"}
+    absent = sorted(in_parquet - set(schema))
+    undeclared = sorted(set(schema) - set(data.features) - {"__index_level_0__"})
+    parts = []
+    if absent:
+        parts.append(f"declared in info.json but absent from the data: {listed(absent)}")
+    if undeclared:
+        parts.append(f"in the data but not declared: {listed(undeclared)}")
+    message = "; ".join(parts) or "every declared feature is a column of the data, and no other column"
+    return ROWS(
+        "health.meta.columns",
+        "features",
+        "mismatch" if absent else "match",
+        message,
+        severity="hard" if absent else "soft",
+        evidence={"absent": absent, "undeclared": undeclared, "episodes": []},
+    )
+
+
+def _types(schema: dict[str, pa.DataType]) -> Check:
+    wrong = {
+        c: str(schema[c])
+        for c in INDEX_COLUMNS
+        if c in schema and not (pa.types.is_integer(schema[c]) or pa.types.is_floating(schema[c]))
+    }
+    message = (
+        f"index column(s) of another type: {listed([f'{c} is {t}' for c, t in wrong.items()])} "
+        "(expected numbers): their time and index checks were skipped"
+        if wrong
+        else "timestamp, frame_index, episode_index, index and task_index are numbers"
+    )
+    return ROWS(
+        "health.meta.types",
+        "columns",
+        "mismatch" if wrong else "match",
+        message,
+        expected="integer or float columns",
+        actual=wrong,
+        evidence={"episodes": []},
+    )
+
+
+def _stray(data: LeRobotData) -> Check:
+    base = data.root / "data"
+    stray = (
+        sorted(
+            str(p.relative_to(data.root)) for p in base.rglob("*") if p.is_file() and p.suffix != ".parquet"
+        )
+        if base.is_dir()
+        else []
+    )
+    message = f"files in data/ that are not parquet: {listed(stray)}" if stray else "data/ holds parquet only"
+    return ROWS(
+        "health.meta.files",
+        "data",
+        "mismatch" if stray else "match",
+        message,
+        severity="soft",
+        evidence={"files": stray[:100], "episodes": []},
+    )
+
+
+def _videos(data: LeRobotData, episodes: list[int]) -> list[Check]:
+    keys = data.video_keys()
+    if not keys or not episodes:
+        return []
+    missing: dict[str, list[int]] = {}
+    total = 0
+    for key in keys:
+        for episode in episodes:
+            total += 1
+            try:
+                path, _, _ = data.video_location(key, episode)
+            except InputError:
+                path = None
+            if path is None or not Path(path).is_file():
+                missing.setdefault(key, []).append(episode)
+    count = sum(len(v) for v in missing.values())
+    if count == total:
+        message = (
+            f"no camera video is present ({len(keys)} camera(s) x {len(episodes)} episode(s)): "
+            "frames not checked; every vector check ran"
+        )
+        return [
+            ROWS(
+                "health.videos",
+                "videos",
+                "unverifiable",
+                message,
+                severity="soft",
+                evidence={"cameras": keys, "episodes": []},
+            )
+        ]
+    message = (
+        f"{count} of {total} camera video(s) missing: "
+        f"{listed([f'{k} episode(s) {listed(v, 5)}' for k, v in missing.items()])}; the loader fails on them"
+        if missing
+        else f"every camera video is present ({len(keys)} camera(s) x {len(episodes)} episode(s))"
+    )
+    return [
+        ROWS(
+            "health.videos",
+            "videos",
+            "mismatch" if missing else "match",
+            message,
+            evidence={"missing": missing, "episodes": sorted({e for v in missing.values() for e in v})},
+        )
+    ]

@@ -1,0 +1,277 @@
+"""Action and state rows: stuck actuators, frozen stretches, spikes, pinned values, dead dims, outliers.
+
+A stuck actuator (a joint that does not follow its command) teaches the model that its commands do
+nothing: hard when the model reads that state dim. The rest are soft: a frozen stretch, a spike, values
+pinned at a limit or a far outlier may be the task, or a fault worth a look before GPU days are spent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.records import Check
+from pipeline.stages.contract.health.common import ROWS, dim_names, labels, listed, model_reads, per_episode
+from pipeline.stages.contract.rows import Sources
+
+ACTUATED = ("state", "action")  # the robot's own dims: frozen, spiking or pinned ones are the robot's
+
+
+def motion_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
+    out = []
+    for key in facts["diff_std"]:
+        out += [_dead(src, facts, key), _outliers(src, facts, key)]
+        feature = src.c.features.get(key)
+        if feature is not None and feature.role in ACTUATED:  # an object at rest is not a fault
+            out += [_pinned(src, facts, key), _spikes(src, facts, key), _frozen(src, facts, key)]
+    return out + _stuck(src, facts)
+
+
+def _range(facts: dict[str, Any], key: str) -> np.ndarray:
+    return np.asarray(facts["high"][key]["value"]) - np.asarray(facts["low"][key]["value"])
+
+
+def _dead(src: Sources, facts: dict[str, Any], key: str) -> Check:
+    dims = [int(d) for d in np.flatnonzero(_range(facts, key) == 0)]
+    names = dim_names(src, key)
+    message = (
+        f"{key}: dim(s) {listed(labels(names, dims))} never change over the dataset (zero variance)"
+        if dims
+        else f"{key}: every dim varies"
+    )
+    return ROWS(
+        f"health.dead:{key}",
+        key,
+        "mismatch" if dims else "match",
+        message,
+        severity="soft",
+        evidence={"dims": dims, "episodes": []},
+    )
+
+
+def _pinned(src: Sources, facts: dict[str, Any], key: str) -> Check:
+    share = src.cfg.health.clip_share
+    rows = max(int(facts["rows"]), 1)
+    found = {}
+    for side in ("low", "high"):
+        extreme = facts[side][key]
+        for d in np.flatnonzero((np.asarray(extreme["count"]) / rows > share) & (_range(facts, key) > 0)):
+            found[f"{int(d)} {'min' if side == 'low' else 'max'}"] = {
+                "value": float(extreme["value"][d]),
+                "share": round(float(extreme["count"][d]) / rows, 4),
+            }
+    names = dim_names(src, key)
+    shown = [
+        f"{labels(names, [int(k.split()[0])])[0]} at its {k.split()[1]} {v['value']:.4g} "
+        f"({v['share']:.0%} of rows)"
+        for k, v in found.items()
+    ]
+    message = (
+        f"{key}: values pinned at a limit: {listed(shown)} (more than {share:.0%} of rows exactly there)"
+        if found
+        else f"{key}: no dim has more than {share:.0%} of rows exactly at its min or max"
+    )
+    return ROWS(
+        f"health.pinned:{key}",
+        key,
+        "mismatch" if found else "match",
+        message,
+        severity="soft",
+        evidence={"pinned": found, "clip_share": share, "episodes": []},
+    )
+
+
+def _outliers(src: Sources, facts: dict[str, Any], key: str) -> Check:
+    stats, k = src.c.recomputed.get(key, {}), src.cfg.health.outlier_iqr
+    if "q01" not in stats or "q99" not in stats:
+        return ROWS(
+            f"health.outliers:{key}", key, "unverifiable", f"{key}: no recomputed quantiles", severity="soft"
+        )
+    q01, q99 = np.asarray(stats["q01"], dtype=float), np.asarray(stats["q99"], dtype=float)
+    spread = q99 - q01
+    found = {}
+    for side, limit in (("low", q01 - k * spread), ("high", q99 + k * spread)):
+        extreme = facts[side][key]
+        value = np.asarray(extreme["value"], dtype=float)
+        beyond = (value < limit) if side == "low" else (value > limit)
+        for d in np.flatnonzero(beyond & (spread > 0)):
+            found[int(d)] = {
+                "value": float(value[d]),
+                "episode": int(extreme["episode"][d]),
+                "frame": int(extreme["frame"][d]),
+                "q01": float(q01[d]),
+                "q99": float(q99[d]),
+            }
+    names = dim_names(src, key)
+    shown = [
+        f"{labels(names, [d])[0]}: {v['value']:.4g} in episode {v['episode']} frame {v['frame']}"
+        for d, v in found.items()
+    ]
+    message = (
+        f"{key}: extreme outlier(s) beyond q01/q99 by more than {k:g}x (q99 - q01): {listed(shown)}"
+        if found
+        else f"{key}: min and max within {k:g}x (q99 - q01) of q01/q99"
+    )
+    return ROWS(
+        f"health.outliers:{key}",
+        key,
+        "mismatch" if found else "match",
+        message,
+        severity="soft",
+        evidence={
+            "outliers": found,
+            "outlier_iqr": k,
+            "episodes": sorted({v["episode"] for v in found.values()}),
+        },
+    )
+
+
+def _spikes(src: Sources, facts: dict[str, Any], key: str) -> Check:
+    z_max = src.cfg.health.spike_z
+    std = np.asarray(facts["diff_std"][key], dtype=float)
+    episodes, jump = per_episode(facts, key, "jump")
+    _, at = per_episode(facts, key, "jump_at")
+    found: dict[int, dict[str, Any]] = {}
+    for row, episode in enumerate(episodes):
+        z = np.where(std > 0, jump[row] / np.where(std > 0, std, 1), 0)
+        dims = [int(d) for d in np.flatnonzero(z > z_max)]
+        if dims:
+            found[episode] = {
+                "dims": dims,
+                "frames": [int(at[row][d]) for d in dims],
+                "z": [round(float(z[d]), 1) for d in dims],
+            }
+    names = dim_names(src, key)
+    shown = [
+        f"episode {e} dim {labels(names, v['dims'][:1])[0]} frame {v['frames'][0]} ({v['z'][0]} sd)"
+        for e, v in found.items()
+    ]
+    message = (
+        f"{key}: one-step jumps beyond {z_max:g} standard deviations of the dim's steps: {listed(shown)}"
+        if found
+        else f"{key}: no one-step jump beyond {z_max:g} standard deviations of the dim's steps"
+    )
+    return ROWS(
+        f"health.spikes:{key}",
+        key,
+        "mismatch" if found else "match",
+        message,
+        severity="soft",
+        evidence={
+            "episodes": list(found),
+            "spikes": found,
+            "spike_z": z_max,
+            "frames_per_episode": {e: len(v["dims"]) for e, v in found.items()},
+        },
+    )
+
+
+def _frozen(src: Sources, facts: dict[str, Any], key: str) -> Check:
+    cfg = src.cfg.health
+    alive = _range(facts, key) > 0
+    found: dict[int, dict[str, Any]] = {}
+    for e in facts["episodes"]:
+        m = e["motion"].get(key)
+        if m is None:
+            continue
+        need = max(cfg.frozen_frames, cfg.frozen_share * int(e["rows"]))
+        longest = np.asarray(m["longest"])
+        dims = np.flatnonzero((longest >= need) & (longest < int(e["rows"]) - 1) & alive)
+        whole = need <= int(m["row_longest"]) < int(e["rows"]) - 1
+        if len(dims) or whole:
+            found[int(e["index"])] = {
+                "dims": [int(d) for d in dims],
+                "steps": int(longest.max()),
+                "all_dims": bool(whole),
+                "rows": int(e["rows"]),
+            }
+    what = f"unchanged >= max({cfg.frozen_frames}, {cfg.frozen_share:.0%} of the episode) steps"
+    names = dim_names(src, key)
+    shown = [
+        f"episode {e}: {'every dim' if v['all_dims'] else listed(labels(names, v['dims']), 3)} "
+        f"for {v['steps']} of {v['rows']} frames"
+        for e, v in found.items()
+    ]
+    message = (
+        f"{key}: frozen stretches ({what}) while the episode goes on: {listed(shown, 5)}"
+        if found
+        else f"{key}: no frozen stretch ({what})"
+    )
+    return ROWS(
+        f"health.frozen:{key}",
+        key,
+        "mismatch" if found else "match",
+        message,
+        severity="soft",
+        evidence={
+            "episodes": list(found),
+            "frozen": found,
+            "frames_per_episode": {e: v["steps"] for e, v in found.items()},
+        },
+    )
+
+
+def _stuck(src: Sources, facts: dict[str, Any]) -> list[Check]:
+    pair = _pair(src, facts)
+    if pair is None:
+        return []
+    state, action, dims = pair
+    cfg = src.cfg.health
+    s_range, a_range = _range(facts, state), _range(facts, action)
+    episodes, s_lo = per_episode(facts, state, "lo")
+    _, s_hi = per_episode(facts, state, "hi")
+    ids, a_lo = per_episode(facts, action, "lo")
+    _, a_hi = per_episode(facts, action, "hi")
+    if episodes != ids or not episodes:
+        return []
+    found: dict[int, list[int]] = {}
+    for sd, ad in dims:
+        if s_range[sd] <= 0 or a_range[ad] <= 0:
+            continue
+        still = (s_hi[:, sd] - s_lo[:, sd]) <= cfg.stuck_still * s_range[sd]
+        moving = (a_hi[:, ad] - a_lo[:, ad]) >= cfg.stuck_moving * a_range[ad]
+        for row in np.flatnonzero(still & moving):
+            found.setdefault(episodes[row], []).append(sd)
+    return [_stuck_row(src, state, action, found)]
+
+
+def _stuck_row(src: Sources, state: str, action: str, found: dict[int, list[int]]) -> Check:
+    cfg, names = src.cfg.health, dim_names(src, state)
+    read = state in model_reads(src)
+    dims = sorted({d for ds in found.values() for d in ds})
+    rule = (
+        f"{state} moves < {cfg.stuck_still:.0%} of its range in an episode while {action} moves "
+        f"> {cfg.stuck_moving:.0%} of its range"
+    )
+    message = (
+        f"stuck actuator: {listed(labels(names, dims))} of {state} in {len(found)} episode(s) "
+        f"({listed(list(found))}): {rule}" + ("; the model reads this state" if read else "")
+        if found
+        else f"no stuck actuator ({rule})"
+    )
+    return ROWS(
+        f"health.stuck:{state}",
+        state,
+        "mismatch" if found else "match",
+        message,
+        severity="hard" if read else "soft",
+        evidence={"episodes": list(found), "dims": dims, "per_episode": found, "model_reads": read},
+    )
+
+
+def _pair(src: Sources, facts: dict[str, Any]) -> tuple[str, str, list[tuple[int, int]]] | None:
+    """The state feature, its action feature and their dims paired by name, else by position."""
+    keys = facts["diff_std"]
+    states = [k for k in keys if src.c.features.get(k) and src.c.features[k].role == "state"]
+    actions = [k for k in keys if src.c.features.get(k) and src.c.features[k].role == "action"]
+    if not states or not actions:
+        return None
+    state, action = states[0], actions[0]
+    s_names, a_names = dim_names(src, state), dim_names(src, action)
+    if s_names and a_names and set(s_names) & set(a_names):
+        return state, action, [(s_names.index(n), a_names.index(n)) for n in s_names if n in a_names]
+    width = min(len(facts["diff_std"][state]), len(facts["diff_std"][action]))
+    if len(facts["diff_std"][state]) != len(facts["diff_std"][action]):
+        return None
+    return state, action, [(d, d) for d in range(width)]

@@ -1,0 +1,44 @@
+"""The health plot people read: each episode's length, and how many of its frames a health row flagged.
+
+matplotlib (Agg), written atomically like the contract's range plots.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from pipeline.records import Check  # noqa: E402
+from pipeline.storage import atomic_write_bytes  # noqa: E402
+
+
+def health_plot(path: Path, facts: dict[str, Any], checks: list[Check]) -> Path | None:
+    episodes = facts.get("episodes") or []
+    if not episodes:
+        return None
+    flagged: dict[int, int] = {}
+    for check in checks:
+        if check.category == "health" and check.verdict != "match":
+            for episode, count in (check.evidence.get("frames_per_episode") or {}).items():
+                flagged[int(episode)] = flagged.get(int(episode), 0) + int(count)
+    ids = [int(e["index"]) for e in episodes]
+    fig = Figure(figsize=(9, 3.6))
+    ax = fig.subplots()
+    ax.bar(range(len(ids)), [int(e["rows"]) for e in episodes], color="#babdb6", label="episode length")
+    ax.bar(range(len(ids)), [flagged.get(i, 0) for i in ids], color="#cc0000", label="flagged frames")
+    step = max(1, len(ids) // 20)
+    ax.set_xticks(range(0, len(ids), step), [str(i) for i in ids[::step]], fontsize=7)
+    ax.set_xlabel("episode index")
+    ax.set_ylabel("frames")
+    ax.set_title("Dataset health: episode length and frames flagged by a health row")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return atomic_write_bytes(path, buffer.getvalue())
