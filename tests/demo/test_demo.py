@@ -106,6 +106,15 @@ def test_plant_faults_changes_only_the_named_dims() -> None:
     assert episodes[0]["state"][0].tolist() == [0, 1, 2, 3, 4, 5]
 
 
+def test_plant_faults_runs_one_clock_back_and_records_one_episode_twice() -> None:
+    episodes = [
+        {"state": np.zeros((8, 2), np.float32), "action": np.full((8, 1), k, np.float32)} for k in (0, 1)
+    ]
+    out = plant_faults(episodes, {"backwards_time_episode": 0, "duplicate_episode": 1})
+    assert len(out) == 3 and out[2]["action"].tolist() == out[1]["action"].tolist()
+    assert (np.diff(out[0]["timestamp"]) < 0).sum() == 1 and "timestamp" not in out[1]
+
+
 def test_ensure_builds_once_and_rebuilds_on_change(tmp_path: Path) -> None:
     first = ensure(SMALL, tmp_path)
     marker = Path(first["model"]).parent / "demo.json"
