@@ -256,7 +256,7 @@ class HealthScan:
             "tasks_used": sorted(self.tasks),
             "index_breaks": self.index_breaks,
             "first_index_break": self.first_index_break,
-            "diff_std": {k: np.sqrt(self.diff_sq[k] / np.maximum(self.diff_n[k], 1)) for k in self.dims},
+            "diff_std": {k: np.sqrt(self.diff_sq[k] / np.maximum(self.diff_n[k], 1)) for k in self.low},
             "low": {k: vars(v) for k, v in self.low.items()},
             "high": {k: vars(v) for k, v in self.high.items()},
             "episodes": [_episode_facts(self.episodes[e]) for e in self.order if e in self.episodes],

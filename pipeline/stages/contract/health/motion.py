@@ -78,7 +78,12 @@ def _pinned(src: Sources, facts: dict[str, Any], key: str) -> Check:
         "mismatch" if found else "match",
         message,
         severity="soft",
-        evidence={"pinned": found, "clip_share": share, "episodes": []},
+        evidence={
+            "pinned": found,
+            "dims": sorted({int(k.split()[0]) for k in found}),
+            "clip_share": share,
+            "episodes": [],
+        },
     )
 
 
