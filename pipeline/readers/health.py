@@ -1,59 +1,63 @@
 """Dataset health, gathered inside the stats pass: per-episode time, index, motion and content facts.
 
 The contract stage reads the data once (`scan.Scan`); each block it streams is also handed to
-`HealthScan.observe`, which keeps a few numbers per episode and dim (never the rows), so the health
-section costs one more reduction of blocks already in memory, not another read. Episodes are runs of rows
-(`episode_index`); an episode split across blocks or files carries its last row, timestamp and runs on.
-The judging (thresholds, severities, the model's horizon) is the contract stage's
-(`pipeline.stages.contract.health`): this module only measures.
+`HealthScan.observe`, which reduces it per episode with numpy's `reduceat` over the block's runs of
+`episode_index` (no Python loop over rows or episodes, except one hash update per episode), so the health
+section costs a few array passes over blocks already in memory, not another read. An episode cut by a
+block boundary stays open and the next block's first run continues it (its last row, runs and timestamp
+carry over). The facts are columnar (one array per fact, one entry per episode). Judging them
+(thresholds, severities, the model's horizon) is the contract stage's (`stages.contract.health`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from pipeline.readers import health_kernel
+
 TIME_COLUMNS = ("timestamp", "frame_index", "index", "task_index")
+NONE = np.iinfo(np.int64).max  # "no such frame" in the first_* columns
+# per-episode columns and how two pieces of one episode merge (an episode whose rows are not contiguous)
+MERGE = {
+    "rows": "add",
+    "segments": "add",
+    "backwards": "add",
+    "repeated": "add",
+    "gaps": "add",
+    "dt_sum": "add",
+    "dt_n": "add",
+    "frame_bad": "add",
+    "first_backwards": "min",
+    "first_frame_bad": "min",
+    "t_first": "first",
+    "t_last": "last",
+}
+MOTION = {
+    "lo": "min",
+    "hi": "max",
+    "total": "add",
+    "first": "first",
+    "last": "last",
+    "longest": "max",
+    "row_longest": "max",
+    "jump": "max",
+    "run": "last",
+    "row_run": "last",
+}
 
 
-@dataclass
-class Motion:
-    """One vector feature within one episode: range, sum, ends, constant runs and the largest step."""
-
-    lo: np.ndarray
-    hi: np.ndarray
-    total: np.ndarray
-    first: np.ndarray
-    last: np.ndarray
-    run: np.ndarray  # length of the constant run ending at the last row, per dim
-    longest: np.ndarray  # longest constant run (in steps), per dim
-    jump: np.ndarray  # largest |step| between consecutive rows, per dim
-    jump_at: np.ndarray  # the frame (position in the episode) where that step lands
-    row_run: int = 0  # the same, for whole rows (every dim unchanged)
-    row_longest: int = 0
-
-
-@dataclass
-class Episode:
-    index: int
-    rows: int = 0
-    segments: int = 0  # runs of rows holding this episode (>1: its rows are not contiguous)
-    t_first: float | None = None
-    t_last: float | None = None
-    backwards: int = 0
-    repeated: int = 0
-    gaps: int = 0
-    first_backwards: int | None = None
-    dt_sum: float = 0.0
-    dt_n: int = 0
-    frame_bad: int = 0
-    first_frame_bad: int | None = None
-    digest: Any = field(default_factory=hashlib.sha1)
-    motion: dict[str, Motion] = field(default_factory=dict)
+COMBINE = {
+    "add": lambda old, new: old + new,
+    "min": np.minimum,
+    "max": np.maximum,
+    "first": lambda old, new: old,
+    "last": lambda old, new: new,
+}
 
 
 @dataclass
@@ -66,15 +70,12 @@ class Extreme:
     frame: np.ndarray
 
 
-def longest_runs(eq: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Longest run of True per column of `eq` [k, D] and the run at its end, a run `carry` long
-    continuing into it from the rows before (vectorised: no Python loop over rows)."""
-    if eq.shape[0] == 0:
-        return carry.copy(), carry.copy()
+def runs(eq: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """For each row of `eq` [n, D] (True: unchanged from the row before), the length of the run of
+    unchanged steps ending there; runs not broken since the block's start continue `carry`."""
     steps = np.arange(1, eq.shape[0] + 1)[:, None]
     last_false = np.maximum.accumulate(np.where(~eq, steps, 0), axis=0)
-    run = steps - last_false + np.where(last_false == 0, carry[None, :], 0)
-    return run.max(axis=0), run[-1]
+    return steps - last_false + np.where(last_false == 0, carry[None, :], 0)
 
 
 class HealthScan:
@@ -84,169 +85,165 @@ class HealthScan:
         self.dims = dict(dims)
         self.fps = fps if fps and fps > 0 else None
         self.stride = max(1, int(stride))
-        self.episodes: dict[int, Episode] = {}
-        self.order: list[int] = []  # episode ids in the order their rows came
-        self.index_breaks, self.first_index_break = 0, None
-        self._index_prev: int | None = None
-        self._current: int | None = None
-        self._last: dict[str, np.ndarray] = {}  # the previous row of the episode being read, per feature
-        self.seen: set[int] = set()
         self.rows = 0
+        self.order: list[int] = []  # episode ids in the order their rows came (each once)
+        self.seen: set[int] = set()
         self.tasks: set[int] = set()
         self.columns: set[str] = set()
+        self.index_breaks, self.first_index_break = 0, None
+        self._index_prev: int | None = None
         self.diff_sq = {k: np.zeros(d) for k, d in self.dims.items()}
         self.diff_n = {k: np.zeros(d) for k, d in self.dims.items()}
         self.low: dict[str, Extreme] = {}
         self.high: dict[str, Extreme] = {}
+        self._parts: list[dict[str, Any]] = []  # closed episodes, a block's worth at a time
+        self._open: dict[str, Any] | None = None  # the episode the last block ended in
+        self._open_hash: Any = None
+        self._last: dict[str, np.ndarray] = {}  # its last row, per feature
+        self._t_last: float | None = None
 
     # ------------------------------------------------------------------------------- per block
     def observe(self, block: Mapping[str, np.ndarray]) -> None:
-        episode = block.get("episode_index")
-        n = next((len(v) for k, v in block.items() if k in self.dims or k == "episode_index"), 0)
+        keys = [k for k in self.dims if k in block]
+        n = len(block[keys[0]]) if keys else len(block.get("episode_index", ()))
         if not n:
             return
         self.columns.update(k for k in TIME_COLUMNS if k in block)
-        self._index(block.get("index"), n)
+        self._index(block.get("index"))
         if "task_index" in block:
             self.tasks.update(int(t) for t in np.unique(np.asarray(block["task_index"])))
-        ep = np.zeros(n, dtype=np.int64) if episode is None else np.asarray(episode).reshape(-1)
+        ep = block.get("episode_index")
+        ep = np.zeros(n, dtype=np.int64) if ep is None else np.asarray(ep, dtype=np.int64).reshape(-1)
         starts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]])
-        for s, e in zip(starts, [*starts[1:], n], strict=True):
-            self._segment(int(ep[s]), block, s, e)
+        cont = self._open is not None and int(ep[0]) == int(self._open["index"][0])
+        seg = Segments(ep, starts, self._open["rows"][0] if cont else 0, cont)
+        for e in seg.ids.tolist():
+            if e not in self.seen:
+                self.seen.add(e)
+                self.order.append(e)
+        part: dict[str, Any] = {"index": seg.ids, "rows": seg.lens, "segments": np.ones(seg.k, np.int64)}
+        self._time(block, seg, part)
+        data = {k: _matrix(block[k], n) for k in keys}
+        for key, x in data.items():
+            self._motion(key, x, seg, part)
+        hashes = self._hashes(data, seg)
+        self._close(part, hashes, seg, cont)
         self.rows += n
 
-    def _index(self, index: np.ndarray | None, n: int) -> None:
+    def _index(self, index: np.ndarray | None) -> None:
         if index is None:
             return
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
-        prev = np.r_[self._index_prev, idx[:-1]] if self._index_prev is not None else idx[:-1]
-        now = idx if self._index_prev is not None else idx[1:]
-        bad = np.flatnonzero(now != prev + 1)
+        prev = np.r_[self._index_prev if self._index_prev is not None else idx[0] - 1, idx[:-1]]
+        bad = np.flatnonzero(idx != prev + 1)
         if len(bad) and self.first_index_break is None:
-            self.first_index_break = self.rows + int(bad[0]) + (0 if self._index_prev is not None else 1)
+            self.first_index_break = self.rows + int(bad[0])
         self.index_breaks += len(bad)
         self._index_prev = int(idx[-1])
 
-    def _segment(self, eid: int, block: Mapping[str, np.ndarray], s: int, e: int) -> None:
-        if eid not in self.seen:
-            self.seen.add(eid)
-            self.order.append(eid)
-            if eid % self.stride == 0:
-                self.episodes[eid] = Episode(eid)
-        continuing, self._current = eid == self._current, eid
-        record = self.episodes.get(eid)
-        for key in self.dims:
-            if key in block:
-                x = np.asarray(block[key][s:e], dtype=np.float64).reshape(e - s, -1)
-                self._global(key, x, eid, continuing, record.rows if record else 0)
-                if record is not None:
-                    self._motion(record, key, x)
-        if record is None:
-            return
-        record.segments += 0 if continuing else 1
+    def _time(self, block: Mapping[str, np.ndarray], seg: Segments, part: dict[str, Any]) -> None:
         if "timestamp" in block:
-            self._time(record, np.asarray(block["timestamp"][s:e], dtype=np.float64))
+            ts = np.asarray(block["timestamp"], dtype=np.float64).reshape(-1)
+            prev = np.r_[self._t_last if seg.cont and self._t_last is not None else ts[0], ts[:-1]]
+            step = np.where(seg.inside, ts - prev, 0.0)
+            back = seg.inside & (step < 0)
+            part["backwards"] = seg.sum(back)
+            part["repeated"] = seg.sum(seg.inside & (step == 0))
+            part["gaps"] = seg.sum(step > 1.5 / self.fps) if self.fps else np.zeros(seg.k, np.int64)
+            part["first_backwards"] = seg.first(back)
+            part["dt_sum"] = seg.sum(np.where(step > 0, step, 0.0))
+            part["dt_n"] = seg.sum(step > 0)
+            part["t_first"], part["t_last"] = ts[seg.starts], ts[seg.ends - 1]
+            self._t_last = float(ts[-1])
         if "frame_index" in block:
-            start = record.rows
-            bad = np.flatnonzero(np.asarray(block["frame_index"][s:e]) != np.arange(start, start + e - s))
-            record.frame_bad += len(bad)
-            if len(bad) and record.first_frame_bad is None:
-                record.first_frame_bad = start + int(bad[0])
-        record.rows += e - s
+            bad = np.asarray(block["frame_index"]).reshape(-1) != seg.pos
+            part["frame_bad"], part["first_frame_bad"] = seg.sum(bad), seg.first(bad)
 
-    def _global(self, key: str, x: np.ndarray, eid: int, continuing: bool, start: int) -> None:
-        """Dataset-wide: the spread of one-step changes (for spikes) and the extremes (for clipping)."""
-        last = self._last.get(key) if continuing else None
-        steps = np.diff(np.vstack([last[None, :], x]) if last is not None else x, axis=0)
-        finite = np.isfinite(steps)
-        self.diff_sq[key] += np.where(finite, steps, 0.0).__pow__(2).sum(axis=0)
-        self.diff_n[key] += finite.sum(axis=0)
-        self._last[key] = x[-1].copy()
-        self._extremes(key, x, eid, start)
-
-    def _time(self, record: Episode, ts: np.ndarray) -> None:
-        steps = np.diff(np.r_[record.t_last, ts]) if record.t_last is not None else np.diff(ts)
-        offset = record.rows if record.t_last is not None else record.rows + 1
-        back = np.flatnonzero(steps < 0)
-        if len(back) and record.first_backwards is None:
-            record.first_backwards = offset + int(back[0])
-        record.backwards += len(back)
-        record.repeated += int((steps == 0).sum())
-        if self.fps is not None:
-            record.gaps += int((steps > 1.5 / self.fps).sum())
-        forward = steps[steps > 0]
-        record.dt_sum += float(forward.sum())
-        record.dt_n += len(forward)
-        record.t_first = float(ts[0]) if record.t_first is None else record.t_first
-        record.t_last = float(ts[-1])
-
-    def _motion(self, record: Episode, key: str, x: np.ndarray) -> None:
-        m = record.motion.get(key)
-        if m is None:
-            m = record.motion[key] = self._fresh(x)
-            steps, first_frame = np.diff(x, axis=0), record.rows + 1
-        else:
-            steps, first_frame = np.diff(np.vstack([m.last[None, :], x]), axis=0), record.rows
-        record.digest.update(key.encode() + np.ascontiguousarray(x, dtype=np.float32).tobytes())
-        self._runs(m, steps == 0)
-        self._jumps(m, np.abs(np.where(np.isfinite(steps), steps, 0.0)), first_frame)
-        m.lo, m.hi = np.fmin(m.lo, np.fmin.reduce(x, axis=0)), np.fmax(m.hi, np.fmax.reduce(x, axis=0))
-        m.total += np.nansum(x, axis=0)
-        m.last = x[-1].copy()
-
-    @staticmethod
-    def _fresh(x: np.ndarray) -> Motion:
-        d = x.shape[1]
-        zeros = np.zeros(d, dtype=np.int64)
-        return Motion(
-            lo=np.full(d, np.inf),
-            hi=np.full(d, -np.inf),
-            total=np.zeros(d),
-            first=x[0].copy(),
-            last=x[0].copy(),
-            run=zeros.copy(),
-            longest=zeros.copy(),
-            jump=np.zeros(d),
-            jump_at=zeros.copy(),
+    def _motion(self, key: str, x: np.ndarray, seg: Segments, part: dict[str, Any]) -> None:
+        opened = self._open if seg.cont else None
+        width = x.shape[1]
+        out = health_kernel.motion(
+            x,
+            seg.starts,
+            seg.ends,
+            seg.cont,
+            self._last.get(key) if seg.cont else None,
+            opened[f"{key}/run"][0] if opened else np.zeros(width, np.int64),
+            np.atleast_1d(opened[f"{key}/row_run"][0]) if opened else np.zeros(1, np.int64),
+            int(seg.pos[0]),
         )
-
-    @staticmethod
-    def _runs(m: Motion, eq: np.ndarray) -> None:
-        longest, m.run = longest_runs(eq, m.run)
-        m.longest = np.maximum(m.longest, longest)
-        row_longest, row_run = longest_runs(eq.all(axis=1, keepdims=True), np.array([m.row_run]))
-        m.row_longest, m.row_run = max(m.row_longest, int(row_longest[0])), int(row_run[0])
-
-    @staticmethod
-    def _jumps(m: Motion, size: np.ndarray, first_frame: int) -> None:
-        if not len(size):
-            return
-        at = size.argmax(axis=0)
-        best = size[at, np.arange(size.shape[1])]
-        better = best > m.jump
-        m.jump = np.where(better, best, m.jump)
-        m.jump_at = np.where(better, first_frame + at, m.jump_at)
-
-    def _extremes(self, key: str, x: np.ndarray, episode: int, start: int) -> None:
-        finite = np.isfinite(x)
+        self.diff_sq[key] += out["diff_sq"]
+        self.diff_n[key] += out["diff_n"]
         for side, low in ((self.low, True), (self.high, False)):
-            masked = np.where(finite, x, np.inf if low else -np.inf)
-            at = masked.argmin(axis=0) if low else masked.argmax(axis=0)
-            value = masked[at, np.arange(x.shape[1])]
-            count = (x == value).sum(axis=0)
-            old = side.get(key)
-            if old is None:
-                side[key] = Extreme(value, count, np.full(x.shape[1], episode), start + at)
-                continue
-            beyond = value < old.value if low else value > old.value
-            old.count = np.where(beyond, count, old.count + np.where(value == old.value, count, 0))
-            old.episode = np.where(beyond, episode, old.episode)
-            old.frame = np.where(beyond, start + at, old.frame)
-            old.value = np.where(beyond, value, old.value)
+            name = "low" if low else "high"
+            rows = out[f"{name}_row"]
+            self._extreme(
+                side, key, out[name], out[f"{name}_count"], seg.episode_of(rows), seg.pos[rows], low
+            )
+        for name in MOTION:
+            part[f"{key}/{name}"] = out[name]
+        part[f"{key}/jump_at"] = out["jump_at"]
+        self._last[key] = np.asarray(x[-1], dtype=np.float64).copy()
+
+    @staticmethod
+    def _extreme(
+        side: dict[str, Extreme],
+        key: str,
+        value: np.ndarray,
+        count: np.ndarray,
+        episode: Any,
+        frame: Any,
+        low: bool,
+    ) -> None:
+        old = side.get(key)
+        if old is None:
+            side[key] = Extreme(value, count, episode, frame)
+            return
+        beyond = value < old.value if low else value > old.value
+        old.count = np.where(beyond, count, old.count + np.where(value == old.value, count, 0))
+        old.episode = np.where(beyond, episode, old.episode)
+        old.frame = np.where(beyond, frame, old.frame)
+        old.value = np.where(beyond, value, old.value)
+
+    def _hashes(self, data: Mapping[str, np.ndarray], seg: Segments) -> list[dict[str, Any]]:
+        """Per run of the block, one sha1 per feature over its rows' float32 bytes (the content digest
+        exact duplicates are found by); the first run continues the open episode's hashes."""
+        out = []
+        for key, x in data.items():
+            raw = np.ascontiguousarray(x, dtype=np.float32)
+            for i, (s, e) in enumerate(zip(seg.starts.tolist(), seg.ends.tolist(), strict=True)):
+                if len(out) <= i:
+                    out.append(self._open_hash if (i == 0 and seg.cont) else {})
+                out[i].setdefault(key, hashlib.sha1()).update(raw[s:e].tobytes())
+        return out or [{} for _ in range(seg.k)]
+
+    def _close(self, part: dict[str, Any], hashes: list[Any], seg: Segments, cont: bool) -> None:
+        """Merge the block's first run into the open episode if it continues it; every run but the last
+        is then closed (kept if followed), the last one stays open for the next block."""
+        if cont:
+            part = _merge_first(self._open, part)  # type: ignore[arg-type]
+        elif self._open is not None:
+            self._keep(self._open, [self._open_hash])
+        last = seg.k - 1
+        if last > 0:
+            self._keep({k: v[:last] for k, v in part.items()}, hashes[:last])
+        self._open = {k: v[last : last + 1] for k, v in part.items()}
+        self._open_hash = hashes[last]
+
+    def _keep(self, part: dict[str, Any], hashes: list[Any]) -> None:
+        followed = part["index"] % self.stride == 0
+        if not followed.any():
+            return
+        kept = {k: v[followed] for k, v in part.items()}
+        kept["digest"] = np.array([_digest(h) for h, f in zip(hashes, followed, strict=True) if f])
+        self._parts.append(kept)
 
     # ------------------------------------------------------------------------------------ end
     def facts(self) -> dict[str, Any]:
-        """What the stage judges: JSON-able per-episode rows plus the dataset-wide numbers."""
+        """What the stage judges: per-episode columns plus the dataset-wide numbers."""
+        if self._open is not None:
+            self._keep(self._open, [self._open_hash])
+            self._open = None
         return {
             "rows": self.rows,
             "stride": self.stride,
@@ -259,25 +256,85 @@ class HealthScan:
             "diff_std": {k: np.sqrt(self.diff_sq[k] / np.maximum(self.diff_n[k], 1)) for k in self.low},
             "low": {k: vars(v) for k, v in self.low.items()},
             "high": {k: vars(v) for k, v in self.high.items()},
-            "episodes": [_episode_facts(self.episodes[e]) for e in self.order if e in self.episodes],
+            "episodes": _episodes(self._parts),
         }
 
 
-def _episode_facts(record: Episode) -> dict[str, Any]:
-    out = {k: v for k, v in vars(record).items() if k not in ("digest", "motion")}
-    out["digest"] = record.digest.hexdigest()
-    out["motion"] = {
-        key: {
-            "lo": m.lo,
-            "hi": m.hi,
-            "mean": m.total / max(record.rows, 1),
-            "first": m.first,
-            "last": m.last,
-            "longest": m.longest,
-            "row_longest": m.row_longest,
-            "jump": m.jump,
-            "jump_at": m.jump_at,
-        }
-        for key, m in record.motion.items()
-    }
+def _digest(hashes: Mapping[str, Any]) -> str:
+    """One episode's content digest: its features' digests, in feature order."""
+    return hashlib.sha1(
+        "".join(f"{k}:{h.hexdigest()}" for k, h in sorted(hashes.items())).encode()
+    ).hexdigest()
+
+
+def _matrix(values: np.ndarray, n: int) -> np.ndarray:
+    """A block's feature as a C-ordered [n, dim] float32/float64 array (the kernel's two signatures)."""
+    arr = np.asarray(values).reshape(n, -1)
+    return np.ascontiguousarray(arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float64))
+
+
+class Segments:
+    """A block's runs of one episode: where each starts and ends, its id, each row's frame position
+    within its episode, and whether the row before it belongs to the same episode."""
+
+    def __init__(self, ep: np.ndarray, starts: np.ndarray, carried: int, cont: bool):
+        n = len(ep)
+        self.starts, self.ends = starts, np.r_[starts[1:], n]
+        self.lens, self.ids, self.k, self.cont = self.ends - starts, ep[starts], len(starts), cont
+        offset = np.zeros(self.k, dtype=np.int64)
+        offset[0] = carried if cont else 0
+        self.pos = np.arange(n) - np.repeat(starts - offset, self.lens)
+        self.inside = np.ones(n, dtype=bool)
+        self.inside[starts] = False
+        self.inside[0] = cont
+        self._ep = ep
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(
+            values.astype(np.float64 if values.dtype.kind == "f" else np.int64), self.starts
+        )
+
+    def first(self, flags: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(np.where(flags, self.pos, NONE), self.starts)
+
+    def episode_of(self, rows: np.ndarray) -> np.ndarray:
+        return self._ep[rows]
+
+
+def _merge_first(opened: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """The open episode and the block's first run (its continuation) as one entry, in `part`."""
+    out = dict(part)
+    for name, value in part.items():
+        rule = MERGE.get(name) or MOTION.get(name.rsplit("/", 1)[-1])
+        if name not in opened or rule is None or name == "segments":
+            continue
+        merged = COMBINE[rule](opened[name][0], value[0])
+        out[name] = value.copy()
+        out[name][0] = merged
+    for name in [n for n in part if n.endswith("/jump_at")]:
+        key = name[: -len("/jump_at")]
+        better = part[f"{key}/jump"][0] > opened[f"{key}/jump"][0]
+        out[name] = part[name].copy()
+        out[name][0] = np.where(better, part[name][0], opened[name][0])
     return out
+
+
+def _episodes(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kept entries as one column per fact; an episode kept twice (rows not contiguous) merged."""
+    if not parts:
+        return {"index": np.empty(0, dtype=np.int64)}
+    names = set.intersection(*(set(p) for p in parts))
+    table = {k: np.concatenate([p[k] for p in parts]) for k in names}
+    ids, first = np.unique(table["index"], return_index=True)
+    if len(ids) == len(table["index"]):
+        return table
+    merged = {k: v[np.sort(first)].copy() for k, v in table.items()}
+    for row, e in enumerate(merged["index"].tolist()):
+        for later in np.flatnonzero(table["index"] == e)[1:]:
+            for k in merged:
+                rule = MERGE.get(k) or MOTION.get(k.rsplit("/", 1)[-1])
+                if rule in ("add", "min", "max", "last"):
+                    merged[k][row] = COMBINE[rule](merged[k][row], table[k][later])
+            both = (merged["digest"][row] + table["digest"][later]).encode()
+            merged["digest"][row] = hashlib.sha1(both).hexdigest()
+    return merged

@@ -25,7 +25,7 @@ def health_rows(src: Sources) -> list[Check]:
         return []
     facts = src.c.health
     checks = meta.meta_rows(src)
-    if facts.get("episodes"):
+    if facts.get("episodes") and len(facts["episodes"]["index"]):
         checks += timing.time_rows(src, facts) + motion.motion_rows(src, facts)
         checks += episodes.episode_rows(src, facts)
     elif src.c.rows:
@@ -52,7 +52,7 @@ def worst_episodes(checks: list[Check], limit: int) -> list[dict[str, Any]]:
 
 
 def _summary(checks: list[Check], facts: dict[str, Any], limit: int) -> Check:
-    followed = len(facts.get("episodes", []))
+    followed = len(facts["episodes"]["index"])
     seen = len(facts.get("order", []))
     stride = int(facts.get("stride", 1))
     worst = worst_episodes(checks, limit)

@@ -41,9 +41,18 @@ def model_reads(src: Sources) -> set[str]:
     return {k for k, f in src.c.features.items() if k in keys or (f.role in roles and f.role == "state")}
 
 
+def episode_ids(facts: dict[str, Any]) -> list[int]:
+    return [int(e) for e in facts["episodes"]["index"]]
+
+
+def column(facts: dict[str, Any], name: str) -> np.ndarray:
+    """One per-episode fact over the followed episodes (`readers.health`'s columnar episodes)."""
+    return np.asarray(facts["episodes"][name])
+
+
 def per_episode(facts: dict[str, Any], key: str, field: str) -> tuple[list[int], np.ndarray]:
-    """(episode ids, stacked [episodes, dim] values of `motion[key][field]`) over followed episodes."""
-    rows = [e for e in facts["episodes"] if key in e.get("motion", {})]
-    if not rows:
+    """(episode ids, the [episodes, dim] values of `key`'s `field`) over the followed episodes."""
+    name = f"{key}/{field}"
+    if name not in facts["episodes"]:
         return [], np.empty((0, 0))
-    return [int(e["index"]) for e in rows], np.stack([np.asarray(e["motion"][key][field]) for e in rows])
+    return episode_ids(facts), column(facts, name)

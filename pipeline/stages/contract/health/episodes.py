@@ -18,14 +18,14 @@ from pipeline.errors import InputError
 from pipeline.readers.base import read_json
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check
-from pipeline.stages.contract.health.common import ROWS, listed
+from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed
 from pipeline.stages.contract.rows import Sources
 
 HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon")
 
 
 def episode_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
-    lengths = {int(e["index"]): int(e["rows"]) for e in facts["episodes"]}
+    lengths = dict(zip(episode_ids(facts), column(facts, "rows").astype(int).tolist(), strict=True))
     return [
         _short(src, lengths),
         _meta_lengths(src, lengths),
@@ -174,19 +174,19 @@ def _missing(facts: dict[str, Any]) -> Check:
 
 
 def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
-    eps = facts["episodes"]
+    ids = episode_ids(facts)
     exact: dict[str, list[int]] = {}
-    for e in eps:
-        exact.setdefault(e["digest"], []).append(int(e["index"]))
+    for episode, digest in zip(ids, column(facts, "digest").tolist(), strict=True):
+        exact.setdefault(digest, []).append(episode)
     groups = [g for g in exact.values() if len(g) > 1]
     copies = sum(len(g) - 1 for g in groups)
-    share, limit = copies / max(len(eps), 1), src.cfg.health.max_duplicate_share
+    share, limit = copies / max(len(ids), 1), src.cfg.health.max_duplicate_share
     message = (
-        f"{copies} duplicated episode(s) ({share:.1%} of {len(eps)}, limit {limit:.1%}): "
+        f"{copies} duplicated episode(s) ({share:.1%} of {len(ids)}, limit {limit:.1%}): "
         f"{listed([' = '.join(map(str, g)) for g in groups])}; the same frames recorded twice weigh "
         "double in training"
         if groups
-        else f"no two episodes hold the same rows ({len(eps)} content digests)"
+        else f"no two episodes hold the same rows ({len(ids)} content digests)"
     )
     verdict, severity = ("mismatch", "hard" if share > limit else "soft") if groups else ("match", "hard")
     evidence = {
@@ -198,21 +198,28 @@ def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
     rows = [
         ROWS("health.episodes.duplicates", "episode", verdict, message, severity=severity, evidence=evidence)
     ]
-    return rows + [_near(src, eps, {e for g in groups for e in g})]
+    return rows + [_near(src, facts, {e for g in groups for e in g})]
 
 
-def _near(src: Sources, eps: list[dict[str, Any]], exact: set[int]) -> Check:
-    """Episodes whose length, means and first and last rows agree to `near_duplicate` x each dim's std."""
+def _near(src: Sources, facts: dict[str, Any], exact: set[int]) -> Check:
+    """Episodes whose length, means and first and last rows agree to `near_duplicate` x each dim's std:
+    each episode's signature is those numbers on that grid, so equal signatures are found by hashing."""
     tol = src.cfg.health.near_duplicate
-    keys: dict[tuple[Any, ...], list[int]] = {}
-    for e in eps:
-        parts: list[Any] = [int(e["rows"])]
-        for key, m in sorted(e["motion"].items()):
-            std = np.asarray(src.c.recomputed.get(key, {}).get("std", np.ones_like(m["mean"])), dtype=float)
-            scale = np.where(std > 0, std * max(tol, 1e-9), 1.0)
-            for field in ("mean", "first", "last"):
-                parts += np.round(np.asarray(m[field], dtype=float) / scale).astype(np.int64).tolist()
-        keys.setdefault(tuple(parts), []).append(int(e["index"]))
+    rows = column(facts, "rows").astype(np.float64)
+    parts = [rows[:, None]]
+    for key in sorted(facts["diff_std"]):
+        if f"{key}/total" not in facts["episodes"]:
+            continue
+        mean = column(facts, f"{key}/total") / np.maximum(rows, 1)[:, None]
+        std = np.asarray(src.c.recomputed.get(key, {}).get("std", np.ones(mean.shape[1])), dtype=float)
+        scale = np.where(std > 0, std * max(tol, 1e-9), 1.0)
+        parts += [
+            np.round(v / scale) for v in (mean, column(facts, f"{key}/first"), column(facts, f"{key}/last"))
+        ]
+    signature = np.concatenate(parts, axis=1)
+    keys: dict[bytes, list[int]] = {}
+    for episode, row in zip(episode_ids(facts), signature, strict=True):
+        keys.setdefault(row.tobytes(), []).append(episode)
     groups = [g for g in keys.values() if len(g) > 1 and not set(g) <= exact]
     message = (
         f"{len(groups)} group(s) of near-duplicate episodes (length, means, first and last rows within "

@@ -45,7 +45,7 @@ def meta_rows(src: Any) -> list[Check]:
         _columns(data, schema),
         _types(schema),
         _stray(data),
-        *_videos(data, [int(e["index"]) for e in src.c.health.get("episodes", [])]),
+        *_videos(data, [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]),
     ]
 
 

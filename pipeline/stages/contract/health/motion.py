@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 
 from pipeline.records import Check
-from pipeline.stages.contract.health.common import ROWS, dim_names, labels, listed, model_reads, per_episode
+from pipeline.stages.contract.health.common import (
+    ROWS,
+    column,
+    dim_names,
+    labels,
+    listed,
+    model_reads,
+    per_episode,
+)
 from pipeline.stages.contract.rows import Sources
 
 ACTUATED = ("state", "action")  # the robot's own dims: frozen, spiking or pinned ones are the robot's
@@ -176,20 +184,21 @@ def _frozen(src: Sources, facts: dict[str, Any], key: str) -> Check:
     cfg = src.cfg.health
     alive = _range(facts, key) > 0
     found: dict[int, dict[str, Any]] = {}
-    for e in facts["episodes"]:
-        m = e["motion"].get(key)
-        if m is None:
-            continue
-        need = max(cfg.frozen_frames, cfg.frozen_share * int(e["rows"]))
-        longest = np.asarray(m["longest"])
-        dims = np.flatnonzero((longest >= need) & (longest < int(e["rows"]) - 1) & alive)
-        whole = need <= int(m["row_longest"]) < int(e["rows"]) - 1
+    ids, longest_all = per_episode(facts, key, "longest")
+    if not ids:
+        return ROWS(f"health.frozen:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
+    rows, row_longest = column(facts, "rows"), column(facts, f"{key}/row_longest")
+    for i, episode in enumerate(ids):
+        need, length = max(cfg.frozen_frames, cfg.frozen_share * int(rows[i])), int(rows[i])
+        longest = np.asarray(longest_all[i])
+        dims = np.flatnonzero((longest >= need) & (longest < length - 1) & alive)
+        whole = need <= int(row_longest[i]) < length - 1
         if len(dims) or whole:
-            found[int(e["index"])] = {
+            found[episode] = {
                 "dims": [int(d) for d in dims],
                 "steps": int(longest.max()),
                 "all_dims": bool(whole),
-                "rows": int(e["rows"]),
+                "rows": length,
             }
     what = f"unchanged >= max({cfg.frozen_frames}, {cfg.frozen_share:.0%} of the episode) steps"
     names = dim_names(src, key)

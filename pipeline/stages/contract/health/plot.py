@@ -19,18 +19,18 @@ from pipeline.storage import atomic_write_bytes  # noqa: E402
 
 
 def health_plot(path: Path, facts: dict[str, Any], checks: list[Check]) -> Path | None:
-    episodes = facts.get("episodes") or []
-    if not episodes:
+    episodes = facts.get("episodes") or {}
+    if not len(episodes.get("index", ())):
         return None
     flagged: dict[int, int] = {}
     for check in checks:
         if check.category == "health" and check.verdict != "match":
             for episode, count in (check.evidence.get("frames_per_episode") or {}).items():
                 flagged[int(episode)] = flagged.get(int(episode), 0) + int(count)
-    ids = [int(e["index"]) for e in episodes]
+    ids = [int(e) for e in episodes["index"]]
     fig = Figure(figsize=(9, 3.6))
     ax = fig.subplots()
-    ax.bar(range(len(ids)), [int(e["rows"]) for e in episodes], color="#babdb6", label="episode length")
+    ax.bar(range(len(ids)), [int(n) for n in episodes["rows"]], color="#babdb6", label="episode length")
     ax.bar(range(len(ids)), [flagged.get(i, 0) for i in ids], color="#cc0000", label="flagged frames")
     step = max(1, len(ids) // 20)
     ax.set_xticks(range(0, len(ids), step), [str(i) for i in ids[::step]], fontsize=7)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.records import Check
-from pipeline.stages.contract.health.common import ROWS, listed
+from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed
 from pipeline.stages.contract.rows import Sources
 
 
@@ -21,24 +21,30 @@ def time_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
     if "timestamp" not in facts["columns"]:
         message = "no timestamp column in the data: time order, gaps and fps cannot be checked"
         return [ROWS("health.time.order", "timestamp", "unverifiable", message, severity="soft")]
-    eps = facts["episodes"]
     return [
-        _order(eps),
-        _gaps(eps, facts.get("fps"), src.cfg.health.gap_factor),
-        _fps(eps, facts.get("fps"), src.cfg.health.fps_tolerance),
+        _order(facts),
+        _gaps(facts, src.cfg.health.gap_factor),
+        _fps(facts, src.cfg.health.fps_tolerance),
         *_indices(facts),
     ]
 
 
-def _order(eps: list[dict[str, Any]]) -> Check:
-    bad = [e for e in eps if e["backwards"]]
-    if not bad:
+def _flagged(facts: dict[str, Any], name: str) -> dict[int, int]:
+    """{episode: count} for the episodes where the per-episode count `name` is not 0."""
+    ids, counts = episode_ids(facts), column(facts, name)
+    return {ids[i]: int(counts[i]) for i in np.flatnonzero(counts)}
+
+
+def _order(facts: dict[str, Any]) -> Check:
+    back = _flagged(facts, "backwards")
+    if not back:
         return ROWS("health.time.order", "timestamp", "match", "timestamps increase within every episode")
-    where = {int(e["index"]): int(e["first_backwards"]) for e in bad}
+    ids, first = episode_ids(facts), column(facts, "first_backwards")
+    where = {e: int(first[ids.index(e)]) for e in back}
     message = (
-        f"timestamps run backwards inside {len(bad)} episode(s) ({listed(list(where))}): "
-        f"{sum(int(e['backwards']) for e in bad)} step(s) back; the loader's windows by timestamp "
-        "then take other frames than the model asks for"
+        f"timestamps run backwards inside {len(back)} episode(s) ({listed(list(back))}): "
+        f"{sum(back.values())} step(s) back; the loader's windows by timestamp then take other frames "
+        "than the model asks for"
     )
     return ROWS(
         "health.time.order",
@@ -46,51 +52,53 @@ def _order(eps: list[dict[str, Any]]) -> Check:
         "mismatch",
         message,
         expected="strictly increasing within each episode",
-        actual={"episodes": len(bad), "steps_back": sum(int(e["backwards"]) for e in bad)},
-        evidence={
-            "episodes": list(where),
-            "first_backwards_frame": where,
-            "frames_per_episode": {int(e["index"]): int(e["backwards"]) for e in bad},
-        },
+        actual={"episodes": len(back), "steps_back": sum(back.values())},
+        evidence={"episodes": list(back), "first_backwards_frame": where, "frames_per_episode": back},
     )
 
 
-def _gaps(eps: list[dict[str, Any]], fps: float | None, factor: float) -> Check:
-    bad = [e for e in eps if e["gaps"] or e["repeated"]]
-    threshold = f"a step > {factor} / fps" if fps else "no fps in info.json: gaps not counted"
-    if not bad:
+def _gaps(facts: dict[str, Any], factor: float) -> Check:
+    gaps, repeated = _flagged(facts, "gaps"), _flagged(facts, "repeated")
+    threshold = f"a step > {factor} / fps" if facts.get("fps") else "no fps in info.json: gaps not counted"
+    if not gaps and not repeated:
         message = f"no dropped frames ({threshold}) and no repeated timestamps"
         return ROWS("health.time.gaps", "timestamp", "match", message, severity="soft")
-    gaps, repeated = sum(int(e["gaps"]) for e in bad), sum(int(e["repeated"]) for e in bad)
+    counts = {e: gaps.get(e, 0) + repeated.get(e, 0) for e in sorted({*gaps, *repeated})}
     message = (
-        f"{gaps} dropped-frame gap(s) ({threshold}) and {repeated} repeated timestamp(s) in "
-        f"{len(bad)} episode(s): {listed([int(e['index']) for e in bad])}"
+        f"{sum(gaps.values())} dropped-frame gap(s) ({threshold}) and {sum(repeated.values())} repeated "
+        f"timestamp(s) in {len(counts)} episode(s): {listed(list(counts))}"
     )
-    counts = {int(e["index"]): int(e["gaps"]) + int(e["repeated"]) for e in bad}
     return ROWS(
         "health.time.gaps",
         "timestamp",
         "mismatch",
         message,
         severity="soft",
-        actual={"gaps": gaps, "repeated": repeated},
+        actual={"gaps": sum(gaps.values()), "repeated": sum(repeated.values())},
         evidence={"episodes": list(counts), "frames_per_episode": counts, "gap_factor": factor},
     )
 
 
-def _fps(eps: list[dict[str, Any]], fps: float | None, tolerance: float) -> Check:
-    rates = {int(e["index"]): e["dt_n"] / e["dt_sum"] for e in eps if e["dt_n"] and e["dt_sum"] > 0}
-    implied = list(rates.values())
-    if not implied or not fps:
+def _fps(facts: dict[str, Any], tolerance: float) -> Check:
+    fps, n, total = facts.get("fps"), column(facts, "dt_n"), column(facts, "dt_sum")
+    ok_rows = (n > 0) & (total > 0)
+    rates = dict(
+        zip(
+            np.asarray(episode_ids(facts))[ok_rows].tolist(),
+            (n[ok_rows] / total[ok_rows]).tolist(),
+            strict=True,
+        )
+    )
+    if not rates or not fps:
         why = "no fps in meta/info.json" if not fps else "no episode has two increasing timestamps"
         return ROWS(
             "health.time.fps", "fps", "unverifiable", f"fps cannot be compared: {why}", severity="soft"
         )
-    median = float(np.median(implied))
+    median = float(np.median(list(rates.values())))
     off = [e for e, f in rates.items() if abs(f / fps - 1) > tolerance]
     ok = abs(median / fps - 1) <= tolerance
     message = (
-        f"the timestamps imply {median:.4g} fps (median over {len(implied)} episodes) against "
+        f"the timestamps imply {median:.4g} fps (median over {len(rates)} episodes) against "
         f"info.json's {fps:g} (tolerance {tolerance:.0%})"
         + ("" if ok else ": the loader's windows by timestamp take frames at the wrong spacing")
     )
@@ -108,19 +116,17 @@ def _fps(eps: list[dict[str, Any]], fps: float | None, tolerance: float) -> Chec
 def _indices(facts: dict[str, Any]) -> list[Check]:
     out = []
     if "frame_index" in facts["columns"]:
-        bad = [e for e in facts["episodes"] if e["frame_bad"]]
+        counts = _flagged(facts, "frame_bad")
         message = (
-            f"frame_index is not 0, 1, 2, ... in {len(bad)} episode(s): "
-            f"{listed([int(e['index']) for e in bad])}"
-            if bad
+            f"frame_index is not 0, 1, 2, ... in {len(counts)} episode(s): {listed(list(counts))}"
+            if counts
             else "frame_index counts 0, 1, 2, ... in every episode"
         )
-        counts = {int(e["index"]): int(e["frame_bad"]) for e in bad}
         out.append(
             ROWS(
                 "health.time.frame_index",
                 "frame_index",
-                "mismatch" if bad else "match",
+                "mismatch" if counts else "match",
                 message,
                 severity="soft",
                 evidence={"episodes": list(counts), "frames_per_episode": counts},

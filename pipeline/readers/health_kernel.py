@@ -1,0 +1,200 @@
+"""One pass over a block for the health facts of one vector feature, per run of one episode.
+
+Why a kernel: in numpy each fact (ranges, sums, constant runs, largest steps, the dataset's extremes and
+step spread) is its own pass over a [n, dim] block plus float64 temporaries as large as it: measured 3-4x
+the whole stats pass (bench_stats). Compiled with numba (as `sketch_kernel` is, optional, cached), it is
+one loop over the block in its stored layout. Without numba, `motion_numpy` computes the same arrays.
+
+Inputs: `x` [n, dim] (float32 or float64), the block's runs `starts`/`ends`, whether the first run
+continues the episode the previous block ended in (`cont`, with that episode's last row and open runs),
+and `pos0`, the frame position of the block's first row within its episode. Outputs, per run k:
+lo, hi, total (finite values), first, last, longest/run (constant runs per dim), row_longest/row_run
+(every dim unchanged), jump/jump_at (largest |step| and the frame it lands on); and for the whole block:
+sum of squared finite steps and their count per dim, and the min and max per dim with how many rows sit
+on them and the first row holding them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pipeline.readers import sketch_kernel
+
+_COMPILED: list[Callable[..., None]] = []
+
+
+def allocate(k: int, dim: int) -> dict[str, np.ndarray]:
+    """The output arrays for k runs of a dim-wide feature."""
+    f, i = np.float64, np.int64
+    return {
+        "lo": np.full((k, dim), np.inf),
+        "hi": np.full((k, dim), -np.inf),
+        "total": np.zeros((k, dim)),
+        "first": np.zeros((k, dim)),
+        "last": np.zeros((k, dim)),
+        "longest": np.zeros((k, dim), i),
+        "run": np.zeros((k, dim), i),
+        "row_longest": np.zeros(k, i),
+        "row_run": np.zeros(k, i),
+        "jump": np.zeros((k, dim), f),
+        "jump_at": np.zeros((k, dim), i),
+        "diff_sq": np.zeros(dim),
+        "diff_n": np.zeros(dim, i),
+        "low": np.full(dim, np.inf),
+        "low_count": np.zeros(dim, i),
+        "low_row": np.zeros(dim, i),
+        "high": np.full(dim, -np.inf),
+        "high_count": np.zeros(dim, i),
+        "high_row": np.zeros(dim, i),
+    }
+
+
+def _motion_loop(
+    x,
+    starts,
+    ends,
+    cont,
+    carry,
+    carry_run,
+    carry_row_run,
+    pos0,  # type: ignore[no-untyped-def]
+    lo,
+    hi,
+    total,
+    first,
+    last,
+    longest,
+    run,
+    row_longest,
+    row_run,
+    jump,
+    jump_at,
+    diff_sq,
+    diff_n,
+    low,
+    low_count,
+    low_row,
+    high,
+    high_count,
+    high_row,
+):
+    dim = x.shape[1]
+    cur = np.zeros(dim, np.int64)
+    for k in range(starts.shape[0]):
+        s, e = starts[k], ends[k]
+        linked = k == 0 and cont
+        row_cur = carry_row_run[0] if linked else 0
+        for d in range(dim):
+            cur[d] = carry_run[d] if linked else 0
+            first[k, d] = x[s, d]
+            last[k, d] = x[e - 1, d]
+        for i in range(s, e):
+            has_prev = i > s or linked
+            pos = i - s + (pos0 if k == 0 else 0)
+            all_same = has_prev
+            for d in range(dim):
+                v = x[i, d]
+                if v == v and abs(v) != np.inf:
+                    total[k, d] += v
+                    if v < lo[k, d]:
+                        lo[k, d] = v
+                    if v > hi[k, d]:
+                        hi[k, d] = v
+                    if v < low[d]:
+                        low[d], low_count[d], low_row[d] = v, 1, i
+                    elif v == low[d]:
+                        low_count[d] += 1
+                    if v > high[d]:
+                        high[d], high_count[d], high_row[d] = v, 1, i
+                    elif v == high[d]:
+                        high_count[d] += 1
+                same = False
+                if has_prev:
+                    prev = x[i - 1, d] if i > s else carry[d]
+                    step = v - prev
+                    if step == step and abs(step) != np.inf:
+                        diff_sq[d] += step * step
+                        diff_n[d] += 1
+                        if abs(step) > jump[k, d]:
+                            jump[k, d], jump_at[k, d] = abs(step), pos
+                    same = step == 0
+                cur[d] = cur[d] + 1 if same else 0
+                if cur[d] > longest[k, d]:
+                    longest[k, d] = cur[d]
+                all_same = all_same and same
+            row_cur = row_cur + 1 if all_same else 0
+            if row_cur > row_longest[k]:
+                row_longest[k] = row_cur
+        for d in range(dim):
+            run[k, d] = cur[d]
+        row_run[k] = row_cur
+
+
+def motion_numpy(x, starts, ends, cont, carry, carry_run, carry_row_run, pos0, out):  # type: ignore[no-untyped-def]
+    """The same arrays as the compiled loop, from whole-block numpy operations (the fallback)."""
+    from pipeline.readers.health import runs  # the one run-length formulation
+
+    n = x.shape[0]
+    lens = ends - starts
+    inside = np.ones(n, dtype=bool)
+    inside[starts] = False
+    inside[0] = cont
+    prev = np.vstack([carry[None, :].astype(x.dtype) if cont else x[:1], x[:-1]])
+    steps = (x - prev).astype(np.float64)
+    finite_steps = np.isfinite(steps) & inside[:, None]
+    finite = np.isfinite(x)
+    offset = np.zeros(len(starts), dtype=np.int64)
+    offset[0] = pos0
+    pos = np.arange(n) - np.repeat(starts - offset, lens)
+    eq = (steps == 0) & inside[:, None]
+    run = runs(eq, carry_run if cont else np.zeros(x.shape[1], np.int64))
+    row = runs(eq.all(axis=1, keepdims=True), carry_row_run if cont else np.zeros(1, np.int64))
+    size = np.where(finite_steps, np.abs(steps), 0.0)
+    jump = np.maximum.reduceat(size, starts, axis=0)
+    hit = (size == np.repeat(jump, lens, axis=0)) & (size > 0)
+    at = np.minimum.reduceat(np.where(hit, pos[:, None], np.iinfo(np.int64).max), starts, axis=0)
+    values = np.where(finite, x, np.nan).astype(np.float64)
+    out.update(
+        lo=np.fmin.reduceat(np.where(finite, values, np.inf), starts, axis=0),
+        hi=np.fmax.reduceat(np.where(finite, values, -np.inf), starts, axis=0),
+        total=np.add.reduceat(np.where(finite, values, 0.0), starts, axis=0),
+        first=x[starts].astype(np.float64),
+        last=x[ends - 1].astype(np.float64),
+        longest=np.maximum.reduceat(run, starts, axis=0),
+        run=run[ends - 1],
+        row_longest=np.maximum.reduceat(row, starts, axis=0)[:, 0],
+        row_run=row[ends - 1, 0],
+        jump=jump,
+        jump_at=np.where(jump > 0, at, 0),
+        diff_sq=np.where(finite_steps, steps, 0.0).__pow__(2).sum(axis=0),
+        diff_n=finite_steps.sum(axis=0),
+    )
+    for side, low in (("low", True), ("high", False)):
+        masked = np.where(finite, values, np.inf if low else -np.inf)
+        where = masked.argmin(axis=0) if low else masked.argmax(axis=0)
+        value = masked[where, np.arange(x.shape[1])]
+        out[side], out[f"{side}_count"], out[f"{side}_row"] = value, (values == value).sum(axis=0), where
+
+
+def motion(x, starts, ends, cont, carry, carry_run, carry_row_run, pos0) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """The per-run and per-block arrays for one feature of one block (numba where installed)."""
+    out = allocate(len(starts), x.shape[1])
+    carry = np.zeros(x.shape[1]) if carry is None else np.asarray(carry, dtype=np.float64)
+    if not sketch_kernel.HAVE_NUMBA:
+        motion_numpy(x, starts, ends, cont, carry, carry_run, carry_row_run, pos0, out)
+        return out
+    _kernel()(x, starts, ends, cont, carry, carry_run, carry_row_run, pos0, *out.values())
+    return out
+
+
+def _kernel() -> Callable[..., None]:
+    if not _COMPILED:
+        import numba
+
+        try:
+            _COMPILED.append(numba.njit(cache=True, nogil=True)(_motion_loop))
+        except RuntimeError:  # read-only install and home
+            _COMPILED.append(numba.njit(nogil=True)(_motion_loop))
+    return _COMPILED[0]

@@ -1,0 +1,65 @@
+"""The health facts of one pass do not depend on where the blocks are cut or on which kernel ran: an
+episode cut by a block boundary carries its last row, timestamp and open runs into the next block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.readers import health_kernel, sketch_kernel
+from pipeline.readers.health import HealthScan
+from pipeline.readers.lerobot_data import LeRobotData
+from tests.stages.contract.health_faults import DATASETS
+
+COLUMNS = ["observation.state", "action", "episode_index", "timestamp", "frame_index", "index"]
+pytestmark = pytest.mark.skipif(not DATASETS["v3.0"].is_dir(), reason=f"{DATASETS['v3.0']} not found")
+
+
+def facts(cols: dict[str, np.ndarray], cuts: list[int]) -> dict:
+    scan = HealthScan({"observation.state": 6, "action": 6}, fps=30.0)
+    edges = [0, *cuts, len(cols["index"])]
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        scan.observe({k: v[a:b] for k, v in cols.items()})
+    return scan.facts()
+
+
+def same(a: dict, b: dict) -> None:
+    assert a["rows"] == b["rows"] and a["order"] == b["order"] and a["index_breaks"] == b["index_breaks"]
+    for key in a["diff_std"]:
+        np.testing.assert_allclose(a["diff_std"][key], b["diff_std"][key], rtol=1e-5)
+        for side in ("low", "high"):
+            for field in ("value", "count", "episode", "frame"):
+                np.testing.assert_allclose(a[side][key][field], b[side][key][field])
+    assert set(a["episodes"]) == set(b["episodes"])
+    for name, column in a["episodes"].items():
+        if column.dtype.kind in "fi":
+            np.testing.assert_allclose(column, b["episodes"][name], rtol=1e-5, err_msg=name)
+        else:
+            assert column.tolist() == b["episodes"][name].tolist(), name
+
+
+@pytest.fixture(scope="module")
+def columns() -> dict[str, np.ndarray]:
+    cols = LeRobotData(DATASETS["v3.0"]).frames(COLUMNS)
+    cols["action"][400:460] = cols["action"][400]  # a frozen stretch across a cut
+    cols["timestamp"][500] -= 1.0  # time running back right after a cut
+    return cols
+
+
+def test_cut_blocks_give_the_facts_of_one_block(columns: dict[str, np.ndarray]) -> None:
+    whole = facts(columns, [])
+    cut = facts(columns, [1, 137, 373, 374, 430, 500, 1000, 1491])
+    same(whole, cut)
+    assert whole["episodes"]["backwards"].tolist() == [0, 1, 0, 0]
+
+
+def test_numpy_fallback_gives_the_numba_kernels_facts(
+    columns: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not sketch_kernel.AVAILABLE:
+        pytest.skip("numba not installed: only the numpy kernel runs")
+    compiled = facts(columns, [137, 430])
+    monkeypatch.setattr(sketch_kernel, "HAVE_NUMBA", False)
+    fallback = facts(columns, [137, 430])
+    same(compiled, fallback)
+    assert health_kernel._COMPILED  # the first run really was the compiled loop
