@@ -11,6 +11,7 @@ per-dim counters, whatever the dataset size. The format readers import this modu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -82,8 +83,6 @@ class Scan:
         """Side channel on pass 1: counts and the capped dynamics sample (cheap, bounded)."""
         n = next((len(v) for k, v in block.items() if k in self.dims), 0)
         self.rows += n
-        if self.health is not None:
-            self.health.observe(block)
         episode = block.get("episode_index")
         if episode is not None and len(episode):
             episode = np.asarray(episode).reshape(-1)
@@ -100,25 +99,36 @@ class Scan:
             self._dyn_rows += take
 
     def run(self, blocks: Blocks) -> dict[str, dict[str, np.ndarray]]:
+        """The stats passes; on the first, each block also feeds the counts, the dynamics sample and (in a
+        worker thread, beside the stats reduction of the same block, one block at a time and in order)
+        the health facts, whose kernel and hashing release the GIL."""
         first = [True]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending: list[Future[None]] = []
 
-        def tapped() -> Iterator[Mapping[str, np.ndarray]]:
-            for block in blocks():
-                if first[0]:
-                    self.observe(block)
-                if self.options.progress is not None:
-                    self.options.progress(next((len(v) for k, v in block.items() if k in self.dims), 0))
-                yield block
-                del block  # not held while the next block is decoded
-            first[0] = False
+            def tapped() -> Iterator[Mapping[str, np.ndarray]]:
+                for block in blocks():
+                    if first[0]:
+                        self.observe(block)
+                        if self.health is not None:
+                            for done in pending:
+                                done.result()
+                            pending[:] = [pool.submit(self.health.observe, block)]
+                    if self.options.progress is not None:
+                        self.options.progress(next((len(v) for k, v in block.items() if k in self.dims), 0))
+                    yield block
+                    del block  # not held while the next block is decoded
+                for done in pending:
+                    done.result()
+                first[0] = False
 
-        return compute_stats(
-            tapped,
-            self.dims,
-            rank_error=self.options.rank_error,
-            quantiles=QUANTILES,
-            keep=self.sketches,
-        )
+            return compute_stats(
+                tapped,
+                self.dims,
+                rank_error=self.options.rank_error,
+                quantiles=QUANTILES,
+                keep=self.sketches,
+            )
 
     def dynamics(self) -> dict[str, np.ndarray]:
         if not self._dyn["state"]:
