@@ -285,8 +285,7 @@ def _write_bytes(tmp: Path, data: tensorfile.Layout) -> str:
     through a fresh descriptor (what is checked, and why that suffices: `tensorfile`'s doc)."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        sha = tensorfile.write_hashed(fd, data.head, data.pieces)
-        os.fsync(fd)
+        sha = tensorfile.write_hashed(fd, data.head, data.pieces)  # fsyncs too
     finally:
         os.close(fd)
     tensorfile.verify_written(tmp, data)

@@ -10,8 +10,8 @@ are byte-compatible with the library's readers (tested against `safetensors.*.lo
 What a save verifies, and why that is enough (`write_hashed` + `verify_written`):
 - the sha256 is computed from the very memoryviews handed to `os.write`, chunk by chunk, so it is the
   hash of the bytes the kernel accepted (every short write is resumed; a failed one raises);
-- fsync returned without error: since Linux 4.13 a write-back failure of any of those pages is
-  reported there (EIO/ENOSPC), so the kernel vouches that stable storage holds them;
+- fsync (run while the hash finishes) returned without error: since Linux 4.13 a write-back failure
+  of any of those pages is reported there (EIO/ENOSPC), so the kernel vouches that storage holds them;
 - after fsync, a fresh descriptor re-reads the file: its size must be the layout's exact size, and
   the whole header plus the first and last 4 KiB of every tensor must equal the memory that was
   hashed. That catches a truncated or misplaced write, a wrong offset in the header, pieces out of
@@ -24,8 +24,6 @@ measured 0.5-0.8x of a whole `save_file` on tmpfs -- more than the rest of the s
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import json
@@ -117,11 +115,10 @@ def layout(tensors: Mapping[str, Any]) -> Layout:
     return Layout(head, pieces, len(head) + offset, alive, list(tensors))
 
 
-def write_hashed(fd: int, head: bytes, pieces: list[memoryview]) -> str:
-    """Write header and pieces to `fd` while a thread hashes the same chunks; returns the sha256.
-
-    Each chunk's write-back to the device is started as soon as it is written (`sync_file_range`), so
-    on a disk the I/O runs while the next chunks are hashed and the closing fsync has little left."""
+def write_hashed(fd: int, head: bytes, pieces: list[memoryview], *, fsync: bool = True) -> str:
+    """Write header and pieces to `fd` while a thread hashes the same chunks, then fsync `fd` while that
+    thread finishes its backlog (on a disk the device's write-back overlaps the hash's last chunks
+    instead of following them); returns the sha256."""
     sha = hashlib.sha256()
     chunks: queue.SimpleQueue[memoryview | bytes | None] = queue.SimpleQueue()
 
@@ -131,43 +128,18 @@ def write_hashed(fd: int, head: bytes, pieces: list[memoryview]) -> str:
 
     thread = threading.Thread(target=hasher, name="checkpoint-sha256", daemon=True)
     thread.start()
-    written = 0
     try:
         for piece in [memoryview(head), *pieces]:
             for start in range(0, len(piece), CHUNK):
                 chunk = piece[start : start + CHUNK]
                 chunks.put(chunk)
                 _write_all(fd, chunk)
-                _start_writeback(fd, written, len(chunk))
-                written += len(chunk)
+        if fsync:
+            os.fsync(fd)
     finally:
         chunks.put(None)
         thread.join()
     return sha.hexdigest()
-
-
-def _libc() -> Any:
-    """libc for `sync_file_range` (Linux only; None elsewhere, then fsync alone does the work)."""
-    name = ctypes.util.find_library("c")
-    try:
-        lib = ctypes.CDLL(name, use_errno=True) if name else None
-        call = lib.sync_file_range if lib is not None else None
-    except (OSError, AttributeError):
-        return None
-    if call is not None:
-        call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return call
-
-
-_SYNC_FILE_RANGE = _libc()
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """Ask the kernel to start writing this range to the device now (asynchronous; best effort: the
-    fsync that follows is what guarantees durability and reports errors)."""
-    if _SYNC_FILE_RANGE is not None and length:
-        _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 def verify_written(path: Path, data: Layout) -> None:

@@ -62,7 +62,6 @@ def _written(path, tensors):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         sha = tensorfile.write_hashed(fd, data.head, data.pieces)
-        os.fsync(fd)
     finally:
         os.close(fd)
     return data, sha
