@@ -1,22 +1,22 @@
 """The atomic, verified checkpoint save against a plain safetensors save of the same tensors, same run.
 
-    python benchmarks/bench_checkpoint.py [--mib 256] [--repeats 5] [--disk DIR] [--json OUT]
+    python benchmarks/bench_checkpoint.py [--mib 256] [--repeats 7] [--disk DIR] [--json OUT]
 
-Variants, interleaved `repeats` times per location, medians compared:
+Variants, interleaved `repeats` times per location (order rotated each time), medians compared:
   plain        safetensors.torch.save_file(tensors, path)              (what a training loop does)
   plain+fsync  the same, then fsync of the file and of its folder       (the durable plain save)
   library      pipeline.storage.save_checkpoint(tensors, metadata, primary=...): preflight (statvfs +
                quota probe), temp file, write while a thread computes sha256, fsync, re-read check of
                size, header and each tensor's ends, rename, folder fsync, JSON sidecar, manifest line
-  sha256 alone hashlib.sha256 over the same bytes (the floor of any save that records a sha256)
+  sha256 alone hashlib.sha256 over the same bytes (CPU that every save recording a sha256 pays)
 Locations: a tmpfs (mounted here when root, else /dev/shm) and a disk folder (default: beside the repo).
 Prints one JSON line: per location the median seconds, bytes/s and CPU seconds (all threads) of each
 variant, and the ratios library/plain and library/(plain+fsync) of the medians.
 
 Reading the numbers: the library does the write and the sha256 on two threads, so its wall time is about
 max(write, hash) when a second core is free and their sum when it is not. `cores_free` (two sha256
-threads against one, measured at the start) says which case this run had; the CPU-second ratio is the
-part of the cost that no scheduling changes.
+threads against one, measured before and after the repeats) says which case this run had; the CPU-second
+ratio is the part of the cost that no scheduling changes.
 """
 
 from __future__ import annotations
@@ -118,14 +118,16 @@ def measure(folder: Path, state: dict[str, torch.Tensor], repeats: int) -> dict[
         fn()  # warm-up: page cache, first-time imports, the manifest's init line
     data = (folder / "plain.safetensors").read_bytes()
     variants["sha256 alone"] = lambda: hashlib.sha256(data).hexdigest()
-    free = cores_free(data)
+    free = [cores_free(data)]
     wall: dict[str, list[float]] = {k: [] for k in variants}
     cpu: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeats):
-        for key, fn in variants.items():
-            w, c = timed(fn)
+    order = list(variants)
+    for rep in range(repeats):
+        for key in order[rep % len(order) :] + order[: rep % len(order)]:  # rotated: no variant always
+            w, c = timed(variants[key])  # runs right after the same neighbour
             wall[key].append(w)
             cpu[key].append(c)
+    free.append(cores_free(data))
     med = {k: statistics.median(v) for k, v in wall.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     return {
@@ -145,7 +147,7 @@ def measure(folder: Path, state: dict[str, torch.Tensor], repeats: int) -> dict[
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--disk", type=Path, default=Path(__file__).resolve().parents[1] / ".bench-ckpt")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
