@@ -3,7 +3,8 @@
 `save_checkpoint(tensors, metadata, primary=..., fallbacks=[...])` writes safetensors (torch tensors or
 numpy arrays; or a caller's writer function) plus a small JSON sidecar (metadata, sha256 and size of the
 tensor file). Each location is tried in turn: a preflight (free space and quota against the exact size
-plus a margin), then a temp file in the target folder, fsync, rename, fsync of the folder. On ENOSPC,
+plus a margin), then a temp file in the target folder hashed while written, fsync, a re-read check
+(what is checked and why: `tensorfile`), rename, fsync of the folder. On ENOSPC,
 EDQUOT, a read-only or unwritable folder, or a failed preflight, the partial file is removed and the
 next location is tried; never silently: the manifest beside the primary and the one in the fallback
 folder record it, and the notify hook reports it. A process killed mid-save leaves only a temp file
