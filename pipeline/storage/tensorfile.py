@@ -9,7 +9,8 @@ are byte-compatible with the library's readers (tested against `safetensors.*.lo
 
 What a save verifies, and why that is enough (`write_hashed` + `verify_written`):
 - the sha256 is computed from the very memoryviews handed to `os.write`, chunk by chunk, so it is the
-  hash of the bytes the kernel accepted (every short write is resumed; a failed one raises);
+  hash of the bytes the kernel accepted (every short write is resumed; a failed one raises) as long
+  as the tensors hold still during the save: the hasher and the writer read each chunk moments apart;
 - fsync (run while the hash finishes) returned without error: since Linux 4.13 a write-back failure
   of any of those pages is reported there (EIO/ENOSPC), so the kernel vouches that storage holds them;
 - after fsync, a fresh descriptor re-reads the file: its size must be the layout's exact size, and
@@ -39,7 +40,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 
-CHUNK = 8 * 2**20  # hashed and written while still in the CPU cache of the other thread
+CHUNK = 8 * 2**20  # the unit handed to the writer and the hasher (32 MiB and 2 MiB timed alike)
 SAMPLE = 4096  # bytes re-read at each end of every tensor
 NUMPY_CODES = {
     "float64": "F64",
@@ -160,7 +161,7 @@ def verify_written(path: Path, data: Layout) -> None:
         for at, meant, what in spots:
             got, want = os.pread(fd, len(meant), at), bytes(meant)
             if got != want:
-                first = next(i for i, (x, y) in enumerate(zip(got, want, strict=True)) if x != y)
+                first = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), len(got))
                 raise _mismatch(path, f"differs from memory at byte {at + first} ({what})")
     finally:
         os.close(fd)
