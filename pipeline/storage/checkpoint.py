@@ -3,7 +3,8 @@
 `save_checkpoint(tensors, metadata, primary=..., fallbacks=[...])` writes safetensors (torch tensors or
 numpy arrays; or a caller's writer function) plus a small JSON sidecar (metadata, sha256 and size of the
 tensor file). Each location is tried in turn: a preflight (free space and quota against the exact size
-plus a margin), then a temp file in the target folder, fsync, rename, fsync of the folder. On ENOSPC,
+plus a margin), then a temp file in the target folder hashed while written, fsync, a re-read check
+(what is checked and why: `tensorfile`), rename, fsync of the folder. On ENOSPC,
 EDQUOT, a read-only or unwritable folder, or a failed preflight, the partial file is removed and the
 next location is tried; never silently: the manifest beside the primary and the one in the fallback
 folder record it, and the notify hook reports it. A process killed mid-save leaves only a temp file
@@ -85,7 +86,7 @@ def save_checkpoint(
     folders = [primary] + [fallback_dir(f, primary) for f in given]
     name = _name(name, metadata)
     data = tensorfile.layout(tensors) if writer is None else None  # no copy: each tensor's own memory
-    size = data[2] if data is not None else _expected(expected_bytes, tensors, primary)
+    size = data.size if data is not None else _expected(expected_bytes, tensors, primary)
     _record_init(primary, [str(f) for f in folders[1:]])
     attempts: list[Attempt] = []
     for folder in folders:
@@ -260,9 +261,7 @@ def _mirror(primary: Path, event: dict[str, Any]) -> None:
         )
 
 
-def _write(
-    final: Path, data: tuple[bytes, list[memoryview], int, list[Any]] | None, writer: Writer | None
-) -> tuple[str, int]:
+def _write(final: Path, data: tensorfile.Layout | None, writer: Writer | None) -> tuple[str, int]:
     """Temp file in the target folder, fsync, rename; returns (sha256, size)."""
     tmp = final.with_name(f".{final.name}.{os.getpid()}.{time.time_ns()}.tmp")
     try:
@@ -282,14 +281,15 @@ def _write(
     return sha, size
 
 
-def _write_bytes(tmp: Path, data: tuple[bytes, list[memoryview], int, list[Any]]) -> str:
-    """Stream the safetensors layout into a new temp file, hashed on the way, then fsync it."""
+def _write_bytes(tmp: Path, data: tensorfile.Layout) -> str:
+    """Stream the safetensors layout into a new temp file, hashed on the way, fsync it, then check it
+    through a fresh descriptor (what is checked, and why that suffices: `tensorfile`'s doc)."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        sha = tensorfile.write_hashed(fd, data[0], data[1])
-        os.fsync(fd)
+        sha = tensorfile.write_hashed(fd, data.head, data.pieces)  # fsyncs too
     finally:
         os.close(fd)
+    tensorfile.verify_written(tmp, data)
     return sha
 
 

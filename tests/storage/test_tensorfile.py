@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from safetensors.torch import load_file as load_torch
 
 from pipeline.errors import InputError
 from pipeline.readers.base import safetensors_header
-from pipeline.storage import save_checkpoint
+from pipeline.storage import latest_checkpoint, save_checkpoint, tensorfile
 
 
 def test_torch_dtypes_shapes_and_layouts_round_trip(tmp_path):
@@ -52,3 +54,54 @@ def test_unstorable_values_are_named(tmp_path):
     with pytest.raises(InputError, match="no tensors to save"):
         save_checkpoint({}, primary=tmp_path)
     assert not list(tmp_path.glob("*.safetensors"))
+
+
+def _written(path, tensors):
+    """A real file written the way a save writes it (hashed while written, fsynced), and its layout."""
+    data = tensorfile.layout(tensors)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        sha = tensorfile.write_hashed(fd, data.head, data.pieces)
+    finally:
+        os.close(fd)
+    return data, sha
+
+
+def test_verification_catches_a_file_changed_after_writing(tmp_path):
+    tensors = {"a": torch.arange(5000, dtype=torch.float32), "b": torch.ones(3, 3, dtype=torch.int64)}
+    path = tmp_path / "x.safetensors"
+    data, sha = _written(path, tensors)
+    tensorfile.verify_written(path, data)  # the untouched file passes, and its hash is the file's
+    assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
+    b_start = len(data.head) + data.pieces[0].nbytes
+    for at, what in [(20, "the header"), (b_start, "tensor 'b'"), (path.stat().st_size - 1, "tensor 'b'")]:
+        original = path.read_bytes()
+        fd = os.open(path, os.O_WRONLY)
+        os.pwrite(fd, bytes([original[at] ^ 0xFF]), at)  # one flipped byte, as a bad write would leave
+        os.close(fd)
+        with pytest.raises(OSError, match=f"at byte {at} \\({what}\\)") as caught:
+            tensorfile.verify_written(path, data)
+        assert caught.value.errno == errno.EIO and caught.value.filename == str(path)
+        path.write_bytes(original)
+    os.truncate(path, data.size - 8)
+    with pytest.raises(OSError, match=f"is {data.size - 8} bytes, the layout says {data.size}"):
+        tensorfile.verify_written(path, data)
+
+
+def test_a_tensor_changed_during_the_save_fails_it_and_keeps_the_previous(tmp_path, monkeypatch):
+    weights = torch.zeros(20000)
+    first = save_checkpoint({"w": weights}, {"step": 1}, primary=tmp_path)
+    real_write = tensorfile.write_hashed
+
+    def training_step_meanwhile(fd, head, pieces):
+        # a concurrent optimizer step cannot be timed in a test, so it runs right after the write
+        sha = real_write(fd, head, pieces)
+        weights.add_(1.0)
+        return sha
+
+    monkeypatch.setattr(tensorfile, "write_hashed", training_step_meanwhile)
+    with pytest.raises(OSError, match="tensor 'w'.*tensor changed while it was being saved"):
+        save_checkpoint({"w": weights}, {"step": 2}, primary=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.safetensors")) == [first.path.name]
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert latest_checkpoint(tmp_path).name == first.name
