@@ -75,6 +75,9 @@ class HiresCache:
     meta: str = "vla_b{budget:04d}_meta.npz"
     budgets: list[int] = field(default_factory=list)  # empty: the largest budget only
     sample: int | None = None  # frames re-rendered per budget; None: sized from max_mismatch_rate
+    # order from content: a downsampled frame farther than this (mean |diff|) from its base row is out of
+    # order even when no neighbour is closer (e.g. a frame of another episode)
+    content_max_mean: float = 8.0
 
 
 @dataclass
