@@ -6,7 +6,9 @@ in; this looks at the pixels. No rendering: frames are read from the memory-mapp
 box-downsampled to 64 px is not the 64 px render (another rasterisation), so the test is relative: frame
 j is out of order when another row k of the same episode is closer than row j by more than
 `ORDER_MARGIN` grey levels of mean |diff|; or when it is far from every candidate (`content_max_mean`),
-e.g. a frame of another episode.
+e.g. a frame of another episode. Measured on the demo's 16 rows (224 px renders area-downsampled vs the
+64 px renders): 1.63-1.85 to its own row; two neighbours swapped: 2.9 to its own row, 1.8 to the other;
+another episode's row: 6.7.
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ def hires_order_row(
     """Same rows, actions, traj ids and goals as the base cache (metadata), and the same order judged
     from the pixels: each sampled frame, downsampled, looks most like the base cache's frame of its row."""
     size, content = at
-    limit = next((h.content_max_mean for h in cfg.hires if h.size == size), 8.0)
+    limit = next((h.content_max_mean for h in cfg.hires if h.size == size), 4.0)
     moved = out_of_order(content, limit)
     ok = info["rows_match"] and info["actions_identical"] and info["traj_ids_identical"]
     ok = ok and info.get("goals_identical") is not False and not moved

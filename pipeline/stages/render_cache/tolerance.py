@@ -10,8 +10,8 @@ two. A frame therefore matches within tolerance when three things hold at once:
 - the PSNR is at least `psnr_db` (catches a fault hiding under the first two on a flat frame).
 
 The synthetic driver-noise model the defaults were calibrated on (+/-2 levels on 3 % of the pixels) gives
-max 2, 3 % differing and ~52 dB: inside every bound with room; the smallest planted fault (a +20 lighting
-offset) gives max 20 and ~22 dB: outside every one.
+max 2, 3.2 % differing and 57 dB: inside every bound with room; the smallest planted fault (a +20 lighting
+offset) gives max 20, 100 % differing and 22 dB: outside every one.
 """
 
 from __future__ import annotations
