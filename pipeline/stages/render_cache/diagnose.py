@@ -10,7 +10,7 @@ frame within tolerance is named, and the numbers of every one tried go in the ro
 
 Only the first `diagnosis.frames` mismatching frames of a budget are diagnosed (in row order, so the
 first N of a sharded run's merge are the unsharded run's first N); the cheap transforms come before the
-renders, so a BGR or lighting fault costs no render at all.
+renders, so a BGR or lighting fault costs no render at all, and a shifted or swapped one usually none.
 """
 
 from __future__ import annotations
@@ -38,22 +38,14 @@ def lighting(cached: np.ndarray, claimed: np.ndarray) -> tuple[np.ndarray, list[
 
 
 def candidates(case: dict[str, Any], cfg: Any, rs: Any) -> Iterator[Candidate]:
-    """Cheapest first: transforms of the claimed render, then other cameras, sizes, rows, episodes."""
+    """Cheapest first: transforms of the claimed render; other rows and episodes (renders the sample has
+    usually made already: memo hits); then other cameras and sizes (new renders)."""
     cached, claimed, ep, entry, t = (case[k] for k in ("cached", "claimed", "ep", "entry", "t"))
     size, k, d = cached.shape[0], cfg.keys, cfg.diagnosis
     yield "noise", lambda: claimed
     yield "bgr", lambda: claimed[..., ::-1]
     light = lighting(cached, claimed)
     yield f"lighting{light[1]}", lambda: light[0]
-    for cam in rs.at(size).cameras():
-        yield f"camera:{cam}", lambda cam=cam: rs.at(size).state(ep[k.qpos][t], ep[k.qvel][t], camera=cam)
-    for factor in d.resize_factors:
-        other = max(1, round(size * factor))
-        if other != size:
-            yield (
-                f"resized:{other}",
-                lambda other=other: _resized(rs.frame(ep, entry, t, cfg.pairing, other), size, d.resize),
-            )
     for shift in d.shifts:
         if 0 <= t + shift <= case["last"]:
             yield f"shift:{shift:+d}", lambda shift=shift: rs.frame(ep, entry, t + shift, cfg.pairing, size)
@@ -63,6 +55,16 @@ def candidates(case: dict[str, Any], cfg: Any, rs: Any) -> Iterator[Candidate]:
             f"episode:{n_entry.archive_file}",
             lambda e=n_entry, a=n_ep, u=n_t: rs.frame(a, e, u, cfg.pairing, size),
         )
+
+    for cam in rs.at(size).cameras():
+        yield f"camera:{cam}", lambda cam=cam: rs.at(size).state(ep[k.qpos][t], ep[k.qvel][t], camera=cam)
+    for factor in d.resize_factors:
+        other = max(1, round(size * factor))
+        if other != size:
+            yield (
+                f"resized:{other}",
+                lambda other=other: _resized(rs.frame(ep, entry, t, cfg.pairing, other), size, d.resize),
+            )
 
 
 def _resized(frame: np.ndarray | None, size: int, method: str) -> np.ndarray | None:

@@ -96,15 +96,25 @@ def test_each_fault_gets_its_own_diagnosis(clean_demo: Path, tmp_path: Path, rs:
     with np.load(root / "release" / "data" / "episode-0001.npz") as z:
         ep = {k: z[k] for k in ("qpos", "qvel")}
     entry = release.read_manifest(root / "release", config().manifest, 2, "data")[1]
+    orig = frames.copy()
+    frames[0] = orig[2]  # episode 0's row 2 (a shift the +-1 order check does not cover)
+    frames[3] = orig[7]  # the same row of episode 1 (episodes swapped)
     frames[1] = frames[1][..., ::-1]  # BGR
     frames[2] = np.clip(frames[2].astype(np.int16) + 20, 0, 255)  # lighting
     frames[5] = rs.at(64).state(ep["qpos"][1], ep["qvel"][1], camera="front")  # another camera
     frames[6] = resize(rs.frame(ep, entry, 2, "state", 32), 64, "area")  # rendered at 32 px, resized
     np.save(root / "cache" / FRAMES, frames)
-    row = _run(root, rs, diagnosis={"frames": 4})["frames.b2.rerender"]
+    row = _run(root, rs, diagnosis={"frames": 6})["frames.b2.rerender"]
     assert row.verdict == "mismatch" and row.blocking
     found = {d["row"]: d["explanation"] for d in row.evidence["diagnosis"]}
-    assert found == {1: "bgr", 2: "lighting[20, 20, 20]", 5: "camera:front", 6: "resized:32"}, found
+    assert found == {
+        0: "shift:+2",
+        1: "bgr",
+        2: "lighting[20, 20, 20]",
+        3: "episode:episode-0001.npz",
+        5: "camera:front",
+        6: "resized:32",
+    }, found
     for words in ("channels reversed (BGR)", "lighting", "another camera of the scene: front", "from 32"):
         assert words in row.message, row.message
     assert all(d["fits"] and d["fit"]["max_abs"] <= 2 for d in row.evidence["diagnosis"])
