@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import InputError
 from pipeline.stages.render_cache import release
 from pipeline.stages.render_cache.tolerance import compare, json_metrics, resize, within
 
@@ -94,18 +95,22 @@ def diagnose(case: dict[str, Any], cfg: Any, rs: Any) -> dict[str, Any]:
 
 def diagnose_task(cfg: Any, rs: Any, data: dict[str, Any], found: list[dict[str, Any]], frames: Any) -> None:
     """Diagnose the first `diagnosis.frames` "different" frames of `found` (this task's sampled frames of
-    one cache, `frames` its array) in place; each entry carries its episode index `e` and row `t`."""
+    one cache, `frames` its array) in place; each entry carries its episode index `e` and row `t`. A
+    neighbouring episode that cannot be read is left out of the candidates (its own row reports it)."""
     todo = [r for r in found if r["class"] == "different"][: cfg.diagnosis.frames]
     k, entries = cfg.keys, data["entries"]
     need = (k.qpos, k.qvel) + ((k.control,) if cfg.pairing == "live_step" else ())
     for r in todo:
         e = r["e"]
         near = [i for i in (e + 1, e - 1, e + 2, e - 2) if 0 <= i < len(entries)][: cfg.diagnosis.episodes]
-        with release.open_episode(entries[e], need) as ep:
-            neighbours = []
-            for i in near:
+        neighbours = []
+        for i in near:
+            try:
                 with release.open_episode(entries[i], need) as other:
                     neighbours.append((entries[i], {key: np.asarray(other[key]) for key in need}))
+            except InputError:
+                continue
+        with release.open_episode(entries[e], need) as ep:
             cached = np.asarray(frames[r["row"]])
             case = {
                 "cached": cached,

@@ -64,12 +64,18 @@ def _rerender_message(cfg: RenderCacheConfig, got: list, diff: list, explained: 
             f"rows below; {who}"
         )
     d = diff[0]
-    told = [f"row {r['row']}: {explain(r['diagnosis'])}" for r in diff if "diagnosis" in r]
+    # a sharded run diagnosed up to N per task: the first N in row order are the unsharded run's N
+    told = [f"row {r['row']}: {explain(r['diagnosis'])}" for r in _diagnosed(cfg, diff)]
     return (
         f"{len(diff)}/{n} sampled frames match no render of their state within tolerance (row {d['row']}: "
         f"max diff {d['max_abs']}, mean {d['mean_abs']:.2f}); diagnosis: {'; '.join(told) or 'none run'}; "
         f"{who}"
     )
+
+
+def _diagnosed(cfg: RenderCacheConfig, diff: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The diagnosed frames a row reports: the first `diagnosis.frames` mismatching ones in row order."""
+    return [r for r in diff[: cfg.diagnosis.frames] if "diagnosis" in r]
 
 
 def frame_rows(
@@ -89,8 +95,6 @@ def frame_rows(
     diff, shift, alt = ([r for r in got if r["class"] == c] for c in ("different", "shift", other))
     got = sorted(got, key=lambda r: r["row"])
     diff = sorted(diff, key=lambda r: r["row"])
-    for r in diff[cfg.diagnosis.frames :]:  # a sharded run diagnosed up to N per task: keep the first N
-        r.pop("diagnosis", None)
     sides = dict(renderers or {})
     stats_ = {
         "size": size,
@@ -99,7 +103,7 @@ def frame_rows(
         "tolerance": vars(cfg.tolerance).copy(),
         "within_tolerance": sum(r["class"] == "tolerance" for r in got),
         "renderer": sides,
-        "diagnosis": [{"row": r["row"], **r["diagnosis"]} for r in diff if "diagnosis" in r],
+        "diagnosis": [{"row": r["row"], **r["diagnosis"]} for r in _diagnosed(cfg, diff)],
     }
     msg = _rerender_message(cfg, got, diff, len(shift) + len(alt), sides)
     rerender = _sampled(

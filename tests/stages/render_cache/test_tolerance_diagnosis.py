@@ -166,3 +166,20 @@ def test_a_cache_rendered_on_a_gpu_asks_a_gpu_for_the_stage_and_its_tasks() -> N
     assert not plan.resources(cpu, "render_cache")["gpus_per_node"]
     assert plan.resources(pinned, "render_cache")["gpus_per_node"] == 4
     assert stages.stage_config(gpu, "render_cache").resources.gpus_per_node == 1
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        ({"rendered_on": "tpu"}, "stages.render_cache.rendered_on"),
+        ({"tolerance": {"max_fraction": 2.0}}, "stages.render_cache.tolerance"),
+        ({"diagnosis": {"resize": "lanczos9"}}, "stages.render_cache.diagnosis.resize"),
+        ({"diagnosis": {"resize_factors": [0]}}, "stages.render_cache.diagnosis"),
+    ],
+)
+def test_a_bad_tolerance_or_diagnosis_setting_names_its_key(section: dict, key: str) -> None:
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        config(**section)
+    assert info.value.key == key, str(info.value)
