@@ -10,7 +10,9 @@ this one process, on the same states:
 - stage: the stage's own re-render path (`partial.classify`: render under the claimed pairing and
          compare with the cached frame), fresh memo, so every state is rendered once;
 
-at 64x64 and 224x224 (ratio = stage frames/s / bare frames/s). Then the stage's per-task work
+at 64x64 and 224x224 (ratio = stage frames/s / bare frames/s), and at 64x64 once more with every cached
+frame carrying the synthetic driver noise (+/-2 levels on 3 % of pixels), so every frame takes the
+tolerance path (compared, within tolerance, no further render). Then the stage's per-task work
 (`run_part`'s `episode_range`) for one budget as 1 task vs 2 tasks run as a submitit LocalExecutor
 `map_array` (two processes): speed-up = wall(1 task) / wall(2 tasks).
 
@@ -69,8 +71,18 @@ def bare(cfg: RenderCacheConfig, rows: list, size: int) -> float:
         rs.close()
 
 
+def noisy(frames: np.ndarray) -> np.ndarray:
+    """The frames with +/-2 grey levels on 3 % of their pixels (the calibration's driver-noise model)."""
+    rng = np.random.default_rng(0)
+    out = np.asarray(frames).astype(np.int16)
+    hit = rng.random(out.shape[:3]) < 0.03
+    out[hit] += rng.choice(np.array([-2, 2], np.int16), size=(int(hit.sum()), 1))
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
 def stage(cfg: RenderCacheConfig, rows: list, frames: np.ndarray, size: int) -> tuple[float, int]:
-    """Frames/s of the stage's re-render + compare path; also how many frames were exact."""
+    """Frames/s of the stage's re-render + compare path; also how many frames were exact or within the
+    tolerance (a frame outside it would also be diagnosed: that is a finding, not the common path)."""
     rs = Renderers(cfg)
     rs.at(size)  # renderer construction is not part of either measurement
     try:
@@ -78,7 +90,7 @@ def stage(cfg: RenderCacheConfig, rows: list, frames: np.ndarray, size: int) -> 
         exact = 0
         for j, (entry, ep, t) in enumerate(rows):
             got = classify(np.asarray(frames[j]), ep, entry, t, len(ep["qpos"]) - 1, cfg, rs)
-            exact += got["class"] == "exact"
+            exact += got["class"] in ("exact", "tolerance")
         return len(rows) / (time.perf_counter() - started), exact
     finally:
         rs.close()
@@ -129,15 +141,17 @@ def main() -> int:
     build_s = time.perf_counter() - started
     cfg, rows = _config(budget), states(work / "release", budget)
     out: dict[str, object] = {"frames": len(rows), "build_s": round(build_s, 1)}
-    for size, name in ((64, f"pix_b{budget:04d}_frames.npy"), (224, f"vla_b{budget:04d}_frames224.npy")):
+    base64 = f"pix_b{budget:04d}_frames.npy"
+    cases = ((64, base64, False), (224, f"vla_b{budget:04d}_frames224.npy", False), (64, base64, True))
+    for size, name, noise in cases:
         frames = np.load(work / "cache" / name, mmap_mode="r")
         base = bare(cfg, rows, size)
-        ours, exact = stage(cfg, rows, frames, size)
-        out[f"{size}"] = {
+        ours, exact = stage(cfg, rows, noisy(frames) if noise else frames, size)
+        out[f"{size}_noisy" if noise else f"{size}"] = {
             "bare_fps": round(base, 2),
             "stage_fps": round(ours, 2),
             "ratio": round(ours / base, 3),
-            "exact": f"{exact}/{len(rows)}",
+            "exact_or_within_tolerance": f"{exact}/{len(rows)}",
         }
     out["sharded"] = sharded(cfg, work, budget, work / "submitit")
     print(json.dumps(out))

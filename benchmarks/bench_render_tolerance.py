@@ -1,6 +1,9 @@
 """Calibration for the render_cache tolerance (issue 27): render the same states twice on each GL backend
 available here (EGL, OSMesa) and across backends, and print what differs: the max per-pixel difference,
 the fraction of differing pixels and the PSNR. These are the numbers a tolerance default must cover.
+Then the synthetic driver-noise model (+/-`--levels` grey levels on `--fraction` of the pixels, every
+channel, applied to the EGL renders) and the smallest planted fault (+20 lighting) against the stage's
+default tolerance (`stages.render_cache.tolerance`): the noise must lie inside, the fault outside.
 
     python benchmarks/bench_render_tolerance.py [--states 4] [--size 64]
 
@@ -42,10 +45,31 @@ def _diff(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return {"max_abs": int(d.max()), "frac_pixels_differ": float(np.mean(d.max(-1) > 0)), "psnr_db": psnr}
 
 
+def noise_model(frames: np.ndarray, levels: int, fraction: float) -> dict[str, object]:
+    """The synthetic driver noise and a +20 lighting offset, each judged by the default tolerance."""
+    from pipeline.stages.render_cache.config import Tolerance
+    from pipeline.stages.render_cache.tolerance import compare, json_metrics, within
+
+    rng, tol = np.random.default_rng(0), Tolerance()
+    noisy = frames.astype(np.int16)
+    hit = rng.random(frames.shape[:3]) < fraction
+    noisy[hit] += rng.choice([-levels, levels], size=(int(hit.sum()), 1)).astype(np.int16)
+    noisy = np.clip(noisy, 0, 255).astype(np.uint8)
+    lit = np.clip(frames.astype(np.int16) + 20, 0, 255).astype(np.uint8)
+    out: dict[str, object] = {"default_tolerance": vars(tol)}
+    for name, other in ((f"noise_pm{levels}_{fraction:g}", noisy), ("lighting_plus20", lit)):
+        per = [compare(a, b) for a, b in zip(frames, other, strict=True)]
+        worst = min(per, key=lambda m: m["psnr_db"])
+        out[name] = {**json_metrics(worst), "within_default": all(within(m, tol) for m in per)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--states", type=int, default=4)
     ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--levels", type=int, default=2)
+    ap.add_argument("--fraction", type=float, default=0.03)
     ap.add_argument("--child", nargs=2, metavar=("BACKEND", "OUT"))
     args = ap.parse_args()
     if args.child:
@@ -71,6 +95,8 @@ def main() -> None:
         result[f"{name}_repeat"] = {"renderer": str(g["gl"]), **_diff(g["a"], g["b"])}
     if len(got) == 2:
         result["egl_vs_osmesa"] = _diff(got["egl"]["a"], got["osmesa"]["a"])
+    if got:
+        result["calibration"] = noise_model(next(iter(got.values()))["a"], args.levels, args.fraction)
     print(json.dumps(result))
 
 

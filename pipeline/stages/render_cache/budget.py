@@ -33,17 +33,26 @@ def facts(cfg: RenderCacheConfig, release_root: Path, cache_root: Path, budget: 
         if paths.proprio is not None:
             prop = cache_mod.load_npy(paths.proprio, "proprio")
             out["shapes"]["proprio"] = [list(prop.shape), str(prop.dtype)]
-        out["hires"] = {
-            str(s): _hires(frames, meta, f, m, cfg.goal_meta) for s, (f, m) in paths.hires.items()
-        }
+        out["renderer"] = recorded_renderer(meta, cfg.renderer_meta)
+        out["hires"] = {str(s): _hires(frames, meta, f, m, cfg) for s, (f, m) in paths.hires.items()}
     except InputError as exc:
         out["error"] = {"message": str(exc), "path": exc.path, "field": exc.field}
     return out
 
 
-def _hires(frames: np.ndarray, meta: dict[str, np.ndarray], f: Path, m: Path, goal: str) -> dict[str, Any]:
+def recorded_renderer(meta: dict[str, np.ndarray], key: str) -> str | None:
+    """The GL_RENDERER string the cache's writer recorded in its meta (a 0-d or 1-element string array);
+    None when the cache does not say."""
+    value = meta.get(key)
+    if value is None or value.size == 0:
+        return None
+    return str(value.reshape(-1)[0])
+
+
+def _hires(frames: np.ndarray, meta: dict[str, np.ndarray], f: Path, m: Path, cfg: Any) -> dict[str, Any]:
     """A higher-resolution cache holds the same rows in the same order as the base cache (and the same
     goal positions, which the base cache's own row checks against the release)."""
+    goal = cfg.goal_meta
     hf = cache_mod.load_npy(f, f"frames {f.name}")
     hm = cache_mod.load_meta(m, ("action", "traj_id"))
     return {
@@ -54,6 +63,7 @@ def _hires(frames: np.ndarray, meta: dict[str, np.ndarray], f: Path, m: Path, go
         "goals_identical": bool(np.array_equal(hm[goal], meta[goal]))
         if goal in hm and goal in meta
         else None,
+        "renderer": recorded_renderer(hm, cfg.renderer_meta),
     }
 
 

@@ -8,11 +8,49 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from omegaconf import OmegaConf
+
 from pipeline.errors import ConfigError
 from pipeline.stages.config import Resources, StageConfig
 
 PAIRINGS = ("state", "live_step")
 GL_BACKENDS = ("egl", "osmesa", "glfw")
+RENDERED_ON = ("cpu", "gpu")
+RESIZE = ("area", "bilinear", "nearest", "bicubic")
+
+
+def _gpus(rendered_on: str) -> int | None:
+    """`resources.gpus_per_node` of this stage (and its array tasks) by default: 1 when the cache was
+    rendered on a GPU (re-render on the same kind of renderer), else the layer below decides."""
+    return 1 if str(rendered_on) == "gpu" else None
+
+
+if not OmegaConf.has_resolver("render_cache_gpus"):
+    OmegaConf.register_new_resolver("render_cache_gpus", _gpus)
+
+
+@dataclass
+class Tolerance:
+    """When a re-rendered frame counts as the cached one (tolerance.py says why three bounds). Calibrated
+    by benchmarks/bench_render_tolerance.py: the same states rendered twice per backend and across
+    EGL/OSMesa were bit-identical on llvmpipe (0 levels, 0 % of pixels, PSNR inf); the synthetic
+    driver-noise model it also prints (+/-2 levels on 3 % of pixels) lies inside all three bounds, the
+    smallest planted fault (+20 lighting) outside all three."""
+
+    pixel: int = 2  # max |diff| of any channel, grey levels
+    max_fraction: float = 0.05  # pixels differing at all (beyond 0)
+    psnr_db: float = 40.0  # floor
+
+
+@dataclass
+class Diagnosis:
+    """What is tried on a frame that matches no render of its state (a few frames, cheapest first)."""
+
+    frames: int = 3  # mismatching frames diagnosed per budget (and per high-resolution cache)
+    resize_factors: list[float] = field(default_factory=lambda: [0.5, 2.0])  # "rendered at another size"
+    resize: str = "area"  # how the cache was resized (also downsamples a high-resolution cache)
+    shifts: list[int] = field(default_factory=lambda: [2, -2])  # rows beyond the +/-1 the order row tests
+    episodes: int = 2  # neighbouring episodes whose same row is tried ("swapped episodes")
 
 
 @dataclass
@@ -37,13 +75,27 @@ class HiresCache:
     meta: str = "vla_b{budget:04d}_meta.npz"
     budgets: list[int] = field(default_factory=list)  # empty: the largest budget only
     sample: int | None = None  # frames re-rendered per budget; None: sized from max_mismatch_rate
+    # order from content: a downsampled frame farther than this (mean |diff|) from its base row is out of
+    # order even when no neighbour is closer. Measured on the demo (224 px renders area-downsampled vs the
+    # 64 px renders of the same 16 rows): 1.63-1.85 to its own row; another episode's row there: 6.7
+    content_max_mean: float = 4.0
 
 
 @dataclass
 class RenderCacheConfig(StageConfig):
     """What the release and cache hold, and the tolerances every check uses (reference 003)."""
 
-    resources: Resources = field(default_factory=lambda: Resources(time_min=60, mem_gb=4))
+    resources: Resources = field(
+        default_factory=lambda: Resources(
+            time_min=60,
+            mem_gb=4,
+            gpus_per_node="${render_cache_gpus:${..rendered_on}}",  # type: ignore[arg-type]
+        )
+    )
+    rendered_on: str = "cpu"  # cpu | gpu: what rendered the cache; gpu asks a GPU for this stage's jobs
+    renderer_meta: str = "gl_renderer"  # meta .npz key holding the cache's GL_RENDERER string (optional)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)
     budgets: list[int] = field(default_factory=lambda: [10, 50, 100, 1000])
     manifest: str = "subsets/subset-{budget:04d}.jsonl"
     episode_dir: str = "data"  # manifests' archive_file resolve under <release>/<episode_dir>
@@ -89,6 +141,11 @@ class RenderCacheConfig(StageConfig):
             raise ConfigError(f"{key}.budgets", f"expected distinct positive integers, got {self.budgets}")
         if self.pairing not in PAIRINGS:
             raise ConfigError(f"{key}.pairing", f"expected one of {PAIRINGS}, got {self.pairing!r}")
+        if self.rendered_on not in RENDERED_ON:
+            raise ConfigError(
+                f"{key}.rendered_on", f"expected one of {RENDERED_ON}, got {self.rendered_on!r}"
+            )
+        self._validate_tolerance(key)
         if self.mujoco_gl not in GL_BACKENDS:
             raise ConfigError(f"{key}.mujoco_gl", f"expected one of {GL_BACKENDS}, got {self.mujoco_gl!r}")
         if ":" not in self.proprio_fn:
@@ -107,6 +164,17 @@ class RenderCacheConfig(StageConfig):
         for i, h in enumerate(self.hires):
             if h.size < 1 or (h.sample is not None and h.sample < 0):
                 raise ConfigError(f"{key}.hires.{i}", f"expected size >= 1 and sample >= 0, got {h}")
+
+    def _validate_tolerance(self, key: str) -> None:
+        t, d = self.tolerance, self.diagnosis
+        if t.pixel < 0 or not 0 <= t.max_fraction <= 1 or t.psnr_db < 0:
+            raise ConfigError(
+                f"{key}.tolerance", f"expected pixel >= 0, 0 <= max_fraction <= 1, psnr_db >= 0: {t}"
+            )
+        if d.resize not in RESIZE:
+            raise ConfigError(f"{key}.diagnosis.resize", f"expected one of {RESIZE}, got {d.resize!r}")
+        if d.frames < 0 or d.episodes < 0 or any(f <= 0 for f in d.resize_factors):
+            raise ConfigError(f"{key}.diagnosis", f"expected frames/episodes >= 0, resize factors > 0: {d}")
 
     def tasks(self) -> int:
         """Array tasks a sharded run submits: budgets x episode ranges (1 = no array)."""

@@ -16,8 +16,11 @@ from pipeline.progress import track
 from pipeline.stages.render_cache import cache as cache_mod
 from pipeline.stages.render_cache import release, stats
 from pipeline.stages.render_cache.config import RenderCacheConfig
+from pipeline.stages.render_cache.content import content_order
+from pipeline.stages.render_cache.diagnose import diagnose_task
 from pipeline.stages.render_cache.proprio import resolve
 from pipeline.stages.render_cache.render import EvalRenderer, make_env, replay_state_obs
+from pipeline.stages.render_cache.tolerance import compare, json_metrics, within
 
 
 class Renderers:
@@ -37,6 +40,10 @@ class Renderers:
             self.at(self.cfg.size)  # sets MUJOCO_GL before anything imports mujoco
             self._state_env = make_env(self.cfg.state_env_id, self.cfg.task_id)
         return self._state_env
+
+    def renderers(self) -> dict[str, Any]:
+        """GL_RENDERER of each size's renderer: the check's side of the rows' renderer strings."""
+        return {str(s): r.gl.get("GL_RENDERER") for s, r in sorted(self._by_size.items())}
 
     def gl(self) -> list[dict[str, Any]]:
         return [dict(r.gl, size=s, software=r.software()) for s, r in sorted(self._by_size.items())]
@@ -63,13 +70,6 @@ class Renderers:
             self._state_env = None
 
 
-def _diff(a: np.ndarray, b: np.ndarray) -> tuple[int, float]:
-    if a.shape != b.shape:
-        return 255, 255.0
-    d = np.abs(a.astype(np.int16) - b.astype(np.int16))
-    return int(d.max()), float(d.mean())
-
-
 def classify(
     cached: np.ndarray,
     ep: Any,
@@ -79,23 +79,25 @@ def classify(
     cfg: RenderCacheConfig,
     rs: Renderers,
 ) -> dict[str, Any]:
-    """Exact under the claimed pairing, or which explanation fits: the other pairing, a row shifted by
-    one, or none (a frame rendered differently: camera, size, renderer)."""
-    size = cached.shape[0]
-    claimed = rs.frame(ep, entry, t, cfg.pairing, size)
-    maxd, meand = _diff(cached, claimed)
-    out: dict[str, Any] = {"t": t, "max_abs": maxd, "mean_abs": meand, "class": "exact"}
-    if maxd == 0:
+    """Exact, or within the calibrated tolerance, under the claimed pairing; else which explanation fits:
+    the other pairing, a row shifted by one, or none ("different": diagnosed later, see diagnose.py).
+    A bit-identical frame costs one render and one comparison, as before the tolerance existed."""
+    size, tol = cached.shape[0], cfg.tolerance
+    m = compare(cached, rs.frame(ep, entry, t, cfg.pairing, size))
+    out: dict[str, Any] = {"t": t, "last": last, **json_metrics(m), "class": "exact"}
+    if m["max_abs"] == 0:
+        return out
+    if within(m, tol):
+        out["class"] = "tolerance"
         return out
     other = "live_step" if cfg.pairing == "state" else "state"
     alt = rs.frame(ep, entry, t, other, size)
-    if alt is not None and _diff(cached, alt)[0] == 0:
+    if alt is not None and within(compare(cached, alt), tol):
         out["class"] = other
         return out
     for offset in (1, -1):
-        if (
-            0 <= t + offset <= last
-            and _diff(cached, rs.frame(ep, entry, t + offset, cfg.pairing, size))[0] == 0
+        if 0 <= t + offset <= last and within(
+            compare(cached, rs.frame(ep, entry, t + offset, cfg.pairing, size)), tol
         ):
             out.update({"class": "shift", "offset": offset})
             return out
@@ -178,7 +180,7 @@ def _goal(
     key = (entry.archive_file, last, "state", goals.shape[1])
     if key not in rs.memo:
         rs.memo[key] = rs.at(goals.shape[1]).state(ep[k.qpos][last], ep[k.qvel][last])
-    maxd, _ = _diff(np.asarray(goals[0]), rs.memo[key])
+    maxd = compare(np.asarray(goals[0]), rs.memo[key])["max_abs"]
     constant = bool(np.all(goals == goals[0]))
     return {"exact": maxd == 0, "max_abs": maxd, "constant": constant}
 
@@ -218,14 +220,16 @@ def episode_range(
     lo, hi = _split(len(entries), *part)
     starts = data["starts"][:-1]
     drawn = sampled(cfg, budget, data["rows"], starts=starts)
-    sample = [j for j in drawn if data["starts"][lo] <= j < data["starts"][hi]]
-    hires = {
+    data["sample"] = [j for j in drawn if data["starts"][lo] <= j < data["starts"][hi]]
+    data["hires_sample"] = {
         s: sampled(cfg, budget, data["rows"], salt=s, count=h.sample, starts=starts)
         for s, h in _hires(cfg, data)
     }
     k = cfg.keys
     required = (k.qpos, k.qvel, k.action, k.observation)
-    episodes, frames, hi_frames = [], [], {str(s): [] for s in hires}
+    out: dict[str, Any] = {"budget": budget, "part": list(part), "episodes": [], "frames": []}
+    out["hires"] = {str(s): [] for s in data["hires_sample"]}
+    out["content"] = {str(s): [] for s in data["hires_sample"]}
     for e in track(range(lo, hi), f"render_cache budget {budget}: episodes {lo}-{hi} re-rendered"):
         entry, s = entries[e], int(data["starts"][e])
         try:
@@ -235,23 +239,35 @@ def episode_range(
                 row = {"episode": e, "file": entry.archive_file, "manifest": entry.transition_count}
                 row.update(release_transitions=T_rel, checked=T, **_rows(data, ep, s, T, e, cfg))
                 row.update(obs_err=_replay(ep, T, cfg, rs), goal=_goal(data, ep, entry, s, T, rs))
-                for j in (j for j in sample if s <= j < s + T):
-                    frames.append(
-                        {
-                            "row": j,
-                            **classify(np.asarray(data["frames"][j]), ep, entry, j - s, T_rel, cfg, rs),
-                        }
-                    )
-                for size, rows in hires.items():
-                    for j in (j for j in rows if s <= j < s + T):
-                        got = np.asarray(data["hires"][size][j])
-                        hi_frames[str(size)].append(
-                            {"row": j, **classify(got, ep, entry, j - s, T_rel, cfg, rs)}
-                        )
+                _episode_frames(cfg, rs, data, ep, (e, s, T, T_rel), out)
         except InputError as exc:
             row = {"episode": e, "file": entry.archive_file, "error": _error(exc)}
-        episodes.append(row)
-    return {"budget": budget, "part": list(part), "episodes": episodes, "frames": frames, "hires": hi_frames}
+        out["episodes"].append(row)
+    diagnose_task(cfg, rs, data, out["frames"], data["frames"])
+    for size, found in out["hires"].items():
+        diagnose_task(cfg, rs, data, found, data["hires"][int(size)])
+    out["renderer"] = rs.renderers()
+    return out
+
+
+def _episode_frames(
+    cfg: RenderCacheConfig, rs: Renderers, data: dict[str, Any], ep: Any, at: tuple, out: dict[str, Any]
+) -> None:
+    """The sampled rows of one episode: base and high-resolution frames re-rendered and classified, and
+    each high-resolution frame's order checked from content against the base cache (no render)."""
+    e, s, T, T_rel = at
+    entry = data["entries"][e]
+    for j in (j for j in data["sample"] if s <= j < s + T):
+        got = classify(np.asarray(data["frames"][j]), ep, entry, j - s, T_rel, cfg, rs)
+        out["frames"].append({"row": j, "e": e, **got})
+        for size in (size for size in data["hires_sample"] if j < len(data["hires"][size])):
+            method = cfg.diagnosis.resize
+            found = content_order(data["hires"][size], data["frames"], j, (s, s + T), method)
+            out["content"][str(size)].append(found)
+    for size, rows in data["hires_sample"].items():
+        for j in (j for j in rows if s <= j < s + T):
+            got = classify(np.asarray(data["hires"][size][j]), ep, entry, j - s, T_rel, cfg, rs)
+            out["hires"][str(size)].append({"row": j, "e": e, **got})
 
 
 def _hires(cfg: RenderCacheConfig, data: dict[str, Any]) -> list[tuple[int, Any]]:

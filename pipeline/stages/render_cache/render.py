@@ -116,11 +116,24 @@ class EvalRenderer:
         self.renderer.update_scene(self.data, camera=self.camera, scene_option=self.scene_option)
         return np.array(self.renderer.render(), copy=True)
 
-    def state(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
-        """Frame of `set_state(qpos, qvel)` + `mj_forward` (the "state" pairing)."""
+    def state(self, qpos: np.ndarray, qvel: np.ndarray, camera: str | None = None) -> np.ndarray:
+        """Frame of `set_state(qpos, qvel)` + `mj_forward` (the "state" pairing); `camera` overrides the
+        configured one for this frame (the diagnosis tries the scene's other cameras)."""
         self.data.qpos[:], self.data.qvel[:] = qpos, qvel
         self._mj.mj_forward(self.model, self.data)
-        return self._frame()
+        if camera is None:
+            return self._frame()
+        configured, self.camera = self.camera, camera
+        try:
+            return self._frame()
+        finally:
+            self.camera = configured
+
+    def cameras(self) -> list[str]:
+        """The model's named cameras other than the configured one."""
+        obj = self._mj.mjtObj.mjOBJ_CAMERA
+        names = [self._mj.mj_id2name(self.model, obj, i) for i in range(self.model.ncam)]
+        return [n for n in names if n and n != self.camera]
 
     def live_step(self, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
         """The frame `env.step` returned stepping from (qpos, qvel) with `ctrl` (the "live_step" pairing)."""

@@ -9,11 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.records import Check
 from pipeline.stages.render_cache.config import RenderCacheConfig
-from pipeline.stages.render_cache.stats import bound_fields, sample_size
+from pipeline.stages.render_cache.content import out_of_order
+from pipeline.stages.render_cache.frame_rows import ROWS, frame_rows
+from pipeline.stages.render_cache.stats import bound_fields
 
-ROWS = Rows("render_cache", "cache")
+__all__ = ["ROWS", "budget_rows", "frame_rows", "merge", "nested_row"]
 ROW_CHECKS = (("actions", "order.actions"), ("states", "order.states"), ("traj_id", "order.traj_id"))
 
 
@@ -21,12 +23,16 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One budget's parts (any split) as one result: lists concatenated in episode order."""
     parts = sorted(parts, key=lambda p: p["part"][0])
     errors = [p["error"] for p in parts if "error" in p]
-    out: dict[str, Any] = {"error": errors[0] if errors else None, "episodes": [], "frames": [], "hires": {}}
+    out: dict[str, Any] = {"error": errors[0] if errors else None, "episodes": [], "frames": []}
+    out.update(hires={}, content={}, renderer={})
     for p in parts:
         out["episodes"] += p.get("episodes", [])
         out["frames"] += p.get("frames", [])
-        for size, rows in p.get("hires", {}).items():
-            out["hires"].setdefault(size, []).extend(rows)
+        for key in ("hires", "content"):
+            for size, rows in p.get(key, {}).items():
+                out[key].setdefault(size, []).extend(rows)
+        for size, name in p.get("renderer", {}).items():
+            out["renderer"].setdefault(size, name)
     return out
 
 
@@ -72,12 +78,15 @@ def budget_rows(
         )
     rows += replay_rows(cfg, tag, feature, eps)
     population = sum(int(e.get("checked") or 0) for e in eps)  # the rows a sample was drawn from
-    rows += frame_rows(cfg, f"frames.{tag}", feature, got["frames"], cfg.size, population)
+    sides = {"check": got["renderer"].get(str(cfg.size)), "cache": facts.get("renderer")}
+    rows += frame_rows(cfg, f"frames.{tag}", feature, got["frames"], cfg.size, population, sides)
     rows.append(goal_row(tag, feature, eps, cfg))
     for size, info in facts.get("hires", {}).items():
-        rows.append(hires_order_row(f"hires{size}.order.{tag}", feature, info, int(size)))
+        content = got["content"].get(size, [])
+        rows.append(hires_order_row(cfg, f"hires{size}.order.{tag}", feature, info, (int(size), content)))
         hires = got["hires"].get(size, [])
-        rows += frame_rows(cfg, f"hires{size}.{tag}", feature, hires, int(size), population)
+        sides = {"check": got["renderer"].get(size), "cache": info.get("renderer")}
+        rows += frame_rows(cfg, f"hires{size}.{tag}", feature, hires, int(size), population, sides)
     return rows
 
 
@@ -220,107 +229,6 @@ def replay_rows(cfg: RenderCacheConfig, tag: str, feature: str, eps: list[dict[s
     return [replay, contact]
 
 
-def frame_rows(
-    cfg: RenderCacheConfig,
-    prefix: str,
-    feature: str,
-    got: list[dict[str, Any]],
-    size: int,
-    population: int | None = None,
-) -> list[Check]:
-    """Cached frame == fresh render under the claimed pairing, on the seeded sample; each mismatch is
-    explained as a shifted row, the other pairing convention, or a frame rendered differently."""
-    n = len(got)
-    other = "live_step" if cfg.pairing == "state" else "state"
-    diff, shift, alt = ([r for r in got if r["class"] == c] for c in ("different", "shift", other))
-    exact = n - len(diff) - len(shift) - len(alt)
-    stats_ = {
-        "size": size,
-        "max_abs_pixel_diff": max((r["max_abs"] for r in got), default=0),
-        "mean_abs_pixel_diff": float(np.mean([r["mean_abs"] for r in got])) if got else 0.0,
-    }
-    if diff:
-        d = diff[0]
-        msg = (
-            f"{len(diff)}/{n} sampled frames match no render of their state (row {d['row']}: max diff "
-            f"{d['max_abs']}, mean {d['mean_abs']:.2f}): rendered with another camera, size or renderer"
-        )
-    else:
-        msg = f"{n} sampled frames: {exact} exact, {len(shift) + len(alt)} explained by the rows below"
-    rerender = _sampled(
-        cfg, f"{prefix}.rerender", feature, diff, (n, population), msg, {**stats_, "rows": _rows(diff)}
-    )
-    if shift:
-        later = "later" if shift[0]["offset"] > 0 else "earlier"
-        msg = (
-            f"{len(shift)}/{n} sampled frames show the state one row {later} (first row {shift[0]['row']}): "
-            "frames are shifted against actions/states"
-        )
-    else:
-        msg = f"no sampled frame shows a neighbouring row's state ({n} sampled)"
-    order = _sampled(
-        cfg,
-        f"{prefix}.order",
-        feature,
-        shift,
-        (n, population),
-        msg,
-        {"rows": [[r["row"], r["offset"]] for r in shift[:20]]},
-    )
-    return [rerender, order, _pairing_row(cfg, prefix, feature, alt, (n, population), exact, other)]
-
-
-def _pairing_row(
-    cfg: RenderCacheConfig, prefix: str, feature: str, alt: list, drawn: tuple, exact: int, other: str
-) -> Check:
-    n = drawn[0]
-    if alt:
-        msg = (
-            f"cache claims pairing {cfg.pairing!r} but {len(alt)}/{n} sampled frames follow {other!r}: a "
-            "pairing convention (frame from env.step vs set_state render), not renderer nondeterminism"
-        )
-    else:
-        msg = f"frames follow the claimed pairing {cfg.pairing!r} ({exact}/{n} exact)"
-    extra = {"configured": cfg.pairing, "actual": other if alt else cfg.pairing}
-    return _sampled(cfg, f"{prefix}.pairing", feature, alt, drawn, msg, {"rows": _rows(alt)}, **extra)
-
-
-def _rows(found: list[dict[str, Any]]) -> list[int]:
-    return [r["row"] for r in found[:20]]
-
-
-def _sampled(
-    cfg: RenderCacheConfig,
-    check_id: str,
-    feature: str,
-    bad: list,
-    drawn: tuple[int, int | None],
-    msg: str,
-    ev: dict,
-    **fields: Any,
-) -> Check:
-    """A sampled row: n, mismatches and the Clopper-Pearson bound in its evidence. Mismatches are a
-    mismatch; nothing sampled is unverifiable; 0 mismatches is `match` only when every row was checked
-    or the bound lies below `max_mismatch_rate`, else `unverifiable`, saying how many samples settle it."""
-    n, population = drawn
-    bound = bound_fields(len(bad), n, cfg.confidence)
-    exhaustive = population is not None and n >= population > 0
-    ok: bool | None = None if n == 0 else not bad
-    upper = bound["mismatch_rate_upper_bound"]
-    if ok and not exhaustive and upper is not None and upper >= cfg.max_mismatch_rate:
-        needed = sample_size(population or n + 1, None, cfg.max_mismatch_rate, cfg.confidence)
-        ok, msg = (
-            None,
-            (
-                f"{msg}; but 0 of {n} sampled bounds the mismatch rate only below {upper:.2%} at "
-                f"{cfg.confidence:.0%}, not below max_mismatch_rate {cfg.max_mismatch_rate:.2%}: sample "
-                f"{needed} frames (stages.render_cache.sample) to settle it"
-            ),
-        )
-    evidence = {**ev, **bound, "population": population, "exhaustive": exhaustive}
-    return ROWS.judge(check_id, feature, ok, msg, evidence=evidence, **fields)
-
-
 def goal_row(tag: str, feature: str, eps: list[dict[str, Any]], cfg: RenderCacheConfig) -> Check:
     goals = [e["goal"] for e in eps]
     bad = [(e["file"], e["goal"]) for e in eps if not (e["goal"]["exact"] and e["goal"]["constant"])]
@@ -340,18 +248,32 @@ def goal_row(tag: str, feature: str, eps: list[dict[str, Any]], cfg: RenderCache
     )
 
 
-def hires_order_row(check_id: str, feature: str, info: dict[str, Any], size: int) -> Check:
+def hires_order_row(
+    cfg: RenderCacheConfig, check_id: str, feature: str, info: dict[str, Any], at: tuple[int, list]
+) -> Check:
+    """Same rows, actions, traj ids and goals as the base cache (metadata), and the same order judged
+    from the pixels: each sampled frame, downsampled, looks most like the base cache's frame of its row."""
+    size, content = at
+    limit = next((h.content_max_mean for h in cfg.hires if h.size == size), 4.0)
+    moved = out_of_order(content, limit)
     ok = info["rows_match"] and info["actions_identical"] and info["traj_ids_identical"]
-    ok = ok and info.get("goals_identical") is not False
-    return ROWS.judge(
-        check_id,
-        feature,
-        ok,
+    ok = ok and info.get("goals_identical") is not False and not moved
+    msg = (
         f"{size}x{size} cache vs base cache: same rows {info['rows_match']}, "
         f"actions identical {info['actions_identical']}, traj ids identical {info['traj_ids_identical']}, "
-        f"goal positions identical {info.get('goals_identical')}",
-        evidence=info,
+        f"goal positions identical {info.get('goals_identical')}; content: "
     )
+    if moved:
+        m = moved[0]
+        msg += (
+            f"{len(moved)}/{len(content)} sampled frames, downsampled ({cfg.diagnosis.resize}), look like "
+            f"another row of the base cache: first row {m['row']} is closest to row {m['closest']} "
+            f"(mean |diff| {m['mean_abs_closest']} vs {m['mean_abs_same']} to its own row)"
+        )
+    else:
+        msg += f"{len(content)} sampled frames, downsampled, closest to their own base row"
+    evidence = {**info, "content_sampled": len(content), "content_out_of_order": moved[:20]}
+    return ROWS.judge(check_id, feature, None if not content and ok else ok, msg, evidence=evidence)
 
 
 def nested_row(nested: list[dict[str, Any]]) -> Check:

@@ -55,6 +55,7 @@ def test_faulty_demo_each_fault_caught_by_its_own_row(faulty_demo: Path, tmp_pat
     shift, camera = got["frames.b3.order"], got["frames.b3.rerender"]
     assert shift.blocking and shift.evidence["rows"] == [[4, 1]], shift
     assert camera.blocking and camera.evidence["rows"] == [7], camera
+    assert [d["explanation"] for d in camera.evidence["diagnosis"]] == ["camera:front"], camera.message
     assert got["frames.b3.pairing"].verdict == "match"  # neither fault is a pairing convention
     assert got["order.actions.b3"].verdict == "match" and got["frames.b2.rerender"].verdict == "match"
 
