@@ -11,7 +11,6 @@ carry over). The facts are columnar (one array per fact, one entry per episode).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +37,8 @@ MERGE = {
     "t_last": "last",
 }
 MOTION = {
+    "h1": "hash",
+    "h2": "hash",
     "lo": "min",
     "hi": "max",
     "total": "add",
@@ -53,6 +54,7 @@ MOTION = {
 
 COMBINE = {
     "add": lambda old, new: old + new,
+    "hash": lambda old, new: np.add(np.atleast_1d(old), np.atleast_1d(new), dtype=np.uint64)[0],
     "min": np.minimum,
     "max": np.maximum,
     "first": lambda old, new: old,
@@ -98,7 +100,6 @@ class HealthScan:
         self.high: dict[str, Extreme] = {}
         self._parts: list[dict[str, Any]] = []  # closed episodes, a block's worth at a time
         self._open: dict[str, Any] | None = None  # the episode the last block ended in
-        self._open_hash: Any = None
         self._last: dict[str, np.ndarray] = {}  # its last row, per feature
         self._t_last: float | None = None
 
@@ -126,8 +127,7 @@ class HealthScan:
         data = {k: _matrix(block[k], n) for k in keys}
         for key, x in data.items():
             self._motion(key, x, seg, part)
-        hashes = self._hashes(data, seg)
-        self._close(part, hashes, seg, cont)
+        self._close(part, seg, cont)
         self.rows += n
 
     def _index(self, index: np.ndarray | None) -> None:
@@ -205,44 +205,28 @@ class HealthScan:
         old.frame = np.where(beyond, frame, old.frame)
         old.value = np.where(beyond, value, old.value)
 
-    def _hashes(self, data: Mapping[str, np.ndarray], seg: Segments) -> list[dict[str, Any]]:
-        """Per run of the block, one sha1 per feature over its rows' float32 bytes (the content digest
-        exact duplicates are found by); the first run continues the open episode's hashes."""
-        out = []
-        for key, x in data.items():
-            raw = np.ascontiguousarray(x, dtype=np.float32)
-            for i, (s, e) in enumerate(zip(seg.starts.tolist(), seg.ends.tolist(), strict=True)):
-                if len(out) <= i:
-                    out.append(self._open_hash if (i == 0 and seg.cont) else {})
-                out[i].setdefault(key, hashlib.sha1()).update(raw[s:e].tobytes())
-        return out or [{} for _ in range(seg.k)]
-
-    def _close(self, part: dict[str, Any], hashes: list[Any], seg: Segments, cont: bool) -> None:
+    def _close(self, part: dict[str, Any], seg: Segments, cont: bool) -> None:
         """Merge the block's first run into the open episode if it continues it; every run but the last
         is then closed (kept if followed), the last one stays open for the next block."""
         if cont:
             part = _merge_first(self._open, part)  # type: ignore[arg-type]
         elif self._open is not None:
-            self._keep(self._open, [self._open_hash])
+            self._keep(self._open)
         last = seg.k - 1
         if last > 0:
-            self._keep({k: v[:last] for k, v in part.items()}, hashes[:last])
+            self._keep({k: v[:last] for k, v in part.items()})
         self._open = {k: v[last : last + 1] for k, v in part.items()}
-        self._open_hash = hashes[last]
 
-    def _keep(self, part: dict[str, Any], hashes: list[Any]) -> None:
+    def _keep(self, part: dict[str, Any]) -> None:
         followed = part["index"] % self.stride == 0
-        if not followed.any():
-            return
-        kept = {k: v[followed] for k, v in part.items()}
-        kept["digest"] = np.array([_digest(h) for h, f in zip(hashes, followed, strict=True) if f])
-        self._parts.append(kept)
+        if followed.any():
+            self._parts.append({k: v[followed] for k, v in part.items()})
 
     # ------------------------------------------------------------------------------------ end
     def facts(self) -> dict[str, Any]:
         """What the stage judges: per-episode columns plus the dataset-wide numbers."""
         if self._open is not None:
-            self._keep(self._open, [self._open_hash])
+            self._keep(self._open)
             self._open = None
         return {
             "rows": self.rows,
@@ -256,15 +240,8 @@ class HealthScan:
             "diff_std": {k: np.sqrt(self.diff_sq[k] / np.maximum(self.diff_n[k], 1)) for k in self.low},
             "low": {k: vars(v) for k, v in self.low.items()},
             "high": {k: vars(v) for k, v in self.high.items()},
-            "episodes": _episodes(self._parts),
+            "episodes": _with_digest(_episodes(self._parts), sorted(self.low)),
         }
-
-
-def _digest(hashes: Mapping[str, Any]) -> str:
-    """One episode's content digest: its features' digests, in feature order."""
-    return hashlib.sha1(
-        "".join(f"{k}:{h.hexdigest()}" for k, h in sorted(hashes.items())).encode()
-    ).hexdigest()
 
 
 def _matrix(values: np.ndarray, n: int) -> np.ndarray:
@@ -319,6 +296,18 @@ def _merge_first(opened: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+def _with_digest(table: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """Each episode's content digest: its features' two hash lanes, in feature order, as one hex string."""
+    lanes = [table[f"{k}/{h}"] for k in keys for h in ("h1", "h2") if f"{k}/{h}" in table]
+    if lanes:
+        table["digest"] = np.array(
+            ["".join(f"{int(v):016x}" for v in row) for row in zip(*lanes, strict=True)]
+        )
+    else:
+        table["digest"] = np.array([""] * len(table["index"]))
+    return table
+
+
 def _episodes(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """The kept entries as one column per fact; an episode kept twice (rows not contiguous) merged."""
     if not parts:
@@ -335,6 +324,4 @@ def _episodes(parts: list[dict[str, Any]]) -> dict[str, Any]:
                 rule = MERGE.get(k) or MOTION.get(k.rsplit("/", 1)[-1])
                 if rule in ("add", "min", "max", "last"):
                     merged[k][row] = COMBINE[rule](merged[k][row], table[k][later])
-            both = (merged["digest"][row] + table["digest"][later]).encode()
-            merged["digest"][row] = hashlib.sha1(both).hexdigest()
     return merged
