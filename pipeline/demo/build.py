@@ -78,13 +78,15 @@ def plant_faults(
             episode["state"][:, [i, j]] = episode["state"][:, [j, i]]
         for d in degrees:
             episode["action"][:, int(d)] *= np.float32(180.0 / np.pi)
+    last = len(out) - 1  # a smaller demo (demo.episodes) takes its last episodes instead
     if faults.get("backwards_time_episode") is not None:  # the recorder's clock reset mid-episode
-        episode = out[int(faults["backwards_time_episode"])]
+        episode = out[min(int(faults["backwards_time_episode"]), last)]
         steps = np.arange(len(episode["state"]), dtype=np.float64)
         steps[len(steps) // 2 :] -= len(steps) // 4
         episode["timestamp"] = (steps / FPS).astype(np.float32)
     if faults.get("duplicate_episode") is not None:  # a merge that took one episode twice
-        out.append(copy.deepcopy(out[int(faults["duplicate_episode"])]))
+        twice = int(faults["duplicate_episode"])
+        out.append(copy.deepcopy(out[twice if twice <= last else max(last - 1, 0)]))
     return out
 
 

@@ -113,6 +113,12 @@ def test_plant_faults_runs_one_clock_back_and_records_one_episode_twice() -> Non
     out = plant_faults(episodes, {"backwards_time_episode": 0, "duplicate_episode": 1})
     assert len(out) == 3 and out[2]["action"].tolist() == out[1]["action"].tolist()
     assert (np.diff(out[0]["timestamp"]) < 0).sum() == 1 and "timestamp" not in out[1]
+    small = plant_faults(episodes, {"backwards_time_episode": 7, "duplicate_episode": 5})  # 2 episodes
+    assert (
+        len(small) == 3
+        and "timestamp" in small[1]
+        and small[2]["action"].tolist() == small[0]["action"].tolist()
+    )
 
 
 def test_ensure_builds_once_and_rebuilds_on_change(tmp_path: Path) -> None:
