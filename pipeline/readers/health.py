@@ -72,14 +72,6 @@ class Extreme:
     frame: np.ndarray
 
 
-def runs(eq: np.ndarray, carry: np.ndarray) -> np.ndarray:
-    """For each row of `eq` [n, D] (True: unchanged from the row before), the length of the run of
-    unchanged steps ending there; runs not broken since the block's start continue `carry`."""
-    steps = np.arange(1, eq.shape[0] + 1)[:, None]
-    last_false = np.maximum.accumulate(np.where(~eq, steps, 0), axis=0)
-    return steps - last_false + np.where(last_false == 0, carry[None, :], 0)
-
-
 class HealthScan:
     """Facts about every episode (or every `stride`-th one of a very large dataset) while streaming."""
 

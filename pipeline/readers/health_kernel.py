@@ -119,6 +119,14 @@ def _motion_loop(  # type: ignore[no-untyped-def]
         row_run[k] = row_cur
 
 
+def runs(eq: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """For each row of `eq` [n, D] (True: unchanged from the row before), the length of the run of
+    unchanged steps ending there; runs not broken since the block's start continue `carry`."""
+    steps = np.arange(1, eq.shape[0] + 1)[:, None]
+    last_false = np.maximum.accumulate(np.where(~eq, steps, 0), axis=0)
+    return steps - last_false + np.where(last_false == 0, carry[None, :], 0)
+
+
 def _content_hash(bits: np.ndarray, pos: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     dim = bits.shape[1]
     b = bits.astype(np.uint64)
@@ -132,8 +140,6 @@ def _content_hash(bits: np.ndarray, pos: np.ndarray, starts: np.ndarray) -> tupl
 
 def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, pos0, out):  # type: ignore[no-untyped-def]
     """The same arrays as the compiled loop, from whole-block numpy operations (the fallback)."""
-    from pipeline.readers.health import runs  # the one run-length formulation
-
     n = x.shape[0]
     lens = ends - starts
     inside = np.ones(n, dtype=bool)
