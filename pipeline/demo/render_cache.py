@@ -196,7 +196,7 @@ def write_cache(root: Path, rel: Path, episodes: list[dict[str, np.ndarray]], cf
             tag = f"b{b:04d}"
             _npy(root / f"pix_{tag}_frames.npy", frames)
             _npy(root / f"pix_{tag}_goals.npy", goals)
-            _npz(root / f"pix_{tag}_meta.npz", _meta(episodes, order, steps))
+            _npz(root / f"pix_{tag}_meta.npz", _meta(episodes, order, steps, er))
             _npy(
                 root / f"prop_{tag}.npy",
                 np.concatenate([episodes[i]["observation"][:steps, :19] for i in order]).astype(np.float32),
@@ -214,12 +214,17 @@ def write_cache(root: Path, rel: Path, episodes: list[dict[str, np.ndarray]], cf
                 ]
             )
             _npy(root / f"vla_b{largest:04d}_frames{size}.npy", frames)
-            _npz(root / f"vla_b{largest:04d}_meta.npz", _meta(episodes, order, steps))
+            _npz(root / f"vla_b{largest:04d}_meta.npz", _meta(episodes, order, steps, er))
 
 
-def _meta(episodes: list[dict[str, np.ndarray]], order: list[int], steps: int) -> dict[str, np.ndarray]:
+def _meta(
+    episodes: list[dict[str, np.ndarray]], order: list[int], steps: int, er: Any
+) -> dict[str, np.ndarray]:
+    """The rows' actions, states, trajectory ids and goals, and the GL_RENDERER the frames were drawn
+    with (so the stage's rerender row names the renderer on both sides)."""
     pick = [episodes[i] for i in order]
     return {
+        "gl_renderer": np.array(str(er.gl.get("GL_RENDERER") or "unknown")),
         "action": np.concatenate([e["action"][:steps] for e in pick]).astype(np.float32),
         "state": np.concatenate([e["observation"][:steps] for e in pick]).astype(np.float32),
         "traj_id": np.repeat(np.arange(len(pick), dtype=np.int32), steps),

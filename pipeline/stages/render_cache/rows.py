@@ -123,7 +123,8 @@ def shapes_row(cfg: RenderCacheConfig, tag: str, feature: str, facts: dict[str, 
     if shapes["goals"] != shapes["frames"]:
         problems.append(f"goals {shapes['goals']} != frames {shapes['frames']}")
     for key, (shape, _dtype) in shapes.items():
-        if key.startswith("meta.") or key == "proprio":
+        per_row = (key.startswith("meta.") and key != f"meta.{cfg.renderer_meta}") or key == "proprio"
+        if per_row:  # the recorded renderer string is the one meta entry that is not one value per row
             if not shape or shape[0] != n:
                 problems.append(f"{key} has {shape[0] if shape else 0} rows, frames {n}")
     for size, info in facts.get("hires", {}).items():

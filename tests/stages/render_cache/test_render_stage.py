@@ -46,6 +46,12 @@ def test_clean_demo_passes_every_check(clean_demo: Path, tmp_path: Path) -> None
     assert got["subsets.nested"].verdict == "match" and got["render.determinism"].verdict == "match"
     assert "GL_RENDERER" not in str(got["render.gl"].actual) and got["render.gl"].actual
     assert not any(c.blocking for c in checks)
+    # the demo cache records the renderer its frames were drawn with: the row names both sides
+    assert "not recorded" not in got["frames.b2.rerender"].message
+    assert (
+        "cache 'llvmpipe" in got["frames.b2.rerender"].message
+        or "cache 'unknown'" in got["frames.b2.rerender"].message
+    )
 
 
 def test_faulty_demo_each_fault_caught_by_its_own_row(faulty_demo: Path, tmp_path: Path) -> None:
