@@ -16,7 +16,6 @@ a rehash, never a launch.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import integrity
+from pipeline.readers.files import sha256_file
 from pipeline.storage import atomic_write_json, file_lock
 
 log = logging.getLogger(__name__)
@@ -32,18 +32,6 @@ LOCK_FILE = ".hashcache.lock"
 MAX_CACHE_BYTES = 64 * 2**20
 MAX_ENTRIES = 400_000
 RACY_NS = 2_000_000_000
-CHUNK = 8 * 2**20
-
-
-def sha256_file(path: Path, size: int) -> str:
-    """Streamed, never more than `size` bytes (a file growing while it is read cannot keep it going)."""
-    hasher = hashlib.sha256()
-    left = size
-    with open(path, "rb") as handle:
-        while left > 0 and (chunk := handle.read(min(CHUNK, left))):
-            hasher.update(chunk)
-            left -= len(chunk)
-    return hasher.hexdigest()
 
 
 class HashCache:
@@ -64,7 +52,7 @@ class HashCache:
             self.hits += 1
             return str(entry[3])
         started = time.time_ns()
-        hexdigest = sha256_file(path, info.st_size)
+        hexdigest = sha256_file(path, size=info.st_size)
         self.misses += 1
         self.bytes_read += info.st_size
         if max(info.st_mtime_ns, info.st_ctime_ns) < started - RACY_NS:

@@ -16,7 +16,6 @@ truncated file raises `InputError` naming the offset and what was expected there
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 import uuid
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pipeline.errors import InputError
+from pipeline.readers.files import sha256_read
 
 HEADER = struct.Struct("<32s10s3s3s16s8q")
 DESCRIPTOR = struct.Struct("<i?3I7q128s384s")
@@ -34,7 +34,6 @@ MAGIC = b"SIF_MAGIC"
 GROUP_MASK = 0xF0000000
 MAX_DESCRIPTORS = 1 << 16
 MAX_METADATA_BYTES = 16 * 2**20
-CHUNK = 4 * 2**20
 INSPECT_METADATA = "inspect-metadata.json"
 
 DATA_DEFFILE, DATA_ENV, DATA_LABELS, DATA_PARTITION, DATA_SIGNATURE, DATA_GENERIC_JSON = range(0x4001, 0x4007)
@@ -341,21 +340,12 @@ def _descriptors(handle: BinaryIO, path: Path, size: int, offset: int, total: in
 
 
 def sha256_file(path: str | Path, offset: int = 0, size: int | None = None) -> str:
-    """Streamed sha256 (hex, as `sha256sum` prints it) of a file or of `size` bytes from `offset`."""
-    hasher = hashlib.sha256()
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        left = size
-        while left is None or left > 0:
-            chunk = handle.read(CHUNK if left is None else min(CHUNK, left))
-            if not chunk:
-                break
-            hasher.update(chunk)
-            if left is not None:
-                left -= len(chunk)
-    if left and size is not None:
-        raise _truncated(Path(path), offset, f"{size} bytes", size - left)
-    return hasher.hexdigest()
+    """Streamed sha256 of an image or of `size` bytes from `offset` (a partition); a file shorter than the
+    partition it declares is a named error, not the digest of what was there."""
+    digest, done = sha256_read(path, offset, size)
+    if size is not None and done < size:
+        raise _truncated(Path(path), offset, f"{size} bytes", done)
+    return digest
 
 
 def partition_sha256(image: SifImage) -> str | None:

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, PreflightError
+from pipeline.readers.files import sha256_file
 from pipeline.storage import manifest
 from pipeline.storage.atomic import _fsync_dir
 from pipeline.storage.manifest import Entry, Saved
 from pipeline.storage.quota import preflight
-from pipeline.storage.tensorfile import file_sha256
 
 log = logging.getLogger("pipeline.storage")
 
@@ -122,7 +122,7 @@ def check(entry: Entry) -> str:
     size = path.stat().st_size
     if size != entry.size:
         return f"{path} is {size} bytes, the manifest says {entry.size} (truncated?)"
-    if file_sha256(path) != entry.sha256:
+    if sha256_file(path) != entry.sha256:
         return f"{path} sha256 differs from the manifest (corrupt)"
     return ""
 
@@ -228,7 +228,7 @@ def _copy_verified(source: Path, target: Path, sha256: str | None) -> None:
             shutil.copyfileobj(src, dst, 16 * 2**20)
             dst.flush()
             os.fsync(dst.fileno())
-        if sha256 is not None and file_sha256(tmp) != sha256:
+        if sha256 is not None and sha256_file(tmp) != sha256:
             raise OSError(f"copy of {source} to {tmp} does not match its sha256")
         os.replace(tmp, target)
     except BaseException:

@@ -8,7 +8,6 @@ the sampled checks touch. A missing or truncated file is an `InputError` naming 
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,24 +16,21 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.readers.files import npz_member
+from pipeline.readers.files import npz_member, sha256_file
 
 META_KEYS = ("action", "state", "traj_id")
-
-
-def sha256(path: Path, chunk: int = 1 << 24) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def file_facts(path: Path) -> dict[str, Any]:
     """exists / bytes / sha256: the evidence a `files` row carries."""
     if not path.is_file():
         return {"path": str(path), "exists": False, "bytes": None, "sha256": None}
-    return {"path": str(path), "exists": True, "bytes": path.stat().st_size, "sha256": sha256(path)}
+    return {
+        "path": str(path),
+        "exists": True,
+        "bytes": path.stat().st_size,
+        "sha256": sha256_file(path, what="a cache file"),
+    }
 
 
 def load_npy(path: Path, what: str) -> np.ndarray:

@@ -15,24 +15,13 @@ import re
 from pathlib import Path, PurePosixPath
 
 from pipeline.errors import InputError
-from pipeline.readers.files import read_text, regular_file
+from pipeline.readers.files import read_text, sha256_file
 from pipeline.readers.sif import normalize_sha256
 from pipeline.records import Check, Rows
 
 ROWS = Rows("render_cache", "cache")
 SUMS = "SHA256SUMS"
 LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(.+)$")
-CHUNK = 8 * 2**20
-
-
-def sha256(path: Path) -> str:
-    left = regular_file(path, "a cache file").st_size
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while left > 0 and (chunk := handle.read(min(CHUNK, left))):
-            digest.update(chunk)
-            left -= len(chunk)
-    return digest.hexdigest()
 
 
 def read_sums(root: Path) -> dict[str, str]:
@@ -57,7 +46,9 @@ def read_sums(root: Path) -> dict[str, str]:
 def tree_sha256(root: Path) -> str:
     """The pin of a whole folder: sha256 of its sorted `path sha256` lines (dot files left out)."""
     files = sorted(p for p in root.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.parts))
-    listing = "".join(f"{p.relative_to(root).as_posix()} {sha256(p)}\n" for p in files)
+    listing = "".join(
+        f"{p.relative_to(root).as_posix()} {sha256_file(p, what='a cache file')}\n" for p in files
+    )
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
@@ -91,7 +82,7 @@ def _sums_row(root: Path, tag: str) -> Check:
         path = root / name
         if not path.is_file():
             missing.append(name)
-        elif sha256(path) != want:
+        elif sha256_file(path, what="a cache file") != want:
             differ.append(name)
     bad = differ + missing
     message = (

@@ -16,34 +16,23 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pipeline.errors import InputError
-from pipeline.readers.files import read_text, regular_file
+from pipeline.readers.files import read_text, sha256_file
 from pipeline.readers.sif import normalize_sha256
 
-CHUNK = 8 * 1024 * 1024
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
-
-
-def sha256_file(path: Path) -> str:
-    """Streamed digest: a multi-GB checkpoint never sits in memory; never more than the size the file
-    had when it was checked to be a regular file (a FIFO or a device is refused, never opened)."""
-    left = regular_file(Path(path), "a checkpoint file").st_size
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as source:
-        while left > 0 and (chunk := source.read(min(CHUNK, left))):
-            digest.update(chunk)
-            left -= len(chunk)
-    return digest.hexdigest()
 
 
 def hash_tree(root: Path) -> dict[str, str]:
     """`relative path -> sha256` of every file under a checkpoint directory (or the one file)."""
     root = Path(root)
     if root.exists() and not root.is_dir():
-        return {root.name: sha256_file(root)}  # a FIFO or device: named there, never opened
+        return {
+            root.name: sha256_file(root, what="a checkpoint file")
+        }  # a FIFO or device: named there, never opened
     if not root.is_dir():
         raise InputError(f"{root}: checkpoint not found (expected a file or a directory)", path=root)
     files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in files}
+    return {p.relative_to(root).as_posix(): sha256_file(p, what="a checkpoint file") for p in files}
 
 
 def tree_digest(hashes: dict[str, str]) -> str:
