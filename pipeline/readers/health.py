@@ -98,9 +98,12 @@ class HealthScan:
     # ------------------------------------------------------------------------------- per block
     def observe(self, block: Mapping[str, np.ndarray]) -> None:
         keys = [k for k in self.dims if k in block]
-        n = len(block[keys[0]]) if keys else len(block.get("episode_index", ()))
+        # a format whose features hold different row counts (an .npz episode) is followed on the rows
+        # they all have; the contract's counts rows name the difference
+        n = min(len(v) for k, v in block.items() if k in keys or k in ("episode_index", *TIME_COLUMNS))
         if not n:
             return
+        block = {k: v[:n] for k, v in block.items() if k in keys or k in ("episode_index", *TIME_COLUMNS)}
         self.columns.update(k for k in TIME_COLUMNS if k in block)
         self._index(block.get("index"))
         if "task_index" in block:

@@ -63,3 +63,18 @@ def test_numpy_fallback_gives_the_numba_kernels_facts(
     fallback = facts(columns, [137, 430])
     same(compiled, fallback)
     assert health_kernel._COMPILED  # the first run really was the compiled loop
+
+
+NPZ = (
+    DATASETS["v3.0"].parent
+    / "ch33nchan__hybrid-rl/data/raw/mj_pick_place_phase_boost/episode_desc_000/trajectory.npz"
+)
+
+
+@pytest.mark.skipif(not NPZ.is_file(), reason=f"{NPZ} not found")
+def test_an_npz_episode_whose_features_differ_in_length_is_followed_on_the_rows_they_share() -> None:
+    from pipeline.readers.dataset import read_dataset
+
+    found = read_dataset(str(NPZ), {"rank_error": 0.01, "dynamics_rows": 100, "health_episodes": 10}).health
+    shortest = min(len(v) for v in np.load(NPZ).values() if v.ndim >= 1 and len(v) > 1)
+    assert found["episodes"]["index"].tolist() == [0] and 0 < found["rows"] <= shortest
