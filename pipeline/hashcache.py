@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import integrity
-from pipeline.readers.files import sha256_file
+from pipeline.digest import sha256_file
 from pipeline.storage import atomic_write_json, file_lock
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.digest import sha256_file
 from pipeline.errors import InputError
-from pipeline.readers.files import npz_member, sha256_file
+from pipeline.readers.files import npz_member
 
 META_KEYS = ("action", "state", "traj_id")
 

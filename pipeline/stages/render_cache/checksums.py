@@ -14,8 +14,9 @@ import hashlib
 import re
 from pathlib import Path, PurePosixPath
 
+from pipeline.digest import sha256_file
 from pipeline.errors import InputError
-from pipeline.readers.files import read_text, sha256_file
+from pipeline.readers.files import read_text
 from pipeline.readers.sif import normalize_sha256
 from pipeline.records import Check, Rows
 

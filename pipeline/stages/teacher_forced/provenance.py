@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from pipeline.digest import sha256_file
 from pipeline.errors import InputError
-from pipeline.readers.files import read_text, sha256_file
+from pipeline.readers.files import read_text
 from pipeline.readers.sif import normalize_sha256
 
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")

@@ -76,7 +76,7 @@ def test_renderer_noise_clears_with_its_tolerance_row_naming_both_renderers(
     rng = np.random.default_rng(1)
     np.save(root / "cache" / FRAMES, np.stack([_noise(f, rng, 2, 0.03) for f in frames]))
     with np.load(root / "cache" / META) as z:
-        np.savez(root / "cache" / META, **dict(z), gl_renderer=np.array("NVIDIA H100/PCIe/SSE2"))
+        np.savez(root / "cache" / META, **{**dict(z), "gl_renderer": np.array("NVIDIA H100/PCIe/SSE2")})
     row = _run(root, rs)["frames.b2.rerender"]
     assert row.verdict == "match", row.message
     assert row.evidence["within_tolerance"] == 8 and row.evidence["tolerance"]["pixel"] == 2
