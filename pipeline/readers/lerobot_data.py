@@ -241,6 +241,20 @@ class LeRobotData:
             return []
         return [self.file(p.relative_to(self.root), what) for p in sorted(base.rglob("*.parquet"))]
 
+    def column_types(self) -> dict[str, pa.DataType]:
+        """Column types over every data file, from their parquet footers (a column present in some files
+        only is kept with its type); no row is read."""
+        out: dict[str, pa.DataType] = {}
+        for path in self.data_files():
+            try:
+                schema = pq.read_schema(path)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise InputError(
+                    f"{path}: not a readable parquet file: {exc}", path=path, field="schema"
+                ) from exc
+            out.update({name: schema.field(name).type for name in schema.names})
+        return out
+
     def data_files(self) -> list[Path]:
         """Every parquet file under data/ (v2.x: one per episode, v3.0: several episodes per file)."""
         return self._files("data", "data file")

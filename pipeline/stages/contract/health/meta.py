@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 from pipeline.readers.lerobot_data import LeRobotData
@@ -36,7 +35,7 @@ def meta_rows(src: Any) -> list[Check]:
         return []
     data = LeRobotData(src.c.path)
     try:
-        schema = _schema(data)
+        schema = data.column_types()
     except InputError as exc:
         return [ROWS("health.meta.columns", "data", "error", str(exc), evidence={"path": exc.path})]
     return [
@@ -47,20 +46,6 @@ def meta_rows(src: Any) -> list[Check]:
         _stray(data),
         *_videos(data, [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]),
     ]
-
-
-def _schema(data: LeRobotData) -> dict[str, pa.DataType]:
-    """Column types over every data file (a column present in some files only is kept with its type)."""
-    out: dict[str, pa.DataType] = {}
-    for path in data.data_files():
-        try:
-            schema = pq.read_schema(path)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(
-                f"{path}: not a readable parquet file: {exc}", path=path, field="schema"
-            ) from exc
-        out.update({name: schema.field(name).type for name in schema.names})
-    return out
 
 
 def _required(data: LeRobotData) -> Check:
