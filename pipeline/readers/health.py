@@ -75,9 +75,10 @@ class Extreme:
 class HealthScan:
     """Facts about every episode (or every `stride`-th one of a very large dataset) while streaming."""
 
-    def __init__(self, dims: Mapping[str, int], fps: float | None, stride: int = 1):
+    def __init__(self, dims: Mapping[str, int], fps: float | None, stride: int = 1, gap_factor: float = 1.5):
         self.dims = dict(dims)
         self.fps = fps if fps and fps > 0 else None
+        self.gap_factor = gap_factor
         self.stride = max(1, int(stride))
         self.rows = 0
         self.order: list[int] = []  # episode ids in the order their rows came (each once)
@@ -144,7 +145,9 @@ class HealthScan:
             back = seg.inside & (step < 0)
             part["backwards"] = seg.sum(back)
             part["repeated"] = seg.sum(seg.inside & (step == 0))
-            part["gaps"] = seg.sum(step > 1.5 / self.fps) if self.fps else np.zeros(seg.k, np.int64)
+            part["gaps"] = (
+                seg.sum(step > self.gap_factor / self.fps) if self.fps else np.zeros(seg.k, np.int64)
+            )
             part["first_backwards"] = seg.first(back)
             part["dt_sum"] = seg.sum(np.where(step > 0, step, 0.0))
             part["dt_n"] = seg.sum(step > 0)

@@ -37,6 +37,7 @@ class ScanOptions:
     # dataset health in the same pass (`pipeline.readers.health`): episodes followed one by one at most
     # (beyond, every k-th); 0: off
     health_episodes: int = 0
+    health_gap_factor: float = 1.5  # a timestamp step longer than this x 1/fps is a dropped-frame gap
     # called with each block's row count as the pass reads it (both passes): the caller's progress display
     progress: Callable[[int], None] | None = field(default=None, compare=False)
 
@@ -55,6 +56,7 @@ class ScanOptions:
             dynamics_rows=int(values["dynamics_rows"]),
             image_frames=int(values["image_frames"] if values["image_frames"] is not None else IMAGE_FRAMES),
             health_episodes=int(values["health_episodes"] or 0),
+            health_gap_factor=float(values["health_gap_factor"] or 1.5),
             progress=values["progress"],
         )
 
@@ -178,7 +180,8 @@ def _health(contract: DatasetContract, dims: Mapping[str, int], options: ScanOpt
     total = contract.claimed.get("total_episodes")
     stride = -(-int(total) // options.health_episodes) if isinstance(total, int) and total > 0 else 1
     fps = contract.claimed.get("fps")
-    return HealthScan(dims, float(fps) if isinstance(fps, (int, float)) else None, stride)
+    rate = float(fps) if isinstance(fps, (int, float)) else None
+    return HealthScan(dims, rate, stride, options.health_gap_factor)
 
 
 def image_summary(frames: np.ndarray) -> dict[str, Any]:

@@ -104,6 +104,7 @@ def load_sources(cfg: DictConfig, config: ContractConfig) -> tuple[Contract, Con
                 "dynamics_rows": config.dynamics_rows,
                 "progress": advance,
                 "health_episodes": config.health.max_episodes if config.health.enabled else 0,
+                "health_gap_factor": config.health.gap_factor,
             },
         )
     return a, b, c

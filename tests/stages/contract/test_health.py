@@ -23,13 +23,15 @@ pytestmark = pytest.mark.skipif(
 CHUNK = 50  # the model's chunk_size: a planted 20-frame episode is too short for it
 
 
-def health(dataset: Path, tmp_path: Path) -> dict[str, Check]:
+def health(dataset: Path, tmp_path: Path, config: ContractConfig | None = None) -> dict[str, Check]:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps({"chunk_size": CHUNK, "n_obs_steps": 1}))
     a = Contract("A", "lerobot", str(model), {"observation.state": Feature("observation.state", "state")})
-    c = read_dataset(str(dataset), {"rank_error": 0.001, "dynamics_rows": 1000, "health_episodes": 1000})
-    rows = health_rows(Sources(a, Contract("B", "lerobot", ""), c, ContractConfig()))
+    config = config or ContractConfig()
+    options = {"rank_error": 0.001, "dynamics_rows": 1000, "health_episodes": 1000}
+    c = read_dataset(str(dataset), {**options, "health_gap_factor": config.health.gap_factor})
+    rows = health_rows(Sources(a, Contract("B", "lerobot", ""), c, config))
     return {r.id: r for r in rows}
 
 
@@ -61,3 +63,11 @@ def test_each_planted_fault_has_its_row(version: str, fault: str, tmp_path: Path
     if fault == "short":
         assert rows["contract.health.episodes.length_outliers"].verdict == "mismatch"
         assert f"window of {CHUNK} frames" in row.message
+
+
+def test_the_configured_gap_factor_is_the_one_counted(tmp_path: Path) -> None:
+    dataset, _ = planted("v3.0", "dropped_frames", tmp_path / "data")  # one step of 4 / fps
+    config = ContractConfig()
+    config.health.gap_factor = 5.0
+    row = health(dataset, tmp_path, config)["contract.health.time.gaps"]
+    assert row.verdict == "match" and "5.0 / fps" in row.message
