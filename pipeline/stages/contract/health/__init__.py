@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check
 from pipeline.stages.contract.health import episodes, meta, motion, timing
 from pipeline.stages.contract.health.common import ROWS, listed
@@ -24,7 +25,8 @@ def health_rows(src: Sources) -> list[Check]:
     if not cfg.enabled:
         return []
     facts = src.c.health
-    checks = meta.meta_rows(src)
+    data = LeRobotData(src.c.path) if src.c.kind.startswith("lerobot") else None  # its metadata, read once
+    checks = meta.meta_rows(src, data)
     followed = (facts.get("episodes") or {}).get("index")
     if followed is None or not len(followed):  # metadata only, or a reader that did not follow episodes
         if src.c.rows:
@@ -32,7 +34,7 @@ def health_rows(src: Sources) -> list[Check]:
             checks.append(ROWS("health.episodes", "episodes", "unverifiable", message, severity="soft"))
         return checks
     checks += timing.time_rows(src, facts) + motion.motion_rows(src, facts)
-    checks += episodes.episode_rows(src, facts)
+    checks += episodes.episode_rows(src, facts, data)
     return [*checks, _summary(checks, facts, cfg.worst)]
 
 

@@ -24,11 +24,11 @@ from pipeline.stages.contract.rows import Sources
 HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon")
 
 
-def episode_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
+def episode_rows(src: Sources, facts: dict[str, Any], data: LeRobotData | None) -> list[Check]:
     lengths = dict(zip(episode_ids(facts), column(facts, "rows").astype(int).tolist(), strict=True))
     return [
         _short(src, lengths),
-        _meta_lengths(src, lengths),
+        _meta_lengths(data, lengths),
         _length_outliers(src, lengths),
         _missing(facts),
         *_duplicates(src, facts),
@@ -90,11 +90,11 @@ def _short(src: Sources, lengths: dict[int, int]) -> Check:
     )
 
 
-def _meta_lengths(src: Sources, lengths: dict[int, int]) -> Check:
+def _meta_lengths(data: LeRobotData | None, lengths: dict[int, int]) -> Check:
     listed_meta = None
-    if src.c.kind.startswith("lerobot"):
+    if data is not None:
         try:
-            listed_meta = LeRobotData(src.c.path).episodes()
+            listed_meta = data.episodes()
         except InputError:
             listed_meta = None
     if listed_meta is None or listed_meta.length is None:

@@ -30,10 +30,10 @@ REQUIRED = (
 )
 
 
-def meta_rows(src: Any) -> list[Check]:
-    if not src.c.kind.startswith("lerobot"):
+def meta_rows(src: Any, data: LeRobotData | None) -> list[Check]:
+    """The metadata and file rows of a LeRobot dataset (`data`); none for other formats."""
+    if data is None:
         return []
-    data = LeRobotData(src.c.path)
     try:
         schema = data.column_types()
     except InputError as exc:
