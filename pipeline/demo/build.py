@@ -4,8 +4,9 @@
 on the clean data) and plants the mismatches named in `pipeline/conf/demo/faulty.yaml` into the dataset and
 the training config, so a new user sees the gate block with the rows that explain why:
 a swapped pair of state dims (data only, names unchanged), an action dim recorded in degrees, stats
-shipped without quantiles plus a MEAN_STD override of the QUANTILES base, and a feature whose stats key
-is missing (the normalizer would pass it through silently).
+shipped without quantiles plus a MEAN_STD override of the QUANTILES base, a feature whose stats key
+is missing (the normalizer would pass it through silently), one camera recorded BGR and two camera keys
+exchanged.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pipeline.demo.cameras import render_episodes
 from pipeline.demo.dataset import ALL_STATS, FPS, generate_episodes, write_dataset
 from pipeline.demo.once import build_once
 from pipeline.demo.policy import save_pretrained
@@ -36,17 +38,19 @@ DEFAULTS: dict[str, Any] = {
     "steps": 200,
     "train_steps": 300,
     "hidden": 64,
+    "cameras": {"size": 64},  # two cameras (pipeline/demo/cameras.py); {"size": 0} records none
     "faults": {},
 }
 MARKER = "demo.json"
 # Bump when the demo gains or changes what it builds, so a demo built by an older version is rebuilt.
-BUILD_VERSION = 3
+BUILD_VERSION = 4
 
 
 def settings(demo_cfg: Any) -> dict[str, Any]:
     raw = demo_cfg if isinstance(demo_cfg, Mapping) else _to_dict(demo_cfg)
     out = {**DEFAULTS, **{k: v for k, v in dict(raw or {}).items() if v is not None}}
     out["faults"] = dict(out.get("faults") or {})
+    out["cameras"] = {**DEFAULTS["cameras"], **dict(out.get("cameras") or {})}
     return out
 
 
@@ -84,10 +88,23 @@ def plant_faults(
         steps = np.arange(len(episode["state"]), dtype=np.float64)
         steps[len(steps) // 2 :] -= len(steps) // 4
         episode["timestamp"] = (steps / FPS).astype(np.float32)
+    _camera_faults(out, faults)
     if faults.get("duplicate_episode") is not None:  # a merge that took one episode twice
         twice = int(faults["duplicate_episode"])
         out.append(copy.deepcopy(out[twice if twice <= last else max(last - 1, 0)]))
     return out
+
+
+def _camera_faults(episodes: list[dict[str, np.ndarray]], faults: Mapping[str, Any]) -> None:
+    """One camera recorded BGR (an OpenCV capture written as is), then two camera keys exchanged."""
+    bgr = faults.get("bgr_camera")
+    swap = faults.get("swap_cameras")
+    for episode in episodes:
+        if bgr and bgr in episode:
+            episode[bgr] = np.ascontiguousarray(episode[bgr][..., ::-1])
+        if swap and all(k in episode for k in swap):
+            a, b = swap
+            episode[a], episode[b] = episode[b], episode[a]
 
 
 def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
@@ -112,6 +129,10 @@ def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
 def _build_parts(cfg: dict[str, Any], out: Path, phase: Advance) -> tuple[dict[str, str], Any]:
     """The build's four phases (episodes, dataset, policy, teacher_forced models), each a progress step."""
     episodes = generate_episodes(int(cfg["episodes"]), int(cfg["steps"]), int(cfg["seed"]))
+    size = int(cfg["cameras"].get("size") or 0)
+    if size:
+        for episode, frames in zip(episodes, render_episodes(episodes, size), strict=True):
+            episode.update(frames)
     phase()
     clean = out / "base_training_data"
     write_dataset(clean, episodes)

@@ -24,9 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.demo.cameras import CAMERAS
 from pipeline.demo.policy import ACTION_KEY, ENV_KEY, STATE_KEY
+from pipeline.demo.videos import write_cameras
 from pipeline.progress import track
 from pipeline.readers import LeRobotData
+from pipeline.readers.frames import FrameReader
 from pipeline.readers.stats import compute_stats, iter_array_blocks
 from pipeline.stages.render_cache.render import reset_quietly
 
@@ -50,6 +53,8 @@ ENV_NAMES = ["cube.x", "cube.y", "cube.z", "cube.yaw"]
 ACTION_NAMES = ["effector.dx", "effector.dy", "effector.dz", "effector.dyaw", "gripper.cmd"]
 NAMES = {STATE_KEY: STATE_NAMES, ENV_KEY: ENV_NAMES, ACTION_KEY: ACTION_NAMES}
 VECTOR_KEYS = (STATE_KEY, ENV_KEY, ACTION_KEY)
+ROW_KEYS = ("state", "env_state", "action")
+POSE_KEYS = ("qpos", "mocap_pos", "mocap_quat")  # what the cameras draw a row from (demo/cameras.py)
 ALL_STATS = ("mean", "std", "min", "max", "q01", "q10", "q50", "q90", "q99", "count")
 
 
@@ -69,7 +74,8 @@ def _env_state(info: Mapping[str, Any]) -> np.ndarray:
 
 
 def generate_episodes(n_episodes: int, steps: int, seed: int) -> list[dict[str, np.ndarray]]:
-    """Scripted-oracle rollouts: per episode `{state, env_state, action}` arrays of `steps` rows."""
+    """Scripted-oracle rollouts: per episode `{state, env_state, action}` arrays of `steps` rows, and the
+    physics pose of every row (`qpos`, `mocap_pos`, `mocap_quat`) so the cameras can draw it later."""
     os.environ.setdefault("MUJOCO_GL", "egl")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -92,12 +98,16 @@ def generate_episodes(n_episodes: int, steps: int, seed: int) -> list[dict[str, 
             ob, info = reset_quietly(env, seed=seed * 1000 + index)
             oracle = CubeMarkovOracle(env=env, min_norm=0.4)
             oracle.reset(ob, info)
-            rows: dict[str, list[np.ndarray]] = {"state": [], "env_state": [], "action": []}
+            rows: dict[str, list[np.ndarray]] = {k: [] for k in (*ROW_KEYS, *POSE_KEYS)}
             for _ in range(steps):
                 action = np.clip(oracle.select_action(ob, info), -1.0, 1.0).astype(np.float32)
                 rows["state"].append(_state(info))
                 rows["env_state"].append(_env_state(info))
                 rows["action"].append(action)
+                physics = env.unwrapped.data  # the pose the cameras draw for this row
+                rows["qpos"].append(physics.qpos.copy())
+                rows["mocap_pos"].append(physics.mocap_pos.copy())
+                rows["mocap_quat"].append(physics.mocap_quat.copy())
                 ob, _, _, _, info = env.step(action)
             episodes.append({k: np.stack(v) for k, v in rows.items()})
     finally:
@@ -192,12 +202,17 @@ def write_dataset(
         }
     )
     pq.write_table(table, root / "data" / "chunk-000" / "file-000.parquet", row_group_size=row_group_rows)
-    stats = {k: v for k, v in dataset_stats(arrays).items() if k not in set(stats_drop_features)}
-    (root / "meta" / "stats.json").write_text(json.dumps(_stats_json(stats, stats_keep), indent=2) + "\n")
-    (root / "meta" / "info.json").write_text(
-        json.dumps(_info(arrays, len(episodes), robot_type), indent=4) + "\n"
+    cams = [k for k in CAMERAS if k in episodes[0]]
+    video_features, video_columns, video_stats = (
+        write_cameras(root, [{k: e[k] for k in cams} for e in episodes], FPS) if cams else ({}, {}, {})
     )
-    _write_episodes(root, episodes, lengths)
+    stats = {**dataset_stats(arrays), **video_stats}
+    stats = {k: v for k, v in stats.items() if k not in set(stats_drop_features)}
+    (root / "meta" / "stats.json").write_text(json.dumps(_stats_json(stats, stats_keep), indent=2) + "\n")
+    info = _info(arrays, len(episodes), robot_type)
+    info["features"] = {**{k: info["features"][k] for k in VECTOR_KEYS}, **video_features, **info["features"]}
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4) + "\n")
+    _write_episodes(root, episodes, lengths, video_columns)
     _write_tasks(root)
     return root
 
@@ -208,7 +223,12 @@ def _timestamps(episodes: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
     return np.concatenate(parts).astype(np.float32)
 
 
-def _write_episodes(root: Path, episodes: Sequence[Mapping[str, np.ndarray]], lengths: list[int]) -> None:
+def _write_episodes(
+    root: Path,
+    episodes: Sequence[Mapping[str, np.ndarray]],
+    lengths: list[int],
+    video_columns: Mapping[str, Any],
+) -> None:
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     columns: dict[str, Any] = {
         "episode_index": pa.array(np.arange(len(episodes), dtype=np.int64)),
@@ -225,6 +245,7 @@ def _write_episodes(root: Path, episodes: Sequence[Mapping[str, np.ndarray]], le
             columns[f"stats/{key}/{stat}"] = pa.array(
                 [np.asarray(s[key][stat]).tolist() for s in per_episode]
             )
+    columns.update({k: pa.array(v) for k, v in video_columns.items()})
     columns["meta/episodes/chunk_index"] = pa.array(np.zeros(len(episodes), dtype=np.int64))
     columns["meta/episodes/file_index"] = pa.array(np.zeros(len(episodes), dtype=np.int64))
     pq.write_table(pa.table(columns), root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
@@ -256,6 +277,16 @@ def _write_tasks(root: Path) -> None:
     table = pa.table({"task_index": pa.array([0], pa.int64()), "__index_level_0__": pa.array([TASK])})
     table = table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)})
     pq.write_table(table, root / "meta" / "tasks.parquet")
+
+
+def camera_frames(dataset_dir: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """Every row's frame of each camera (uint8 [n, H, W, 3], parquet row order), decoded through the frame
+    reader exactly as LeRobot's loader would: what training and the determinism twins see."""
+    data = LeRobotData(dataset_dir)
+    reader = FrameReader(data)
+    order = data.frames(["episode_index"])["episode_index"]
+    episodes = list(dict.fromkeys(order.tolist()))  # in row order
+    return {k: np.concatenate([reader.frames(k, int(e)) for e in episodes]) for k in keys}
 
 
 def read_frames(dataset_dir: str | Path, keys: Sequence[str] = VECTOR_KEYS) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ The stable API (the demo's build, trainers and reload loader import it; stages n
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,11 +28,12 @@ from pipeline.readers.base import read_json, read_safetensors
 from pipeline.storage import save_checkpoint
 
 STATE_KEY = "observation.state"
+CAMERA_FEATURES = 32  # each camera encoder's output width
 ENV_KEY = "observation.environment_state"
 ACTION_KEY = "action"
 POLICY_TYPE = "demo_mlp"
 EPS = 1e-8
-DEFAULT_NORM_MAP = {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ENV": "QUANTILES", "ACTION": "QUANTILES"}
+DEFAULT_NORM_MAP = {"VISUAL": "MEAN_STD", "STATE": "QUANTILES", "ENV": "QUANTILES", "ACTION": "QUANTILES"}
 PRE_FILE = "policy_preprocessor.json"
 POST_FILE = "policy_postprocessor.json"
 PRE_STATE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
@@ -41,22 +42,51 @@ POST_STATE = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
 Stats = dict[str, dict[str, np.ndarray]]
 
 
-class DemoPolicy(nn.Module):
-    """Maps the normalized, concatenated input features to the normalized action (one step, no chunk)."""
+class CameraEncoder(nn.Module):
+    """One camera's normalized frames [B, 3, H, W] to a small feature vector. The frame is pooled to 16 px
+    first (the arm and cube layout survives; the cost on two CPU cores stays a few ms per batch), and the
+    convolutions are unpadded, so a per-channel input affine folds into the first one exactly."""
 
-    def __init__(self, state_dim: int, action_dim: int, hidden: int = 64) -> None:
+    def __init__(self, features: int = CAMERA_FEATURES) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.AdaptiveAvgPool2d(16),
+            nn.Conv2d(3, 8, 3),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+            nn.Linear(16 * 4 * 4, features),
+            nn.ReLU(),
+        )
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.net(frames)
+
+
+class DemoPolicy(nn.Module):
+    """Maps the normalized, concatenated vector inputs plus one encoder's features per camera (in the
+    config's camera order) to the normalized action (one step, no chunk)."""
+
+    def __init__(self, state_dim: int, action_dim: int, hidden: int = 64, cameras: int = 0) -> None:
         super().__init__()
         self.state_dim, self.action_dim, self.hidden = int(state_dim), int(action_dim), int(hidden)
+        self.cameras = int(cameras)
+        self.encoders = nn.ModuleList(CameraEncoder() for _ in range(self.cameras))
         self.net = nn.Sequential(
-            nn.Linear(self.state_dim, self.hidden),
+            nn.Linear(self.state_dim + CAMERA_FEATURES * self.cameras, self.hidden),
             nn.ReLU(),
             nn.Linear(self.hidden, self.hidden),
             nn.ReLU(),
             nn.Linear(self.hidden, self.action_dim),
         )
 
-    def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return self.net(state)
+    def forward(self, state: torch.Tensor, images: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+        if len(images) != self.cameras:
+            raise ValueError(f"the demo policy reads {self.cameras} camera(s), got {len(images)}")
+        features = [encoder(frames) for encoder, frames in zip(self.encoders, images, strict=True)]
+        return self.net(torch.cat([state, *features], dim=-1) if features else state)
 
 
 @dataclass
@@ -69,11 +99,18 @@ class PolicySpec:
 
 
 def default_spec(
-    state_dim: int, action_dim: int, env_dim: int = 0, norm_map: Mapping[str, str] | None = None
+    state_dim: int,
+    action_dim: int,
+    env_dim: int = 0,
+    norm_map: Mapping[str, str] | None = None,
+    cameras: Mapping[str, Sequence[int]] | None = None,
 ) -> PolicySpec:
+    """Vector inputs first, then each camera (`{key: [3, H, W]}`), in the order the policy reads them."""
     inputs: dict[str, dict[str, Any]] = {STATE_KEY: {"type": "STATE", "shape": [state_dim]}}
     if env_dim:
         inputs[ENV_KEY] = {"type": "ENV", "shape": [env_dim]}
+    for key, shape in (cameras or {}).items():
+        inputs[key] = {"type": "VISUAL", "shape": [int(d) for d in shape]}
     return PolicySpec(
         inputs, {ACTION_KEY: {"type": "ACTION", "shape": [action_dim]}}, dict(norm_map or DEFAULT_NORM_MAP)
     )
@@ -134,6 +171,7 @@ def save_pretrained(
         "hidden": policy.hidden,
         "state_dim": policy.state_dim,
         "action_dim": policy.action_dim,
+        "cameras": policy.cameras,
         **(extra_config or {}),
     }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -176,16 +214,32 @@ class LoadedPolicy:
     def mode(self, feature: str) -> str:
         return _mode(self.spec, feature)
 
+    def cameras(self) -> list[str]:
+        return camera_keys(self.spec)
+
     @torch.no_grad()
     def act(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Raw observations (one row or a batch) in, raw actions out, through the saved normalizers."""
-        parts = [
-            normalize(np.asarray(observations[k], np.float32), self.stats.get(k, {}), self.mode(k))
-            for k in self.spec.input_features
-        ]
-        x = torch.as_tensor(np.concatenate(parts, axis=-1), dtype=torch.float32)
-        y = self.policy(x).numpy()
+        """Raw observations (one row or a batch) in, raw actions out, through the saved normalizers.
+        Cameras are float 0-1 [..., 3, H, W], what LeRobot's loader yields."""
+
+        def norm(k: str) -> np.ndarray:
+            return normalize(np.asarray(observations[k], np.float32), self.stats.get(k, {}), self.mode(k))
+
+        cams = self.cameras()
+        vectors = [norm(k) for k in self.spec.input_features if k not in cams]
+        x = torch.as_tensor(np.concatenate(vectors, axis=-1), dtype=torch.float32)
+        images = [torch.as_tensor(norm(k), dtype=torch.float32) for k in cams]
+        single = x.ndim == 1
+        if single:
+            x, images = x[None], [i[None] for i in images]
+        y = self.policy(x, images).numpy()
+        y = y[0] if single else y
         return unnormalize(y, self.stats.get(ACTION_KEY, {}), self.mode(ACTION_KEY))
+
+
+def camera_keys(spec: PolicySpec) -> list[str]:
+    """The VISUAL inputs, in the order the policy's encoders read them."""
+    return [k for k, f in spec.input_features.items() if f.get("type") == "VISUAL"]
 
 
 def load_pretrained(out_dir: str | Path) -> LoadedPolicy:
@@ -194,7 +248,9 @@ def load_pretrained(out_dir: str | Path) -> LoadedPolicy:
     root = Path(out_dir)
     config = read_json(root / "config.json", "the demo policy's config.json")
     spec = PolicySpec(config["input_features"], config["output_features"], config["normalization_mapping"])
-    policy = DemoPolicy(config["state_dim"], config["action_dim"], config.get("hidden", 64))
+    policy = DemoPolicy(
+        config["state_dim"], config["action_dim"], config.get("hidden", 64), config.get("cameras", 0)
+    )
     weights = read_safetensors(root / "model.safetensors")  # header validated before any tensor is read
     policy.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
     policy.eval()

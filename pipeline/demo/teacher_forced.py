@@ -24,7 +24,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pipeline.demo.dataset import write_dataset
-from pipeline.demo.policy import ACTION_KEY, load_pretrained, normalize, save_pretrained, unnormalize
+from pipeline.demo.policy import (
+    ACTION_KEY,
+    camera_keys,
+    load_pretrained,
+    normalize,
+    save_pretrained,
+    unnormalize,
+)
 from pipeline.demo.train import train_policy
 from pipeline.readers.files import refuse_pickles
 
@@ -34,9 +41,10 @@ NOISE = 0.05  # perturbation std as a fraction of each observation dim's std
 
 
 class DemoModel:
-    """A demo checkpoint scored in batches on `device`. The saved normalizers are affine per dim, so they
-    are folded once into the first and last Linear layers (`self.net`): a batch costs the network alone.
-    `self.policy` stays the checkpoint's own module (normalized in, normalized out)."""
+    """A demo checkpoint scored in batches on `device`. The saved normalizers are affine per dim, so the
+    vector inputs' and the action's are folded once into the first and last Linear layers (`self.net`);
+    each camera's per-channel affine is applied to its frames before its encoder. `self.policy` stays the
+    checkpoint's own module (normalized in, normalized out)."""
 
     def __init__(self, path: str, device: str) -> None:
         refuse_pickles(Path(path), "a demo policy checkpoint")
@@ -44,28 +52,31 @@ class DemoModel:
         self.device = torch.device(device)
         self.policy = self.loaded.policy.to(self.device)
         self.input_features = list(self.loaded.spec.input_features)
+        self.cameras = camera_keys(self.loaded.spec)
+        self.vectors = [k for k in self.input_features if k not in self.cameras]
         self.inputs = {k: self._affine(k, normalize) for k in self.input_features}
         self.output = self._affine(ACTION_KEY, unnormalize)
         self.net = self._folded()
 
     def _affine(self, key: str, fn: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        width = int(
-            ({**self.loaded.spec.input_features, **self.loaded.spec.output_features})[key]["shape"][0]
-        )
+        shape = list(({**self.loaded.spec.input_features, **self.loaded.spec.output_features})[key]["shape"])
+        probe = (shape[0], 1, 1) if key in self.cameras else (int(shape[0]),)  # per channel or per dim
         stats, mode = self.loaded.stats.get(key, {}), self.loaded.mode(key)
-        zero = np.asarray(fn(np.zeros(width, np.float32), stats, mode), np.float32)
-        gain = np.asarray(fn(np.ones(width, np.float32), stats, mode), np.float32) - zero
+        zero = np.asarray(fn(np.zeros(probe, np.float32), stats, mode), np.float32)
+        gain = np.asarray(fn(np.ones(probe, np.float32), stats, mode), np.float32) - zero
         return torch.as_tensor(gain, device=self.device), torch.as_tensor(zero, device=self.device)
 
     @torch.no_grad()
     def _folded(self) -> torch.nn.Sequential:
-        """W(g*x + o) + b = (W*g) x + (W o + b) in, g_out*(W x + b) + o_out out: the same function."""
+        """W(g*x + o) + b = (W*g) x + (W o + b) in, g_out*(W x + b) + o_out out: the same function. Only
+        the vector columns of the first layer fold; the camera features come after them."""
         net = copy.deepcopy(self.policy.net)
         first, last = net[0], net[-1]
-        gain = torch.cat([self.inputs[k][0] for k in self.input_features])
-        offset = torch.cat([self.inputs[k][1] for k in self.input_features])
-        first.bias += first.weight @ offset
-        first.weight *= gain
+        gain = torch.cat([self.inputs[k][0] for k in self.vectors])
+        offset = torch.cat([self.inputs[k][1] for k in self.vectors])
+        width = gain.numel()
+        first.bias += first.weight[:, :width] @ offset
+        first.weight[:, :width] *= gain
         out_gain, out_offset = self.output
         last.weight *= out_gain[:, None]
         last.bias.mul_(out_gain).add_(out_offset)
@@ -73,8 +84,14 @@ class DemoModel:
 
     @torch.inference_mode()
     def predict(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
-        x = np.concatenate([batch[k] for k in self.input_features], axis=-1, dtype=np.float32)
-        return self.net(torch.from_numpy(x).to(self.device))
+        """Vectors raw, cameras float 0-1 [B, 3, H, W] (the loader's view), actions raw."""
+        x = np.concatenate([batch[k] for k in self.vectors], axis=-1, dtype=np.float32)
+        parts = [torch.from_numpy(x).to(self.device)]
+        for key, encoder in zip(self.cameras, self.policy.encoders, strict=True):
+            gain, zero = self.inputs[key]
+            frames = torch.as_tensor(np.asarray(batch[key], np.float32), device=self.device)
+            parts.append(encoder(frames * gain + zero))
+        return self.net(torch.cat(parts, dim=-1))
 
 
 def load_policy(path: str, device: str) -> DemoModel:

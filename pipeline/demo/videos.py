@@ -1,0 +1,123 @@
+"""The demo's camera recordings in LeRobot v3.0's layout: one AV1 mp4 per camera shared by every episode,
+the image stats LeRobot computes, and the per-episode columns `meta/episodes` needs to find each
+episode's frames.
+
+Encoding follows LeRobot's `encode_video_frames` (libsvtav1, yuv420p, a keyframe every 2 frames so a
+seek lands near any frame, crf 30); presentation time of frame i of the file is i / fps, and an episode
+spans [from_timestamp, to_timestamp) of its file. Image stats are per channel in 0-1, shape (3, 1, 1),
+from sampled frames of each episode (LeRobot's `sample_indices`: ~len^0.75 evenly spaced frames, at
+least 100, at most all), aggregated over episodes weighted by their sample counts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.readers.frames import ImageStats
+
+CODEC = {"libsvtav1": "av1"}
+ENCODER = "libsvtav1"
+OPTIONS = {"g": "2", "crf": "30", "preset": "12"}
+STATS = ("mean", "std", "min", "max")
+
+
+def video_path(key: str) -> str:
+    return f"videos/{key}/chunk-000/file-000.mp4"
+
+
+def encode(path: Path, frames: np.ndarray, fps: int) -> None:
+    """RGB uint8 [N, H, W, 3] to an AV1 mp4 at `fps`, pts = frame number (time base 1 / fps)."""
+    import av
+
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration otherwise
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with av.open(str(tmp), "w", format="mp4") as out:
+        stream = out.add_stream(ENCODER, rate=fps, options=OPTIONS)
+        stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = Fraction(1, fps)
+        for i, image in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    os.replace(tmp, path)
+
+
+def sample_indices(length: int) -> np.ndarray:
+    """LeRobot's frame sample for image stats: ~length^0.75 evenly spaced, between 100 and length."""
+    count = min(length, max(100, min(int(length**0.75), 10_000)))
+    return np.round(np.linspace(0, length - 1, count)).astype(int)
+
+
+def episode_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    acc = ImageStats()
+    acc.add(frames[sample_indices(len(frames))])
+    return acc.result()
+
+
+def aggregate(per_episode: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Episodes' image stats combined as LeRobot's `aggregate_stats` does (count-weighted moments)."""
+    counts = np.array([float(s["count"][0]) for s in per_episode])
+    w = counts[:, None, None, None] / counts.sum()
+    means = np.stack([s["mean"] for s in per_episode])
+    mean = (w * means).sum(0)
+    var = (w * (np.stack([s["std"] for s in per_episode]) ** 2 + (means - mean) ** 2)).sum(0)
+    return {
+        "mean": mean,
+        "std": np.sqrt(var),
+        "min": np.stack([s["min"] for s in per_episode]).min(0),
+        "max": np.stack([s["max"] for s in per_episode]).max(0),
+        "count": np.array([int(counts.sum())]),
+    }
+
+
+def feature(frames: np.ndarray, fps: int) -> dict[str, Any]:
+    """The camera's `info.json` feature entry (shape HWC, as LeRobot writes it)."""
+    h, w = int(frames.shape[1]), int(frames.shape[2])
+    return {
+        "dtype": "video",
+        "shape": [h, w, 3],
+        "names": ["height", "width", "channels"],
+        "info": {
+            "video.height": h,
+            "video.width": w,
+            "video.codec": CODEC[ENCODER],
+            "video.pix_fmt": "yuv420p",
+            "video.is_depth_map": False,
+            "video.fps": fps,
+            "video.channels": 3,
+            "has_audio": False,
+        },
+    }
+
+
+def write_cameras(
+    root: Path, cameras: Sequence[Mapping[str, np.ndarray]], fps: int
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """Every camera's shared mp4; returns (info features, meta/episodes columns, stats.json blocks)."""
+    features: dict[str, Any] = {}
+    columns: dict[str, Any] = {}
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    lengths = np.array([len(next(iter(c.values()))) for c in cameras])
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) / fps
+    for key in cameras[0]:
+        frames = [c[key] for c in cameras]
+        encode(root / video_path(key), np.concatenate(frames), fps)
+        features[key] = feature(frames[0], fps)
+        per_episode = [episode_stats(f) for f in frames]
+        stats[key] = aggregate(per_episode)
+        columns[f"videos/{key}/chunk_index"] = np.zeros(len(frames), np.int64)
+        columns[f"videos/{key}/file_index"] = np.zeros(len(frames), np.int64)
+        columns[f"videos/{key}/from_timestamp"] = starts.astype(np.float64)
+        columns[f"videos/{key}/to_timestamp"] = (starts + lengths / fps).astype(np.float64)
+        for stat in (*STATS, "count"):
+            columns[f"stats/{key}/{stat}"] = [np.asarray(s[stat]).tolist() for s in per_episode]
+    return features, columns, stats
