@@ -64,7 +64,10 @@ def adapt(obj: Any, device: str, key: str) -> Predict:
             def run(batch: Mapping[str, np.ndarray], call: Callable[..., Any] = call) -> np.ndarray:
                 if hasattr(obj, "reset"):
                     obj.reset()
-                tensors = {k: torch.as_tensor(v, device=device) for k, v in batch.items()}
+                tensors = {  # the task text stays a list of str, as LeRobot's loader hands it
+                    k: v if isinstance(v, list) else torch.as_tensor(v, device=device)
+                    for k, v in batch.items()
+                }
                 return as_chunk(call(tensors))
 
             return run
@@ -136,7 +139,7 @@ def load_lerobot(path: str, device: str) -> LeRobotModel:
     policy = get_policy_class(config.type).from_pretrained(root, config=config)
     policy.to(device).eval()
     pre, post = make_pre_post_processors(config, pretrained_path=root)
-    inputs = [k for k in config.input_features if not k.startswith("observation.image")]
+    inputs = list(config.input_features)  # cameras included: the stage decodes them (inputs.py)
     return LeRobotModel(policy, pre, post, inputs)
 
 
