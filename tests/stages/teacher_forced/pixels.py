@@ -31,10 +31,10 @@ LOADER = "tests.stages.teacher_forced.pixels:load_pixel_model"
 SEEN: dict[str, dict[str, Any]] = {}  # model path -> the first batch it was given (for the tests)
 
 
-def _frames(n: int, rng: np.random.Generator) -> np.ndarray:
+def _frames(n: int, rng: np.random.Generator, side: int) -> np.ndarray:
     """Frames with a random level per channel and a small moving pattern (distinct channel means)."""
     levels = rng.uniform(0.15, 0.85, (n, 1, 1, 3))
-    y, x = np.mgrid[0:SIDE, 0:SIDE]
+    y, x = np.mgrid[0:side, 0:side]
     pattern = 0.1 * np.sin((x[None] + np.arange(n)[:, None, None]) / 3.0)[..., None]
     return np.clip(np.rint((levels + pattern) * 255), 0, 255).astype(np.uint8)
 
@@ -43,12 +43,14 @@ def _means(frames: np.ndarray) -> np.ndarray:
     return frames.astype(np.float64).mean(axis=(1, 2)) / 255.0
 
 
-def _video(path: Path, frames: np.ndarray) -> None:
+def _video(path: Path, frames: np.ndarray, codec: str) -> None:
+    """FFV1 (lossless, bgr0) for the tests; AV1 (libsvtav1, yuv420p) as LeRobot and the demo write it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format="mp4") as out:
-        stream = out.add_stream("ffv1", rate=FPS)
-        stream.width = stream.height = SIDE
-        stream.pix_fmt = "bgr0"
+        options = {"libsvtav1": {"crf": "30", "preset": "12"}}.get(codec, {})
+        stream = out.add_stream(codec, rate=FPS, options=options)
+        stream.width = stream.height = frames.shape[1]
+        stream.pix_fmt = "bgr0" if codec == "ffv1" else "yuv420p"
         stream.time_base = Fraction(1, FPS)
         for i, f in enumerate(frames):
             frame = av.VideoFrame.from_ndarray(f, format="rgb24")
@@ -58,13 +60,21 @@ def _video(path: Path, frames: np.ndarray) -> None:
 
 
 def write_dataset(
-    root: Path, episodes: int = 3, length: int = 40, *, bgr: str | None = None, exchanged: bool = False
+    root: Path,
+    episodes: int = 3,
+    length: int = 40,
+    *,
+    bgr: str | None = None,
+    exchanged: bool = False,
+    side: int = SIDE,
+    codec: str = "ffv1",
 ) -> Path:
     """The dataset; `bgr` stores that camera's channels reversed, `exchanged` stores each camera's
-    frames under the other's key (the actions always follow the true frames)."""
+    frames under the other's key (the actions always follow the true frames). The benchmark writes a
+    larger one (64x64 AV1, like the demo's cameras)."""
     rng = np.random.default_rng(7)
     n = episodes * length
-    true = {k: _frames(n, rng) for k in CAMERAS}
+    true = {k: _frames(n, rng, side) for k in CAMERAS}
     state = rng.normal(0, 0.3, (n, 2))
     action = state + sum(_means(true[k]) @ np.asarray(WEIGHTS[k]) for k in CAMERAS)
     action += rng.normal(0, 0.02, action.shape)
@@ -75,9 +85,9 @@ def write_dataset(
     frame = np.tile(np.arange(length), episodes)
     template = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
     for key in CAMERAS:
-        _video(root / template.format(video_key=key, chunk_index=0, file_index=0), stored[key])
+        _video(root / template.format(video_key=key, chunk_index=0, file_index=0), stored[key], codec)
     _parquet(root, state, action, episode, frame)
-    _meta(root, episodes, length, template)
+    _meta(root, episodes, length, template, side)
     return root
 
 
@@ -100,7 +110,7 @@ def _parquet(
     pq.write_table(table, root / "data/chunk-000/file-000.parquet")
 
 
-def _meta(root: Path, episodes: int, length: int, template: str) -> None:
+def _meta(root: Path, episodes: int, length: int, template: str, side: int) -> None:
     (root / "meta/episodes").mkdir(parents=True)
     starts = np.arange(episodes + 1) * length / FPS
     columns: dict[str, Any] = {"episode_index": list(range(episodes)), "length": [length] * episodes}
@@ -114,7 +124,7 @@ def _meta(root: Path, episodes: int, length: int, template: str) -> None:
     vector = {"dtype": "float32", "shape": [2], "names": ["x", "y"]}
     features = {
         **{
-            k: {"dtype": "video", "shape": [SIDE, SIDE, 3], "names": ["height", "width", "channels"]}
+            k: {"dtype": "video", "shape": [side, side, 3], "names": ["height", "width", "channels"]}
             for k in CAMERAS
         },
         "observation.state": vector,
