@@ -33,6 +33,10 @@ def _models(tmp_path: Path, **named: dict) -> list[dict]:
     ]
 
 
+def _run(data: str, run_dir: Path, **overrides) -> object:
+    return run_stage(data, run_dir, plots=False, **overrides)  # plots have tests of their own
+
+
 def _probe_rows(rows: dict, model: str = "base") -> dict:
     return {k.removeprefix(f"probe.{model}."): v for k, v in rows.items() if k.startswith(f"probe.{model}.")}
 
@@ -44,7 +48,7 @@ def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_pat
         base={"cameras": list(CAMERAS)},
         stacked={"cameras": [FRONT], "n_obs_steps": 2, "task": True},
     )
-    result = run_stage(str(data), tmp_path / "run", models=models, samples=96, probe_models=[])
+    result = _run(str(data), tmp_path / "run", models=models, samples=96, probe_models=[])
     rows = by_id(result)
     assert rows["l1.base"].actual < 0.2  # fits to the noise (stacked reads one camera only)
     saved = json.loads((tmp_path / "run/artifacts/teacher_forced/samples.json").read_text())["samples"]
@@ -71,7 +75,7 @@ def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_pat
 def test_a_clean_dataset_gives_no_hard_probe_row_and_every_alternative_is_reported(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data")
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    probes = _probe_rows(by_id(run_stage(str(data), tmp_path / "run", models=models, samples=96)))
+    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=96)))
     assert sorted(probes) == sorted(PROBES)
     assert all(r.verdict == "match" for r in probes.values()), [r.message for r in probes.values()]
     assert all(r.evidence["ci"] is not None and r.evidence["ci"][0] > 0 for r in probes.values())
@@ -80,7 +84,7 @@ def test_a_clean_dataset_gives_no_hard_probe_row_and_every_alternative_is_report
 def test_a_camera_stored_bgr_is_named_by_the_bgr_probe(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data", bgr=FRONT)
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    probes = _probe_rows(by_id(run_stage(str(data), tmp_path / "run", models=models, samples=96)))
+    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=96)))
     hard = {k for k, r in probes.items() if r.verdict == "mismatch" and r.severity == "hard"}
     assert hard == {f"bgr:{FRONT}"}
     row = probes[f"bgr:{FRONT}"]
@@ -91,7 +95,7 @@ def test_a_camera_stored_bgr_is_named_by_the_bgr_probe(tmp_path: Path) -> None:
 def test_exchanged_cameras_are_named_by_the_exchange_probe(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data", exchanged=True)
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    rows = by_id(run_stage(str(data), tmp_path / "run", models=models, samples=96))
+    rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=96))
     probes = _probe_rows(rows)
     hard = {k for k, r in probes.items() if r.verdict == "mismatch" and r.severity == "hard"}
     assert hard == {f"exchanged:{FRONT}|{WRIST}"}
@@ -104,7 +108,7 @@ def test_exchanged_cameras_are_named_by_the_exchange_probe(tmp_path: Path) -> No
 def test_too_few_samples_leave_the_probes_unverifiable(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data", exchanged=True)
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    probes = _probe_rows(by_id(run_stage(str(data), tmp_path / "run", models=models, samples=16)))
+    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=16)))
     assert {r.verdict for r in probes.values()} == {"unverifiable"}
     assert "only 16 paired samples, fewer than min_pairs=64" in probes[f"exchanged:{FRONT}|{WRIST}"].message
 
@@ -113,8 +117,19 @@ def test_a_camera_the_dataset_lacks_is_the_models_row_and_the_other_model_report
     data = write_dataset(tmp_path / "data")
     side = "observation.images.side"
     models = _models(tmp_path, base={"cameras": [FRONT]}, sided={"cameras": [FRONT, side]})
-    rows = by_id(run_stage(str(data), tmp_path / "run", models=models, samples=96))
+    rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=96))
     row = rows["input.sided"]
     assert row.verdict == "mismatch" and row.severity == "hard" and row.actual == [side]
     assert side in row.message and "no such camera" in row.message and str(data) in row.message
     assert rows["l1.base"].verdict == "match" and "l1.sided" not in rows
+
+
+def test_a_camera_whose_video_is_gone_is_the_row_of_each_model_that_reads_it(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "data")
+    video = next((data / "videos" / WRIST).rglob("*.mp4"))
+    video.unlink()
+    models = _models(tmp_path, base={"cameras": list(CAMERAS)}, front={"cameras": [FRONT]})
+    rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=96, baseline="front"))
+    row = rows["input.base"]
+    assert row.verdict == "mismatch" and row.actual == [WRIST] and str(video) in row.message
+    assert rows["l1.front"].verdict == "match" and "probe.front.bgr:" + FRONT in rows
