@@ -127,8 +127,23 @@ def _feedable(loaded: list, declared: Mapping[str, Any], dataset: Path) -> tuple
         lacking = inputs.missing(declared[spec.name], data)
         if lacking:
             rows.append(_input_row(spec.name, lacking, data.root))
-        else:
-            keep.append((spec, model))
+            continue
+        keep.append((spec, model))
+        sizes = inputs.shape_differences(declared[spec.name], data)
+        if sizes:
+            said = "; ".join(f"{k} {why}" for k, why in sizes.items())
+            message = f"{spec.name}: {said}; fed as decoded, not resized"
+            rows.append(
+                ROWS(
+                    f"input_shape.{spec.name}",
+                    spec.name,
+                    "mismatch",
+                    message,
+                    severity="soft",
+                    actual=sorted(sizes),
+                    evidence=sizes,
+                )
+            )
     return keep, rows
 
 

@@ -103,6 +103,21 @@ def missing(declared: Declared, data: LeRobotData) -> dict[str, str]:
     return out
 
 
+def shape_differences(declared: Declared, data: LeRobotData) -> dict[str, str]:
+    """Cameras whose declared [C, H, W] differs from the dataset's [H, W, C]: fed as decoded (the stage
+    does not resize; a policy that resizes inside itself is fine, one that does not will fail or
+    see another scale), so the row says so."""
+    out: dict[str, str] = {}
+    for key in declared.cameras:
+        want, spec = declared.shapes.get(key), data.features.get(key) or {}
+        have = spec.get("shape") if isinstance(spec, Mapping) else None
+        if not (isinstance(want, list) and len(want) == 3 and isinstance(have, list) and len(have) == 3):
+            continue
+        if [int(v) for v in want] != [int(have[2]), int(have[0]), int(have[1])]:
+            out[key] = f"declares [C,H,W] {want}, the dataset stores [H,W,C] {have}"
+    return out
+
+
 class Feeds:
     """The sampled rows' inputs for every model: pixels decoded once, views converted once."""
 
@@ -141,10 +156,10 @@ class Feeds:
             start = time.perf_counter()
             try:
                 self._pixels[key] = self._read(reader, key, needed, position)
+                self.decoded_rows[key] = needed
             except InputError as exc:
                 self.failed[key] = str(exc)
             self.decode_s[key] = time.perf_counter() - start
-            self.decoded_rows[key] = needed
 
     def _read(self, reader: FrameReader, key: str, needed: np.ndarray, position: np.ndarray) -> np.ndarray:
         """One `frames` call (one seek) per episode, in the order of `needed`."""

@@ -2,9 +2,11 @@
 
 A loader is `fn(path: str, device: str) -> object`. The object is used through the first of:
 `predict(batch) -> actions` (numpy dict in, (B, D) or (B, H, D) out), LeRobot's
-`predict_action_chunk(batch)` or `select_action(batch)` (torch dict on the device in). It may declare
-`input_features` (the observation keys it reads). `load_lerobot` adapts a LeRobot policy saved in a
-local directory when the optional `lerobot` package is importable. Nothing is unpickled here: loaders
+`predict_action_chunk(batch)` or `select_action(batch)` (torch dict on the device in; the task text
+stays a list of str). It may declare `input_features` (the keys it reads, or LeRobot's typed features)
+and `n_obs_steps`; inputs.py decides what each key gets (cameras as float 0-1 [B,3,H,W]).
+`load_lerobot` adapts a LeRobot policy saved in a local directory when the optional `lerobot` package
+is importable. Nothing is unpickled here: loaders
 are expected to read safetensors/JSON, as the shipped ones do.
 """
 

@@ -147,7 +147,8 @@ class PixelModel:
         config = json.loads((Path(path) / "config.json").read_text())
         self.cameras: list[str] = config["cameras"]
         self.n_obs_steps = int(config.get("n_obs_steps", 1))
-        self.input_features = {k: {"type": "VISUAL", "shape": [3, SIDE, SIDE]} for k in self.cameras}
+        side = int(config.get("side", SIDE))  # what it declares; it reads any size
+        self.input_features = {k: {"type": "VISUAL", "shape": [3, side, side]} for k in self.cameras}
         self.input_features["observation.state"] = {"type": "STATE", "shape": [2]}
         if config.get("task"):
             self.input_features["task"] = {"type": "LANGUAGE", "shape": [1]}

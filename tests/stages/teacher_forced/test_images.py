@@ -113,15 +113,23 @@ def test_too_few_samples_leave_the_probes_unverifiable(tmp_path: Path) -> None:
     assert "only 16 paired samples, fewer than min_pairs=64" in probes[f"exchanged:{FRONT}|{WRIST}"].message
 
 
-def test_a_camera_the_dataset_lacks_is_the_models_row_and_the_other_model_reports(tmp_path: Path) -> None:
+def test_a_camera_the_dataset_lacks_is_the_models_row_and_the_other_models_report(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data")
     side = "observation.images.side"
-    models = _models(tmp_path, base={"cameras": [FRONT]}, sided={"cameras": [FRONT, side]})
+    models = _models(
+        tmp_path,
+        base={"cameras": [FRONT]},
+        sided={"cameras": [FRONT, side]},
+        larger={"cameras": [WRIST], "side": 32},
+    )
     rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=96))
     row = rows["input.sided"]
     assert row.verdict == "mismatch" and row.severity == "hard" and row.actual == [side]
     assert side in row.message and "no such camera" in row.message and str(data) in row.message
     assert rows["l1.base"].verdict == "match" and "l1.sided" not in rows
+    sized = rows["input_shape.larger"]  # declared 32x32, stored 16x16: said, fed as decoded
+    assert sized.verdict == "mismatch" and sized.severity == "soft" and sized.actual == [WRIST]
+    assert "[3, 32, 32]" in sized.message and "[16, 16, 3]" in sized.message and "l1.larger" in rows
 
 
 def test_a_camera_whose_video_is_gone_is_the_row_of_each_model_that_reads_it(tmp_path: Path) -> None:
