@@ -32,7 +32,6 @@ from pipeline.stages.teacher_forced import (
     report,
     samples,
 )
-from pipeline.stages.teacher_forced.compare import sig
 from pipeline.storage import atomic_write_json
 
 ROWS = Rows("teacher_forced", "diagnostics")
@@ -90,7 +89,7 @@ def evaluate(
         except Exception as exc:  # noqa: BLE001 - recorded as the model's error row
             checks.append(model_error(spec, exc, "loading"))
     declared = {spec.name: inputs.declare(model.obj, model.inputs) for spec, model in loaded}
-    loaded, unfed = _feedable(loaded, declared, dataset)
+    loaded, unfed = inputs.feedable(loaded, declared, dataset)
     checks += unfed
     extra = {c for c in (tf.subset_column, tf.reference_column) if c}
     if any(declared[spec.name].language for spec, _ in loaded):
@@ -103,8 +102,8 @@ def evaluate(
     if any(c.blocking for c in sample_rows) or not loaded:
         return _result(checks, artifacts)
     shared = prepare(tf, frames, rows, labels, keys, {s.name: declared[s.name] for s, _ in loaded})
-    loaded, undecoded = _decoded(loaded, shared.feeds)
-    checks += undecoded + _images_row(shared.feeds)
+    loaded, undecoded = inputs.decoded(loaded, shared.feeds)
+    checks += undecoded + inputs.images_row(shared.feeds)
     runs: dict[str, Run] = {}
     for spec, model in loaded:
         try:
@@ -117,69 +116,6 @@ def evaluate(
     checks += _probes(tf, runs, baseline, shared)
     artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
     return _result(checks, artifacts)
-
-
-def _feedable(loaded: list, declared: Mapping[str, Any], dataset: Path) -> tuple[list, list[Check]]:
-    """Models whose every declared input the dataset supplies; each other one is its `input.<model>` row."""
-    data = LeRobotData(dataset)
-    keep, rows = [], []
-    for spec, model in loaded:
-        lacking = inputs.missing(declared[spec.name], data)
-        if lacking:
-            rows.append(_input_row(spec.name, lacking, data.root))
-            continue
-        keep.append((spec, model))
-        sizes = inputs.shape_differences(declared[spec.name], data)
-        if sizes:
-            said = "; ".join(f"{k} {why}" for k, why in sizes.items())
-            message = f"{spec.name}: {said}; fed as decoded, not resized"
-            rows.append(
-                ROWS(
-                    f"input_shape.{spec.name}",
-                    spec.name,
-                    "mismatch",
-                    message,
-                    severity="soft",
-                    actual=sorted(sizes),
-                    evidence=sizes,
-                )
-            )
-    return keep, rows
-
-
-def _input_row(name: str, lacking: Mapping[str, str], root: Path) -> Check:
-    """`teacher_forced.input.<model>`: what the model declares that the dataset cannot supply."""
-    said = "; ".join(f"{k}: {why}" for k, why in lacking.items())
-    message = f"{name}: declares input(s) the dataset {root} cannot supply ({said}); not evaluated"
-    return ROWS(f"input.{name}", name, "mismatch", message, actual=sorted(lacking), evidence=dict(lacking))
-
-
-def _decoded(loaded: list, feeds: inputs.Feeds) -> tuple[list, list[Check]]:
-    """Models whose cameras decoded; a camera whose video is bad is each reader's input row."""
-    keep, rows = [], []
-    for spec, model in loaded:
-        bad = {k: feeds.failed[k] for k in feeds.declared[spec.name].cameras if k in feeds.failed}
-        if bad:
-            rows.append(_input_row(spec.name, bad, feeds.frames.root))
-        else:
-            keep.append((spec, model))
-    return keep, rows
-
-
-def _images_row(feeds: inputs.Feeds) -> list[Check]:
-    """Decode time and sizes, kept apart from the models' inference time."""
-    if not feeds.decode_s:
-        return []
-    total = sum(feeds.decode_s.values())
-    frames = {k: int(len(v)) for k, v in feeds.decoded_rows.items()}
-    message = (
-        f"decoded {sum(frames.values())} frame(s) of {len(feeds.decode_s)} camera(s) in {sig(total, 3)} s "
-        "(once for every model, one seek per episode and camera)"
-    )
-    evidence = {"decode_s": feeds.decode_s, "frames": frames, "shapes": feeds.frame_shapes()}
-    return [
-        ROWS("inputs.images", "images", "match", message, severity="soft", actual=total, evidence=evidence)
-    ]
 
 
 def _probes(tf: Any, runs: Mapping[str, Run], baseline: str, shared: Shared) -> list[Check]:

@@ -30,8 +30,11 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader, processor_view
 from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.records import Check, Rows
+from pipeline.stages.teacher_forced.compare import sig
 from pipeline.stages.teacher_forced.samples import Frames, _ranks
 
+ROWS = Rows("teacher_forced", "diagnostics")
 TASK = "task"
 TASK_INDEX = "task_index"
 
@@ -216,3 +219,66 @@ class Feeds:
             else:
                 out[key] = self.tasks(self.frames.root)
         return out
+
+
+def feedable(loaded: list, declared: Mapping[str, Any], dataset: Path) -> tuple[list, list[Check]]:
+    """Models whose every declared input the dataset supplies; each other one is its `input.<model>` row."""
+    data = LeRobotData(dataset)
+    keep, rows = [], []
+    for spec, model in loaded:
+        lacking = missing(declared[spec.name], data)
+        if lacking:
+            rows.append(input_row(spec.name, lacking, data.root))
+            continue
+        keep.append((spec, model))
+        sizes = shape_differences(declared[spec.name], data)
+        if sizes:
+            said = "; ".join(f"{k} {why}" for k, why in sizes.items())
+            message = f"{spec.name}: {said}; fed as decoded, not resized"
+            rows.append(
+                ROWS(
+                    f"input_shape.{spec.name}",
+                    spec.name,
+                    "mismatch",
+                    message,
+                    severity="soft",
+                    actual=sorted(sizes),
+                    evidence=sizes,
+                )
+            )
+    return keep, rows
+
+
+def input_row(name: str, lacking: Mapping[str, str], root: Path) -> Check:
+    """`teacher_forced.input.<model>`: what the model declares that the dataset cannot supply."""
+    said = "; ".join(f"{k}: {why}" for k, why in lacking.items())
+    message = f"{name}: declares input(s) the dataset {root} cannot supply ({said}); not evaluated"
+    return ROWS(f"input.{name}", name, "mismatch", message, actual=sorted(lacking), evidence=dict(lacking))
+
+
+def decoded(loaded: list, feeds: Feeds) -> tuple[list, list[Check]]:
+    """Models whose cameras decoded; a camera whose video is bad is each reader's input row."""
+    keep, rows = [], []
+    for spec, model in loaded:
+        bad = {k: feeds.failed[k] for k in feeds.declared[spec.name].cameras if k in feeds.failed}
+        if bad:
+            rows.append(input_row(spec.name, bad, feeds.frames.root))
+        else:
+            keep.append((spec, model))
+    return keep, rows
+
+
+def images_row(feeds: Feeds) -> list[Check]:
+    """Decode time and sizes, kept apart from the models' inference time."""
+    if not feeds.decode_s:
+        return []
+    total = sum(feeds.decode_s.values())
+    frames = {k: int(len(v)) for k, v in feeds.decoded_rows.items()}
+    message = (
+        f"decoded {sum(frames.values())} frame(s) of {len(feeds.decode_s)} camera(s) in {sig(total, 3)} s "
+        "(once for every model, one seek per episode and camera)"
+    )
+    evidence = {"decode_s": feeds.decode_s, "frames": frames, "shapes": feeds.frame_shapes()}
+    return [
+        ROWS("inputs.images", "images", "match", message, severity="soft", actual=total, evidence=evidence)
+    ]

@@ -140,21 +140,9 @@ def _row(
             row_id, feature, None, f"{name}: {numbers}; {why}", actual=change, evidence=evidence
         )
     if part in order:
-        at = order.index(part)
-        step = kept[at][1]["relative_change"]
-        after = (
-            ""
-            if at == 0
-            else (
-                f" (on top of {' and '.join(options[p][0] for p in order[:at])}: a further "
-                f"{sig(-100 * step, 3)} % drop)"
-            )
-        )
-        message = (
-            f"{name}: the model's error drops {sig(-100 * change, 3)} % with {wording}{after}: {numbers}; "
-            "the data as declared is not what this model was trained on"
-        )
-        evidence["step_change"] = step
+        evidence["step_change"] = kept[order.index(part)][1]["relative_change"]
+        message = _kept_message(name, part, options, kept, change) + f": {numbers}"
+        message += "; the data as declared is not what this model was trained on"
         return ROWS(
             row_id, feature, "mismatch", message, expected=tf.probe_margin, actual=change, evidence=evidence
         )
@@ -167,14 +155,18 @@ def _row(
         if explained
         else f"the data as declared is not clearly beaten (margin {sig(100 * tf.probe_margin, 3)} %)"
     )
-    severity = "soft" if explained else "hard"
-    return ROWS(
-        row_id,
-        feature,
-        "match",
-        f"{name}: {numbers}; {why}",
-        severity=severity,
-        expected=tf.probe_margin,
-        actual=change,
-        evidence=evidence,
-    )
+    message = f"{name}: {numbers}; {why}"
+    return ROWS(row_id, feature, "match", message, expected=tf.probe_margin, actual=change, evidence=evidence)
+
+
+def _kept_message(
+    name: str, part: str, options: Mapping[str, tuple[str, Any]], kept: list, change: float
+) -> str:
+    """What a kept alternative does: alone (the first kept), or on top of the ones kept before it."""
+    order = [p for p, _ in kept]
+    at, wording = order.index(part), options[part][0]
+    step = kept[at][1]["relative_change"]
+    if at == 0:
+        return f"{name}: the model's error drops {sig(-100 * change, 3)} % with {wording}"
+    before = " and ".join(options[p][0] for p in order[:at])
+    return f"{name}: with {before}, the model's error drops a further {sig(-100 * step, 3)} % with {wording}"

@@ -141,3 +141,13 @@ def test_a_camera_whose_video_is_gone_is_the_row_of_each_model_that_reads_it(tmp
     row = rows["input.base"]
     assert row.verdict == "mismatch" and row.actual == [WRIST] and str(video) in row.message
     assert rows["l1.front"].verdict == "match" and "probe.front.bgr:" + FRONT in rows
+
+
+def test_an_exchange_and_a_bgr_camera_together_are_both_named(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "data", bgr=FRONT, exchanged=True)  # demo=faulty's two camera faults
+    models = _models(tmp_path, base={"cameras": list(CAMERAS)})
+    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=96)))
+    hard = {k for k, r in probes.items() if r.verdict == "mismatch"}
+    assert hard == {f"exchanged:{FRONT}|{WRIST}", f"bgr:{WRIST}"}, {k: r.message for k, r in probes.items()}
+    second = next(r for k, r in probes.items() if k in hard and r.evidence["kept"].index(k) == 1)
+    assert "drops a further" in second.message
