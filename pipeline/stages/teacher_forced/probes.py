@@ -141,7 +141,8 @@ def _row(
         )
     if part in order:
         evidence["step_change"] = kept[order.index(part)][1]["relative_change"]
-        message = _kept_message(name, part, options, kept, change) + f": {numbers}"
+        alone = "" if order.index(part) == 0 else "alone against the data as declared: "
+        message = _kept_message(name, part, options, kept, change) + f"; {alone}{numbers}"
         message += "; the data as declared is not what this model was trained on"
         return ROWS(
             row_id, feature, "mismatch", message, expected=tf.probe_margin, actual=change, evidence=evidence

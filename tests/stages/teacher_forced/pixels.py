@@ -18,6 +18,7 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 FPS, SIDE = 10, 16
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"
@@ -161,6 +162,24 @@ class PixelModel:
             weights = np.asarray(WEIGHTS.get(key, np.zeros((3, 2))))
             out = out + last(batch[key]).mean(axis=(-2, -1)) @ weights
         return out.astype(np.float32)
+
+
+class ChunkPixelModel:
+    """The same function behind LeRobot's `predict_action_chunk` (torch tensors in, the task a list)."""
+
+    def __init__(self, path: str) -> None:
+        self.inner = PixelModel(path)
+        self.path, self.input_features = path, self.inner.input_features
+        self.config = type("Config", (), {"n_obs_steps": self.inner.n_obs_steps})()  # LeRobot's place
+
+    def predict_action_chunk(self, batch: dict[str, Any]) -> torch.Tensor:
+        SEEN.setdefault(self.path, batch)
+        numpy = {k: v if isinstance(v, list) else v.cpu().numpy() for k, v in batch.items()}
+        return torch.from_numpy(self.inner.predict(numpy))[:, None, :]
+
+
+def load_chunk_pixel_model(path: str, device: str) -> ChunkPixelModel:
+    return ChunkPixelModel(path)
 
 
 def write_model(folder: Path, cameras: list[str], **config: Any) -> str:

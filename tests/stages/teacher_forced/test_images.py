@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from pipeline.readers.frames import FrameReader, processor_view
 from pipeline.readers.lerobot_data import LeRobotData
@@ -48,6 +49,10 @@ def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_pat
         base={"cameras": list(CAMERAS)},
         stacked={"cameras": [FRONT], "n_obs_steps": 2, "task": True},
     )
+    chunked = write_model(tmp_path / "models/chunked", [WRIST], n_obs_steps=2, task=True)
+    models.append(
+        {"name": "chunked", "path": chunked, "loader": LOADER.replace("pixel_model", "chunk_pixel_model")}
+    )
     result = _run(str(data), tmp_path / "run", models=models, samples=96, probe_models=[])
     rows = by_id(result)
     assert rows["l1.base"].actual < 0.2  # fits to the noise (stacked reads one camera only)
@@ -67,9 +72,14 @@ def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_pat
     np.testing.assert_array_equal(two[FRONT][:, 1], one[FRONT])
     assert two["task"] == [TASKS[s["episode"] % 2] for s in saved]
     assert any(s["frame"] == 0 for s in saved)  # the start padding was exercised
-    decode = rows["inputs.images"].evidence  # wrist: the samples; front: the samples and their past frames
+    three = SEEN[chunked]  # LeRobot's entry point: torch tensors, the task a list, n_obs_steps on .config
+    assert isinstance(three[WRIST], torch.Tensor) and three[WRIST].shape == (96, 2, 3, 16, 16)
+    np.testing.assert_array_equal(three[WRIST][:, 1].numpy(), one[WRIST])
+    assert three["task"] == two["task"]
+    decode = rows["inputs.images"].evidence  # each camera once: the samples and their past frames
     assert set(decode["decode_s"]) == set(CAMERAS) and "inference_s" in rows["l1.base"].evidence
-    assert decode["frames"][WRIST] == 96 and decode["frames"][FRONT] > 96
+    wanted = {(s["episode"], f) for s in saved for f in (s["frame"], max(s["frame"] - 1, 0))}
+    assert decode["frames"] == {FRONT: len(wanted), WRIST: len(wanted)} and len(wanted) > 96
 
 
 def test_a_clean_dataset_gives_no_hard_probe_row_and_every_alternative_is_reported(tmp_path: Path) -> None:
