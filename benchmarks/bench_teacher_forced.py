@@ -88,8 +88,8 @@ class ImagePolicy:
 
     @torch.inference_mode()
     def predict(self, batch: Mapping[str, Any]) -> torch.Tensor:
-        images = [torch.from_numpy(batch[k]).to(self.device, non_blocking=True) for k in CAMERAS]
-        return self.net(images, torch.from_numpy(batch["observation.state"]).to(self.device))
+        images = [torch.tensor(batch[k], device=self.device) for k in CAMERAS]  # the stage's are read-only
+        return self.net(images, torch.tensor(batch["observation.state"], device=self.device))
 
 
 def timed(fn) -> float:
@@ -128,8 +128,8 @@ def measure(shared: Any, tf: TeacherForcedConfig, hidden: int, repeats: int, dev
     model = models.Loaded("m", obj, list(obj.input_features), models.adapt(obj, device, "bench"))
     spec = ModelSpec(name="m", path="bench", loader="bench")
     batch = shared.feeds.batch("m")
-    images = [torch.from_numpy(batch[k]).to(obj.device) for k in CAMERAS]
-    state = torch.from_numpy(batch["observation.state"]).to(obj.device)
+    images = [torch.tensor(batch[k], device=obj.device) for k in CAMERAS]
+    state = torch.tensor(batch["observation.state"], device=obj.device)
 
     def bare() -> None:
         with torch.inference_mode():

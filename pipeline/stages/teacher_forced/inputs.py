@@ -188,9 +188,9 @@ class Feeds:
         """float32 0-1 [B, 3, H, W] (n = 1) or [B, n, 3, H, W], converted once per camera and depth."""
         if (key, n) not in self._views:
             rows = self.rows if n == 1 else self.past(n)
-            self._views[(key, n)] = processor_view(
-                self._pixels[key][np.searchsorted(self.decoded_rows[key], rows)]
-            )
+            view = processor_view(self._pixels[key][np.searchsorted(self.decoded_rows[key], rows)])
+            view.flags.writeable = False  # shared by every model and probe: one cannot alter another's
+            self._views[(key, n)] = view
         return self._views[(key, n)]
 
     def tasks(self, data_root: Path) -> list[str]:
@@ -217,7 +217,7 @@ class Feeds:
                 stacked = past is not None and key.startswith("observation.")
                 out[key] = self.frames.columns[key][past if stacked else self.rows]
             else:
-                out[key] = self.tasks(self.frames.root)
+                out[key] = list(self.tasks(self.frames.root))
         return out
 
 

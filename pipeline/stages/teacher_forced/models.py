@@ -66,9 +66,8 @@ def adapt(obj: Any, device: str, key: str) -> Predict:
             def run(batch: Mapping[str, np.ndarray], call: Callable[..., Any] = call) -> np.ndarray:
                 if hasattr(obj, "reset"):
                     obj.reset()
-                tensors = {  # the task text stays a list of str, as LeRobot's loader hands it
-                    k: v if isinstance(v, list) else torch.as_tensor(v, device=device)
-                    for k, v in batch.items()
+                tensors = {  # copies (the stage's arrays are shared); the task text stays a list of str
+                    k: v if isinstance(v, list) else torch.tensor(v, device=device) for k, v in batch.items()
                 }
                 return as_chunk(call(tensors))
 

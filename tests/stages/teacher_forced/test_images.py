@@ -63,6 +63,7 @@ def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_pat
     for key in CAMERAS:
         want = np.stack([reader.frames(key, s["episode"], [s["frame"]])[0] for s in saved])
         assert one[key].dtype == np.float32 and one[key].shape == (96, 3, 16, 16)
+        assert not one[key].flags.writeable  # shared by every model and probe
         np.testing.assert_array_equal(one[key], processor_view(want))
     two = SEEN[models[1]["path"]]
     assert two[FRONT].shape == (96, 2, 3, 16, 16) and two["observation.state"].shape == (96, 2, 2)
