@@ -109,9 +109,7 @@ def shared_inputs(dataset: Path, tf: TeacherForcedConfig, obj: ImagePolicy) -> t
     rows = select(frames, tf.samples, tf.seed)
     declared = {"m": inputs.declare(obj, keys)}
     start = time.perf_counter()
-    shared = evaluate.prepare(
-        tf, frames, rows, ["all"] * len(rows), ["observation.state", "action"], declared
-    )
+    shared = evaluate.prepare(tf, frames, rows, ["all"] * len(rows), declared)
     shared.feeds.batch("m")  # the 0-1 float views, converted once for every model
     prepared = time.perf_counter() - start
     decode = sum(shared.feeds.decode_s.values())

@@ -56,7 +56,6 @@ class Shared:
     frames: samples.Frames
     rows: np.ndarray
     labels: list[str]
-    batch: dict[str, np.ndarray]
     truth: np.ndarray
     valid: np.ndarray
     scale: np.ndarray
@@ -101,7 +100,7 @@ def evaluate(
     artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
     if any(c.blocking for c in sample_rows) or not loaded:
         return _result(checks, artifacts)
-    shared = prepare(tf, frames, rows, labels, keys, {s.name: declared[s.name] for s, _ in loaded})
+    shared = prepare(tf, frames, rows, labels, {s.name: declared[s.name] for s, _ in loaded})
     loaded, undecoded = inputs.decoded(loaded, shared.feeds)
     checks += undecoded + inputs.images_row(shared.feeds)
     runs: dict[str, Run] = {}
@@ -161,7 +160,6 @@ def prepare(
     frames: samples.Frames,
     rows: np.ndarray,
     labels: list[str],
-    keys: Sequence[str],
     declared: Mapping[str, inputs.Declared],
 ) -> Shared:
     """Targets, units and every model's inputs (cameras decoded here, once)."""
@@ -171,14 +169,12 @@ def prepare(
     gripper = tf.gripper_dims
     if gripper is None:
         gripper = [d for d, n in enumerate(names) if "gripper" in n.lower()]
-    batch = {k: frames.columns[k][rows] for k in keys}
     feeds = inputs.Feeds(frames, rows, declared)
     feeds.decode(LeRobotData(frames.root))
     return Shared(
         frames,
         rows,
         labels,
-        batch,
         truth,
         valid,
         np.where(scale > 1e-12, scale, 1.0),
