@@ -6,6 +6,9 @@ evidence standing: provenance (sha256 of every checkpoint file vs a pinned diges
 same seeded, stratified samples for every model (a manifest with the data's fingerprint), per-dim /
 per-step error in dataset and normalized units, paired comparisons with a bootstrap interval and a
 Wilcoxon p-value, and, for stochastic models, repeatability before any conclusion (reference 002).
+Every model is fed what it declares as LeRobot's loader feeds it (inputs.py: cameras decoded once
+through the frame reader, the task text, past frames), and the baseline is asked, as a witness, which
+camera convention fits it best (probes.py: BGR, x255, /255, exchanged cameras).
 
 `stages.teacher_forced.models` lists the models; empty means the demo's (`teacher_forced/models.json`
 beside the demo's dataset). No models and no demo: the stage is skipped (nothing to compare).
