@@ -1,21 +1,24 @@
-"""teacher_forced scoring throughput vs the bare batched forward pass of the same model, same process.
+"""teacher_forced scoring throughput with images in the batch vs the bare batched forward of the same
+model, same process; the frame decoding timed apart from the model.
 
-    python benchmarks/bench_teacher_forced.py [--samples 8192] [--batch 512] [--hidden 64 1024]
+    python benchmarks/bench_teacher_forced.py [--samples 2048] [--batch 256] [--hidden 64 1024]
                                               [--repeats 5] [--device auto] [--dir DIR]
 
-Writes a LeRobot v3.0 dataset shaped like the demo's (random-walk state, environment state and action,
-episodes of 200 frames) and, per hidden width, a demo-format MLP checkpoint. Then, on the same
-sampled observation rows:
+Writes a LeRobot v3.0 dataset with two 64x64 AV1 cameras (`observation.images.front` and `.wrist`, the
+demo's shape), a 2-d state and action, episodes of 200 frames, and per hidden width a small image
+policy (a conv encoder per camera, the state, an MLP head of that width). Then, on the same sampled rows:
 
-- bare:  `policy(x)` over batches of the already-normalized, already-concatenated input tensor on the
-         device (the ceiling: the network alone);
-- stage: `evaluate.score_model`, the stage's per-model path: the loader's batched `predict`
-         (normalizers, forward, unnormalize, to numpy), error metrics, the collapse / NaN findings and
-         the 16-sample determinism probe.
+- decode: the stage's one decode of both cameras at the samples (`inputs.Feeds.decode`, one seek per
+          episode and camera), timed once and reported apart (`decode_s`, frames per second);
+- bare:   the network's forward over batches of the already-decoded images and state as tensors on
+          the device (the ceiling: the network alone);
+- stage:  `evaluate.score_model`, the stage's per-model path: the model's batched `predict` on the
+          numpy batch the stage builds (images float32 [B,3,64,64] in 0-1), error metrics, the
+          collapse / NaN findings and the 16-sample determinism probe.
 
-The two are timed in turn `--repeats` times (a shared machine's load drift hits both). Prints one JSON
-line: best samples/s of each per width and the median of the paired ratios stage/bare
-(aim >= 0.8). One-off work (reading the data, selecting and hashing samples, plots) is not in it.
+bare and stage are timed in turn `--repeats` times (a shared machine's load drift hits both). Prints one
+JSON line: per width the best samples/s of each and the median of the paired ratios stage/bare (aim >=
+0.8), with the decode time and the stage's model time apart.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,28 +39,57 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.demo.dataset import write_dataset  # noqa: E402
-from pipeline.demo.policy import DemoPolicy, default_spec, save_pretrained  # noqa: E402
-from pipeline.demo.teacher_forced import LOADER  # noqa: E402
-from pipeline.demo.train import load_stats  # noqa: E402
 from pipeline.stages.config import typed  # noqa: E402
-from pipeline.stages.teacher_forced import ModelSpec, TeacherForcedConfig, evaluate, models  # noqa: E402
+from pipeline.stages.teacher_forced import ModelSpec, TeacherForcedConfig, evaluate, inputs, models  # noqa: E402
 from pipeline.stages.teacher_forced.samples import read_frames, select  # noqa: E402
+from tests.stages.teacher_forced.pixels import CAMERAS, write_dataset  # noqa: E402
+
+SIDE = 64
 
 
-def episodes(n: int, steps: int, seed: int) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        walk = np.cumsum(rng.normal(0, 0.05, (steps, 20)), axis=0).astype(np.float32)
-        out.append({"state": walk[:, :11], "env_state": walk[:, 11:15], "action": walk[:, 15:] * 0.5})
-    return out
+class Net(torch.nn.Module):
+    """A conv encoder per camera (shared shape, own weights), the state, an MLP head."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.encoders = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                torch.nn.Conv2d(3, 16, 5, stride=2),
+                torch.nn.ReLU(),
+                torch.nn.Conv2d(16, 32, 3, stride=2),
+                torch.nn.ReLU(),
+                torch.nn.AdaptiveAvgPool2d(1),
+                torch.nn.Flatten(),
+            )
+            for _ in CAMERAS
+        )
+        self.head = torch.nn.Sequential(
+            torch.nn.Linear(32 * len(CAMERAS) + 2, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, 2),
+        )
+
+    def forward(self, images: list[torch.Tensor], state: torch.Tensor) -> torch.Tensor:
+        feats = [enc(x) for enc, x in zip(self.encoders, images, strict=True)]
+        return self.head(torch.cat([*feats, state], dim=-1))
 
 
-def checkpoint(dataset: Path, hidden: int, out: Path) -> Path:
-    torch.manual_seed(0)
-    policy = DemoPolicy(15, 5, hidden).eval()
-    return save_pretrained(policy, load_stats(dataset), out, default_spec(11, 5, 4))
+class ImagePolicy:
+    """The model behind the stage's interface: typed `input_features`, numpy batch in."""
+
+    def __init__(self, hidden: int, device: str) -> None:
+        torch.manual_seed(0)
+        self.device = torch.device(device)
+        self.net = Net(hidden).to(self.device).eval()
+        self.input_features = {k: {"type": "VISUAL", "shape": [3, SIDE, SIDE]} for k in CAMERAS}
+        self.input_features["observation.state"] = {"type": "STATE", "shape": [2]}
+
+    @torch.inference_mode()
+    def predict(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        images = [torch.tensor(batch[k], device=self.device) for k in CAMERAS]  # the stage's are read-only
+        return self.net(images, torch.tensor(batch["observation.state"], device=self.device))
 
 
 def timed(fn) -> float:
@@ -68,44 +102,58 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure(dataset: Path, ckpt: Path, tf: TeacherForcedConfig, repeats: int, device: str) -> dict:
-    spec = ModelSpec(name="m", path=str(ckpt), loader=LOADER)
-    model = models.load("m", str(ckpt), LOADER, device, [], "bench")
-    keys = sorted(set(model.inputs) | {tf.action_key})
-    frames = read_frames(dataset, keys)
+def shared_inputs(dataset: Path, tf: TeacherForcedConfig, obj: ImagePolicy) -> tuple[Any, dict]:
+    """The stage's shared samples with both cameras decoded once (the decode timed by the stage)."""
+    keys = list(obj.input_features)
+    frames = read_frames(dataset, ["observation.state", tf.action_key])
     rows = select(frames, tf.samples, tf.seed)
-    shared = evaluate.prepare(tf, frames, rows, ["all"] * len(rows), keys)
-    demo = model.obj
-    x = torch.cat(
-        [
-            torch.as_tensor(shared.batch[k], device=demo.device) * demo.inputs[k][0] + demo.inputs[k][1]
-            for k in demo.input_features
-        ],
-        dim=-1,
-    )
+    declared = {"m": inputs.declare(obj, keys)}
+    start = time.perf_counter()
+    shared = evaluate.prepare(tf, frames, rows, ["all"] * len(rows), declared)
+    shared.feeds.batch("m")  # the 0-1 float views, converted once for every model
+    prepared = time.perf_counter() - start
+    decode = sum(shared.feeds.decode_s.values())
+    decoded = sum(len(v) for v in shared.feeds.decoded_rows.values())
+    return shared, {
+        "decode_s": round(decode, 3),
+        "decode_fps": round(decoded / decode),
+        "prepare_s": round(prepared, 3),
+    }
+
+
+def measure(shared: Any, tf: TeacherForcedConfig, hidden: int, repeats: int, device: str) -> dict:
+    obj = ImagePolicy(hidden, device)
+    model = models.Loaded("m", obj, list(obj.input_features), models.adapt(obj, device, "bench"))
+    spec = ModelSpec(name="m", path="bench", loader="bench")
+    batch = shared.feeds.batch("m")
+    images = [torch.tensor(batch[k], device=obj.device) for k in CAMERAS]
+    state = torch.tensor(batch["observation.state"], device=obj.device)
 
     def bare() -> None:
         with torch.inference_mode():
-            for start in range(0, len(x), tf.batch_size):
-                demo.policy(x[start : start + tf.batch_size])
+            for start in range(0, len(state), tf.batch_size):
+                part = slice(start, start + tf.batch_size)
+                obj.net([x[part] for x in images], state[part])
 
     def stage() -> None:
         evaluate.score_model(tf, spec, model, shared)
 
     bare(), stage()  # warm-up
     pairs = [(timed(bare), timed(stage)) for _ in range(repeats)]  # interleaved: load drift hits both
-    n = len(rows)
+    n = len(state)
+    _, run = evaluate.score_model(tf, spec, model, shared)
     return {
         "bare_sps": round(n / min(p[0] for p in pairs)),
         "stage_sps": round(n / min(p[1] for p in pairs)),
         "ratio": round(float(np.median([b / s for b, s in pairs])), 3),
+        "model_s": round(run.summary["inference_s"], 4),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--samples", type=int, default=8192)
-    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--hidden", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
@@ -115,20 +163,25 @@ def main() -> None:
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench_tf_"))
     try:
         n_episodes = max(4, args.samples // 150 + 1)
-        dataset = write_dataset(work / "dataset", episodes(n_episodes, 200, 0))
+        start = time.perf_counter()
+        dataset = write_dataset(work / "dataset", n_episodes, 200, side=SIDE, codec="libsvtav1")
+        written = time.perf_counter() - start
         overrides = {"samples": args.samples, "batch_size": args.batch, "plots": False, "device": args.device}
         if device.startswith("cuda"):
             overrides["resources"] = {"gpus_per_node": 1}
         tf = typed(TeacherForcedConfig, overrides, "stages.teacher_forced")
+        shared, decode = shared_inputs(dataset, tf, ImagePolicy(64, device))
         out = {
             "samples": args.samples,
             "batch": args.batch,
             "device": device,
             "threads": torch.get_num_threads(),
+            "cameras": f"{len(CAMERAS)} x {SIDE}x{SIDE} AV1, {n_episodes} episodes",
+            "write_s": round(written, 1),
+            **decode,
         }
         for hidden in args.hidden:
-            ckpt = checkpoint(dataset, hidden, work / f"ckpt_{hidden}")
-            out[f"hidden_{hidden}"] = measure(dataset, ckpt, tf, args.repeats, device)
+            out[f"hidden_{hidden}"] = measure(shared, tf, hidden, args.repeats, device)
         print(json.dumps(out))
     finally:
         if args.dir is None:

@@ -6,6 +6,9 @@ evidence standing: provenance (sha256 of every checkpoint file vs a pinned diges
 same seeded, stratified samples for every model (a manifest with the data's fingerprint), per-dim /
 per-step error in dataset and normalized units, paired comparisons with a bootstrap interval and a
 Wilcoxon p-value, and, for stochastic models, repeatability before any conclusion (reference 002).
+Every model is fed what it declares as LeRobot's loader feeds it (inputs.py: cameras decoded once
+through the frame reader, the task text, past frames), and the baseline is asked, as a witness, which
+camera convention fits it best (probes.py: BGR, x255, /255, exchanged cameras).
 
 `stages.teacher_forced.models` lists the models; empty means the demo's (`teacher_forced/models.json`
 beside the demo's dataset). No models and no demo: the stage is skipped (nothing to compare).
@@ -84,6 +87,8 @@ class TeacherForcedConfig(StageConfig):
     permutation_seed: int = 9100
     plots: bool = True
     worst_samples: int = 3
+    probe_models: list[str] | None = None  # counterfactual probes (probes.py); None: the baseline, []: off
+    probe_margin: float = 0.1  # an alternative must cut the error by >= 10 % (and its CI exclude 0)
 
     def validate(self, key: str) -> None:
         super().validate(key)
@@ -104,6 +109,13 @@ class TeacherForcedConfig(StageConfig):
             raise ConfigError(f"{key}.models", f"every model needs a unique non-empty name, got {names}")
         if self.baseline and names and self.baseline not in names:
             raise ConfigError(f"{key}.baseline", f"{self.baseline!r} is not one of the models {names}")
+        if not 0 < self.probe_margin < 1:
+            raise ConfigError(
+                f"{key}.probe_margin", f"expected a fraction in (0, 1), got {self.probe_margin}"
+            )
+        unknown = [n for n in self.probe_models or [] if names and n not in names]
+        if unknown:
+            raise ConfigError(f"{key}.probe_models", f"{unknown} are not among the models {names}")
         if self.min_pairs < 2:
             raise ConfigError(f"{key}.min_pairs", f"expected >= 2, got {self.min_pairs}")
         for i, m in enumerate(self.models):

@@ -8,6 +8,7 @@ longer matches the data stops the comparison (the pairing is no longer provable)
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,18 +17,21 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import StageContext
 from pipeline.stages.teacher_forced import (
     compare,
+    findings,
+    inputs,
     metrics,
     models,
+    probes,
     provenance,
     repeatability,
     report,
     samples,
 )
-from pipeline.stages.teacher_forced.compare import sig
 from pipeline.storage import atomic_write_json
 
 ROWS = Rows("teacher_forced", "diagnostics")
@@ -52,12 +56,12 @@ class Shared:
     frames: samples.Frames
     rows: np.ndarray
     labels: list[str]
-    batch: dict[str, np.ndarray]
     truth: np.ndarray
     valid: np.ndarray
     scale: np.ndarray
     names: list[str]
     gripper: list[int]
+    feeds: inputs.Feeds
 
 
 def evaluate(
@@ -83,15 +87,22 @@ def evaluate(
                 )
         except Exception as exc:  # noqa: BLE001 - recorded as the model's error row
             checks.append(model_error(spec, exc, "loading"))
+    declared = {spec.name: inputs.declare(model.obj, model.inputs) for spec, model in loaded}
+    loaded, unfed = inputs.feedable(loaded, declared, dataset)
+    checks += unfed
     extra = {c for c in (tf.subset_column, tf.reference_column) if c}
-    keys = sorted({k for _, m in loaded for k in m.inputs} | {tf.action_key} | extra)
+    if any(declared[spec.name].language for spec, _ in loaded):
+        extra.add(inputs.TASK_INDEX)
+    keys = sorted({k for s, _ in loaded for k in declared[s.name].vectors} | {tf.action_key} | extra)
     frames = samples.read_frames(dataset, keys)
     rows, labels, sample_rows = _samples(tf, frames, groups, ctx.artifacts_dir)
     checks += sample_rows
     artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
     if any(c.blocking for c in sample_rows) or not loaded:
         return _result(checks, artifacts)
-    shared = prepare(tf, frames, rows, labels, keys)
+    shared = prepare(tf, frames, rows, labels, {s.name: declared[s.name] for s, _ in loaded})
+    loaded, undecoded = inputs.decoded(loaded, shared.feeds)
+    checks += undecoded + inputs.images_row(shared.feeds)
     runs: dict[str, Run] = {}
     for spec, model in loaded:
         try:
@@ -101,8 +112,25 @@ def evaluate(
             continue
         checks += found
     checks += compare.compare(tf, runs, baseline)
+    checks += _probes(tf, runs, baseline, shared)
     artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
     return _result(checks, artifacts)
+
+
+def _probes(tf: Any, runs: Mapping[str, Run], baseline: str, shared: Shared) -> list[Check]:
+    """The counterfactual probes for the configured models (default: the baseline)."""
+    names = [baseline] if tf.probe_models is None else list(tf.probe_models)
+    out: list[Check] = []
+    for name in names:
+        run = runs.get(name)
+        if run is None:
+            continue
+        cameras = shared.feeds.declared[name].cameras
+        try:
+            out += probes.probe_model(tf, name, run, shared.feeds.batch(name), cameras, shared)
+        except Exception as exc:  # noqa: BLE001 - an alternative the model cannot take: its row
+            out.append(model_error(run.spec, exc, "probing"))
+    return out
 
 
 def model_error(spec: Any, exc: BaseException, doing: str) -> Check:
@@ -128,40 +156,49 @@ def _result(checks: list[Check], artifacts: dict[str, str]) -> StageResult:
 
 
 def prepare(
-    tf: Any, frames: samples.Frames, rows: np.ndarray, labels: list[str], keys: Sequence[str]
+    tf: Any,
+    frames: samples.Frames,
+    rows: np.ndarray,
+    labels: list[str],
+    declared: Mapping[str, inputs.Declared],
 ) -> Shared:
+    """Targets, units and every model's inputs (cameras decoded here, once)."""
     truth, valid = metrics.targets(frames, rows, tf.action_key, tf.horizon)
     scale = frames.columns[tf.action_key].astype(np.float64).std(axis=0)
     names = frames.names.get(tf.action_key) or [f"dim{d}" for d in range(truth.shape[-1])]
     gripper = tf.gripper_dims
     if gripper is None:
         gripper = [d for d, n in enumerate(names) if "gripper" in n.lower()]
-    batch = {k: frames.columns[k][rows] for k in keys}
+    feeds = inputs.Feeds(frames, rows, declared)
+    feeds.decode(LeRobotData(frames.root))
     return Shared(
         frames,
         rows,
         labels,
-        batch,
         truth,
         valid,
         np.where(scale > 1e-12, scale, 1.0),
         list(names),
         list(gripper),
+        feeds,
     )
 
 
 def score_model(tf: Any, spec: Any, model: models.Loaded, shared: Shared) -> tuple[list[Check], Run]:
     """One model on the shared samples: inference, findings, repeatability, reference measure."""
-    inputs = {k: shared.batch[k] for k in model.inputs}
-    pred = models.infer(model.predict, inputs, tf.batch_size, tf.estimator_seeds[0], spec.name)
+    batch = shared.feeds.batch(spec.name)
+    start = time.perf_counter()
+    pred = models.infer(model.predict, batch, tf.batch_size, tf.estimator_seeds[0], spec.name)
+    spent = time.perf_counter() - start
     scored = metrics.score(pred, shared.truth, shared.valid, shared.scale)
     summary = metrics.summary(scored, shared.gripper, shared.labels, shared.names)
-    checks = _findings(tf, spec.name, scored, shared.truth, summary, shared.labels)
+    summary["inference_s"] = spent
+    checks = findings.findings(tf, spec.name, scored, shared.truth, summary, shared.labels)
     again = _repeatable(tf, spec, model, shared, scored)
     checks.append(again)
     if tf.reference_column:
         reference = shared.frames.columns[tf.reference_column][shared.rows]
-        checks.append(_reference(tf, spec.name, scored.per_sample, reference))
+        checks.append(findings.reference(tf, spec.name, scored.per_sample, reference))
     return checks, Run(model, spec, scored, summary, again.verdict == "match")
 
 
@@ -242,87 +279,13 @@ def _samples(
     return rows, labels, [row]
 
 
-def _findings(
-    tf: Any, name: str, scored: metrics.Scored, truth: np.ndarray, summary: dict, labels: Sequence[str]
-) -> list[Check]:
-    bad = metrics.nonfinite(scored.pred)
-    out = [
-        ROWS.judge(
-            f"finite.{name}",
-            name,
-            bad["samples"] == 0,
-            f"{name}: {bad['samples']} sample(s) with NaN/inf actions",
-            actual=bad["samples"],
-            evidence=bad,
-        )
-    ]
-    col = metrics.collapse(scored.pred, truth, tf.collapse_ratio)
-    dims = [summary["dims"][d] for d in col["inactive_dims"]]
-    message = (
-        f"{name}: outputs barely vary across samples (collapsed or inactive model)"
-        if col["collapsed"]
-        else f"{name}: inactive dims {dims} (output spread < {tf.collapse_ratio} of the data's)"
-        if col["inactive_dims"]
-        else f"{name}: outputs vary with the observations"
-    )
-    out.append(
-        ROWS.judge(
-            f"collapse.{name}",
-            name,
-            not col["inactive_dims"],
-            message,
-            severity="hard" if col["collapsed"] else "soft",
-            evidence=col,
-        )
-    )
-    mean = summary["l1_norm_mean"]
-    limit = "no limit set" if tf.max_l1 is None else f"limit {tf.max_l1}"
-    finite = mean is not None and np.isfinite(mean)
-    out.append(
-        ROWS.judge(
-            f"l1.{name}",
-            name,
-            None if mean is None else finite and (tf.max_l1 is None or mean <= tf.max_l1),
-            f"{name}: mean L1 {sig(mean)} dataset std units ({limit}"
-            + ("" if finite or mean is None else f"; {bad['samples']} sample(s) NaN/inf count as infinite")
-            + f"); arm {sig(summary['arm_l1_norm'])}, gripper {sig(summary['gripper_l1_norm'])}",
-            severity="hard" if tf.max_l1 is not None else "soft",
-            expected=tf.max_l1,
-            actual=mean,
-            evidence={k: summary[k] for k in ("dims", "l1", "l1_norm", "mse", "l1_norm_by_step", "subsets")},
-        )
-    )
-    out += _subsets(tf, name, scored, labels)
-    return out
-
-
-def _subsets(tf: Any, name: str, scored: metrics.Scored, labels: Sequence[str]) -> list[Check]:
-    """One subset's error far above the others': the covariate-shift signature (reference 004)."""
-    out: list[Check] = []
-    gap = metrics.subset_gap(scored.per_sample, labels)
-    if gap is not None:
-        out.append(
-            ROWS.judge(
-                f"subsets.{name}",
-                name,
-                gap["ratio"] <= tf.subset_ratio,
-                f"{name}: subset {gap['worst']} error {gap['ratio']:.2f}x the others'",
-                severity=tf.subset_severity,
-                expected=tf.subset_ratio,
-                actual=gap["ratio"],
-                evidence=gap,
-            )
-        )
-    return out
-
-
 def _repeatable(tf: Any, spec: Any, model: models.Loaded, shared: Shared, first: metrics.Scored) -> Check:
     """Stochastic models: per-sample error under every estimator seed, split halves must agree.
     Others: a second seed on a few samples must give identical outputs (else: undeclared noise)."""
     if not spec.stochastic:
         probe = slice(0, min(PROBE, len(shared.rows)))
-        inputs = {k: shared.batch[k][probe] for k in model.inputs}
-        again = models.infer(model.predict, inputs, tf.batch_size, tf.estimator_seeds[1], spec.name)
+        part = {k: v[probe] for k, v in shared.feeds.batch(spec.name).items()}
+        again = models.infer(model.predict, part, tf.batch_size, tf.estimator_seeds[1], spec.name)
         varies = not np.array_equal(again, first.pred[probe], equal_nan=True)
         message = (
             f"{spec.name}: outputs change with the seed; declare stochastic: true"
@@ -336,13 +299,13 @@ def _repeatable(tf: Any, spec: Any, model: models.Loaded, shared: Shared, first:
             message,
             evidence={"seeds": list(tf.estimator_seeds[:2]), "probe_samples": probe.stop},
         )
-    inputs = {k: shared.batch[k] for k in model.inputs}
+    batch = shared.feeds.batch(spec.name)
     seeds = list(tf.estimator_seeds)
     matrix = np.stack(
         [first.per_sample]
         + [
             metrics.score(
-                models.infer(model.predict, inputs, tf.batch_size, s, spec.name),
+                models.infer(model.predict, batch, tf.batch_size, s, spec.name),
                 shared.truth,
                 shared.valid,
                 shared.scale,
@@ -366,26 +329,4 @@ def _repeatable(tf: Any, spec: Any, model: models.Loaded, shared: Shared, first:
         expected=tf.repeatability_min,
         actual=rho,
         evidence={**result, "estimator_seeds": list(seeds)},
-    )
-
-
-def _reference(tf: Any, name: str, score: np.ndarray, reference: np.ndarray) -> Check:
-    """Per-sample error vs a reference measure: permutation control and leave-one-out."""
-    ref = reference.reshape(len(reference), -1)[:, 0].astype(np.float64)
-    keep = np.isfinite(score) & np.isfinite(ref)
-    control = repeatability.permutation_control(score[keep], ref[keep], tf.permutations, tf.permutation_seed)
-    loo = repeatability.leave_one_out(score[keep], ref[keep])
-    holds = control["one_sided_p"] <= 1 - tf.confidence and loo["all_positive"]
-    message = (
-        f"{name}: error vs {tf.reference_column}: Spearman {control['spearman']:.3f}, "
-        f"one-sided p {control['one_sided_p']:.4f}, leave-one-out all positive: {loo['all_positive']}"
-    )
-    return ROWS(
-        f"reference.{name}",
-        name,
-        "match",
-        message,
-        severity="soft",
-        actual={"association": bool(holds)},
-        evidence={**control, "leave_one_out": loo},
     )

@@ -2,9 +2,11 @@
 
 A loader is `fn(path: str, device: str) -> object`. The object is used through the first of:
 `predict(batch) -> actions` (numpy dict in, (B, D) or (B, H, D) out), LeRobot's
-`predict_action_chunk(batch)` or `select_action(batch)` (torch dict on the device in). It may declare
-`input_features` (the observation keys it reads). `load_lerobot` adapts a LeRobot policy saved in a
-local directory when the optional `lerobot` package is importable. Nothing is unpickled here: loaders
+`predict_action_chunk(batch)` or `select_action(batch)` (torch dict on the device in; the task text
+stays a list of str). It may declare `input_features` (the keys it reads, or LeRobot's typed features)
+and `n_obs_steps`; inputs.py decides what each key gets (cameras as float 0-1 [B,3,H,W]).
+`load_lerobot` adapts a LeRobot policy saved in a local directory when the optional `lerobot` package
+is importable. Nothing is unpickled here: loaders
 are expected to read safetensors/JSON, as the shipped ones do.
 """
 
@@ -64,7 +66,9 @@ def adapt(obj: Any, device: str, key: str) -> Predict:
             def run(batch: Mapping[str, np.ndarray], call: Callable[..., Any] = call) -> np.ndarray:
                 if hasattr(obj, "reset"):
                     obj.reset()
-                tensors = {k: torch.as_tensor(v, device=device) for k, v in batch.items()}
+                tensors = {  # copies (the stage's arrays are shared); the task text stays a list of str
+                    k: v if isinstance(v, list) else torch.tensor(v, device=device) for k, v in batch.items()
+                }
                 return as_chunk(call(tensors))
 
             return run
@@ -136,7 +140,7 @@ def load_lerobot(path: str, device: str) -> LeRobotModel:
     policy = get_policy_class(config.type).from_pretrained(root, config=config)
     policy.to(device).eval()
     pre, post = make_pre_post_processors(config, pretrained_path=root)
-    inputs = [k for k in config.input_features if not k.startswith("observation.image")]
+    inputs = list(config.input_features)  # cameras included: the stage decodes them (inputs.py)
     return LeRobotModel(policy, pre, post, inputs)
 
 

@@ -1,0 +1,192 @@
+"""A tiny two-camera LeRobot v3.0 dataset written with PyAV (lossless FFV1, 16x16), and a deterministic
+pixel model loaded through the stage's loader interface, for the teacher_forced image tests.
+
+The dataset's action is a fixed linear function of each camera's per-channel means (RGB, 0-1) plus the
+state, plus a little noise; the model computes exactly that function from its batch. So a model fed the
+frames as written fits to the noise, and a camera stored BGR or two cameras stored exchanged raise its
+error, which the right counterfactual probe brings back down.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+FPS, SIDE = 10, 16
+FRONT, WRIST = "observation.images.front", "observation.images.wrist"
+CAMERAS = (FRONT, WRIST)
+TASKS = ["stack the red block", "open the drawer"]
+WEIGHTS = {  # camera -> [3 channels, 2 action dims]; R and B weigh differently, the cameras too
+    FRONT: [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]],
+    WRIST: [[-0.5, 1.0], [1.0, -1.0], [0.5, 0.5]],
+}
+LOADER = "tests.stages.teacher_forced.pixels:load_pixel_model"
+SEEN: dict[str, dict[str, Any]] = {}  # model path -> the first batch it was given (for the tests)
+
+
+def _frames(n: int, rng: np.random.Generator, side: int) -> np.ndarray:
+    """Frames with a random level per channel and a small moving pattern (distinct channel means)."""
+    levels = rng.uniform(0.15, 0.85, (n, 1, 1, 3))
+    y, x = np.mgrid[0:side, 0:side]
+    pattern = 0.1 * np.sin((x[None] + np.arange(n)[:, None, None]) / 3.0)[..., None]
+    return np.clip(np.rint((levels + pattern) * 255), 0, 255).astype(np.uint8)
+
+
+def _means(frames: np.ndarray) -> np.ndarray:
+    return frames.astype(np.float64).mean(axis=(1, 2)) / 255.0
+
+
+def _video(path: Path, frames: np.ndarray, codec: str) -> None:
+    """FFV1 (lossless, bgr0) for the tests; AV1 (libsvtav1, yuv420p) as LeRobot and the demo write it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", format="mp4") as out:
+        options = {"libsvtav1": {"crf": "30", "preset": "12"}}.get(codec, {})
+        stream = out.add_stream(codec, rate=FPS, options=options)
+        stream.width = stream.height = frames.shape[1]
+        stream.pix_fmt = "bgr0" if codec == "ffv1" else "yuv420p"
+        stream.time_base = Fraction(1, FPS)
+        for i, f in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(f, format="rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+
+
+def write_dataset(
+    root: Path,
+    episodes: int = 3,
+    length: int = 40,
+    *,
+    bgr: str | None = None,
+    exchanged: bool = False,
+    side: int = SIDE,
+    codec: str = "ffv1",
+) -> Path:
+    """The dataset; `bgr` stores that camera's channels reversed, `exchanged` stores each camera's
+    frames under the other's key (the actions always follow the true frames). The benchmark writes a
+    larger one (64x64 AV1, like the demo's cameras)."""
+    rng = np.random.default_rng(7)
+    n = episodes * length
+    true = {k: _frames(n, rng, side) for k in CAMERAS}
+    state = rng.normal(0, 0.3, (n, 2))
+    action = state + sum(_means(true[k]) @ np.asarray(WEIGHTS[k]) for k in CAMERAS)
+    action += rng.normal(0, 0.02, action.shape)
+    stored = {FRONT: true[WRIST], WRIST: true[FRONT]} if exchanged else dict(true)
+    if bgr:
+        stored[bgr] = np.ascontiguousarray(stored[bgr][..., ::-1])
+    episode = np.repeat(np.arange(episodes), length)
+    frame = np.tile(np.arange(length), episodes)
+    template = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    for key in CAMERAS:
+        _video(root / template.format(video_key=key, chunk_index=0, file_index=0), stored[key], codec)
+    _parquet(root, state, action, episode, frame)
+    _meta(root, episodes, length, template, side)
+    return root
+
+
+def _parquet(
+    root: Path, state: np.ndarray, action: np.ndarray, episode: np.ndarray, frame: np.ndarray
+) -> None:
+    f32 = pa.list_(pa.float32(), 2)
+    table = pa.table(
+        {
+            "observation.state": pa.array(state.astype(np.float32).tolist(), f32),
+            "action": pa.array(action.astype(np.float32).tolist(), f32),
+            "timestamp": pa.array((frame / FPS).astype(np.float32)),
+            "frame_index": pa.array(frame.astype(np.int64)),
+            "episode_index": pa.array(episode.astype(np.int64)),
+            "index": pa.array(np.arange(len(frame), dtype=np.int64)),
+            "task_index": pa.array((episode % len(TASKS)).astype(np.int64)),
+        }
+    )
+    (root / "data/chunk-000").mkdir(parents=True)
+    pq.write_table(table, root / "data/chunk-000/file-000.parquet")
+
+
+def _meta(root: Path, episodes: int, length: int, template: str, side: int) -> None:
+    (root / "meta/episodes").mkdir(parents=True)
+    starts = np.arange(episodes + 1) * length / FPS
+    columns: dict[str, Any] = {"episode_index": list(range(episodes)), "length": [length] * episodes}
+    for key in CAMERAS:
+        p = f"videos/{key}/"
+        columns |= {p + "chunk_index": [0] * episodes, p + "file_index": [0] * episodes}
+        columns |= {p + "from_timestamp": list(starts[:-1]), p + "to_timestamp": list(starts[1:])}
+    pq.write_table(pa.table(columns), root / "meta/episodes/file-000.parquet")
+    tasks = {"task_index": list(range(len(TASKS))), "__index_level_0__": TASKS}
+    pq.write_table(pa.table(tasks), root / "meta/tasks.parquet")
+    vector = {"dtype": "float32", "shape": [2], "names": ["x", "y"]}
+    features = {
+        **{
+            k: {"dtype": "video", "shape": [side, side, 3], "names": ["height", "width", "channels"]}
+            for k in CAMERAS
+        },
+        "observation.state": vector,
+        "action": vector,
+        **{
+            k: {"dtype": "int64", "shape": [1]}
+            for k in ("frame_index", "episode_index", "index", "task_index")
+        },
+        "timestamp": {"dtype": "float32", "shape": [1]},
+    }
+    info = {"codebase_version": "v3.0", "fps": FPS, "video_path": template, "features": features}
+    (root / "meta/info.json").write_text(json.dumps(info))
+
+
+class PixelModel:
+    """The dataset's action function read off the batch, LeRobot-style `input_features` (typed)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        config = json.loads((Path(path) / "config.json").read_text())
+        self.cameras: list[str] = config["cameras"]
+        self.n_obs_steps = int(config.get("n_obs_steps", 1))
+        side = int(config.get("side", SIDE))  # what it declares; it reads any size
+        self.input_features = {k: {"type": "VISUAL", "shape": [3, side, side]} for k in self.cameras}
+        self.input_features["observation.state"] = {"type": "STATE", "shape": [2]}
+        if config.get("task"):
+            self.input_features["task"] = {"type": "LANGUAGE", "shape": [1]}
+
+    def predict(self, batch: dict[str, Any]) -> np.ndarray:
+        SEEN.setdefault(self.path, batch)
+        last = (lambda x: x[:, -1]) if self.n_obs_steps > 1 else (lambda x: x)
+        out = np.asarray(last(batch["observation.state"]), np.float64)
+        for key in self.cameras:
+            weights = np.asarray(WEIGHTS.get(key, np.zeros((3, 2))))
+            out = out + last(batch[key]).mean(axis=(-2, -1)) @ weights
+        return out.astype(np.float32)
+
+
+class ChunkPixelModel:
+    """The same function behind LeRobot's `predict_action_chunk` (torch tensors in, the task a list)."""
+
+    def __init__(self, path: str) -> None:
+        self.inner = PixelModel(path)
+        self.path, self.input_features = path, self.inner.input_features
+        self.config = type("Config", (), {"n_obs_steps": self.inner.n_obs_steps})()  # LeRobot's place
+
+    def predict_action_chunk(self, batch: dict[str, Any]) -> torch.Tensor:
+        SEEN.setdefault(self.path, batch)
+        numpy = {k: v if isinstance(v, list) else v.cpu().numpy() for k, v in batch.items()}
+        return torch.from_numpy(self.inner.predict(numpy))[:, None, :]
+
+
+def load_chunk_pixel_model(path: str, device: str) -> ChunkPixelModel:
+    return ChunkPixelModel(path)
+
+
+def write_model(folder: Path, cameras: list[str], **config: Any) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"cameras": cameras, **config}))
+    return str(folder)
+
+
+def load_pixel_model(path: str, device: str) -> PixelModel:
+    return PixelModel(path)
