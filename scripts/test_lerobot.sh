@@ -16,9 +16,13 @@ if [[ "$(cat "$VENV/.preflight-lerobot" 2>/dev/null)" != "$WANT" ]]; then
     [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
     # one resolve, so pip cannot upgrade torch past lerobot's cap while installing the project
     "$VENV/bin/python" -m pip install -q "${PINS[@]}" -e "$ROOT[test]"
+    # draccus 0.10.0 (a lerobot dependency) installs its own test suite as a top-level `tests` package,
+    # which shadows this project's tests/ namespace (ModuleNotFoundError: tests.stages): drop it
+    SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    if [[ -d "$SITE/tests/draccus_choice_plugins" ]]; then rm -r "$SITE/tests"; fi
     echo "$WANT" > "$VENV/.preflight-lerobot"
 fi
 
-# PYTHONPATH: this checkout's pipeline even when the venv's editable install points at another one
-PYTHONPATH="$ROOT" "$VENV/bin/python" -m pytest -q -ra -m lerobot -p no:cacheprovider \
+# offline: nothing may reach the Hub; PYTHONPATH: this checkout's pipeline even when the venv's editable install points at another one
+HF_HUB_OFFLINE=1 PYTHONPATH="$ROOT" "$VENV/bin/python" -m pytest -q -ra -m lerobot -p no:cacheprovider \
     tests/stages/teacher_forced "$@"

@@ -9,6 +9,7 @@ project's own venv has no lerobot, so here it is skipped at once.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 from pathlib import Path
@@ -119,8 +120,24 @@ def _lerobot_own(policy_dir: Path, data: Any, rows: np.ndarray) -> tuple[np.ndar
     return np.stack(first), np.stack(chunks)
 
 
-def test_an_act_policy_saved_by_lerobot_scores_as_lerobot_itself_predicts(tiny):
-    loaded = models.load("act", str(tiny["policy"]), LEROBOT, "cpu", [], "stages.teacher_forced.models[act]")
+def _saved_on_gpu(policy: Path, out: Path) -> Path:
+    """The checkpoint as GPU training saves it: config and preprocessor say `cuda` (edited in the real
+    files, since no GPU trains here); scoring it on a CPU must not try to move inputs to CUDA."""
+    shutil.copytree(policy, out)
+    for name, step in (("config.json", None), ("policy_preprocessor.json", "device_processor")):
+        saved = json.loads((out / name).read_text())
+        for place in (
+            [saved] if step is None else [s["config"] for s in saved["steps"] if s["registry_name"] == step]
+        ):
+            place["device"] = "cuda"
+        (out / name).write_text(json.dumps(saved))
+    return out
+
+
+@pytest.mark.parametrize("saved_on", ["cpu", "cuda"])
+def test_an_act_policy_saved_by_lerobot_scores_as_lerobot_itself_predicts(tiny, saved_on, tmp_path):
+    path = tiny["policy"] if saved_on == "cpu" else _saved_on_gpu(tiny["policy"], tmp_path / "gpu")
+    loaded = models.load("act", str(path), LEROBOT, "cpu", [], "stages.teacher_forced.models[act]")
     assert sorted(loaded.inputs) == INPUTS
     frames = samples.read_frames(tiny["root"], [*loaded.inputs, "action"])
     rows = np.arange(0, len(frames), 7)
@@ -147,3 +164,15 @@ def test_the_stage_scores_it_and_names_a_wrong_width_and_a_missing_processor(tin
     assert wide_row.verdict == "error" and "predicts 3 action dims, the dataset has 2" in wide_row.message
     assert bare_row.verdict == "error" and "policy_postprocessor.json" in bare_row.message
     assert "loading failed: InputError" in bare_row.message
+
+
+def test_an_empty_directory_or_a_missing_normalizer_state_is_named(tiny, tmp_path):
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError, match=r"lacks \['config.json', 'model.safetensors'"):
+        models.load_lerobot(str(tmp_path), "cpu")
+    copy = shutil.copytree(tiny["policy"], tmp_path / "copy")
+    state = next(copy.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+    state.unlink()
+    with pytest.raises(InputError, match=state.name):
+        models.load_lerobot(str(copy), "cpu")
