@@ -23,6 +23,6 @@ if [[ "$(cat "$VENV/.preflight-lerobot" 2>/dev/null)" != "$WANT" ]]; then
     echo "$WANT" > "$VENV/.preflight-lerobot"
 fi
 
-# offline: nothing may reach the Hub; PYTHONPATH: this checkout's pipeline even when the venv's editable install points at another one
+# offline: nothing may reach the Hub; PYTHONPATH: this checkout even if the editable install is another
 HF_HUB_OFFLINE=1 PYTHONPATH="$ROOT" "$VENV/bin/python" -m pytest -q -ra -m lerobot -p no:cacheprovider \
     tests/stages/teacher_forced "$@"

@@ -106,21 +106,21 @@ def infer(
 class LeRobotModel:
     """A LeRobot policy with its saved pre/post processors, called on a whole batch at once.
 
-    The chunk comes from `predict_action_chunk` (every LeRobot >= 0.4 policy has it), not `select_action`:
-    the latter returns one step from a queue filled on the first call, so a batch scored after another
-    would get the previous batch's actions."""
+    The chunk is what LeRobot's own rollout executes: after `reset()`, `n_action_steps` calls of
+    `select_action` on the same observation (the first runs the model, the rest pop its action queue).
+    Not `predict_action_chunk`: for diffusion it stacks observation queues that only `select_action`
+    fills (on a fresh policy: an empty stack); and without `reset()` per batch a queue left by the
+    previous batch would answer for this one."""
 
     def __init__(self, policy: Any, pre: Any, post: Any, inputs: list[str]) -> None:
         self.policy, self.pre, self.post, self.input_features = policy, pre, post, inputs
+        self.steps = max(1, int(getattr(policy.config, "n_action_steps", 1) or 1))
 
     def predict_action_chunk(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        self.policy.reset()  # no queue or temporal ensemble carried over from the previous batch
+        self.policy.reset()
         prepared = self.pre(dict(batch))
-        if hasattr(self.policy, "predict_action_chunk"):
-            actions = self.policy.predict_action_chunk(prepared)
-        else:
-            actions = self.policy.select_action(prepared)
-        return self.post(actions)
+        steps = [self.policy.select_action(dict(prepared)) for _ in range(self.steps)]
+        return self.post(torch.stack(steps, dim=1))
 
 
 LEROBOT_FILES = ("config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")

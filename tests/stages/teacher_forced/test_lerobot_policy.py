@@ -68,17 +68,26 @@ def _dataset(root: Path) -> Any:
     return LeRobotDataset("preflight/tiny", root=root)
 
 
-def _act(meta: Any, out: Path, action_width: int | None = None) -> Path:
-    """A small ACT policy, random weights, saved as LeRobot's training saves a checkpoint: the policy's
+def _config(kind: str) -> Any:
+    """Small dims: ACT (deterministic, chunk of 4) or diffusion (2 observation steps, 2 denoising steps)."""
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+
+    if kind == "act":
+        small = {"dim_model": 32, "n_heads": 2, "dim_feedforward": 64, "n_encoder_layers": 1}
+        return ACTConfig(chunk_size=CHUNK, n_action_steps=CHUNK, n_decoder_layers=1, latent_dim=8, **small)
+    small = {"down_dims": (16, 32), "kernel_size": 3, "n_groups": 4, "diffusion_step_embed_dim": 16}
+    return DiffusionConfig(n_obs_steps=2, horizon=8, n_action_steps=CHUNK, num_inference_steps=2, **small)
+
+
+def _policy(kind: str, meta: Any, out: Path, action_width: int | None = None) -> Path:
+    """A small policy with random weights, saved as LeRobot's training saves a checkpoint: the policy's
     save_pretrained next to the pre/post processors made from the dataset's stats."""
     from lerobot.configs.types import FeatureType, PolicyFeature
-    from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.factory import make_policy, make_pre_post_processors
 
-    small = {"dim_model": 32, "n_heads": 2, "dim_feedforward": 64, "n_encoder_layers": 1}
-    config = ACTConfig(
-        chunk_size=CHUNK, n_action_steps=CHUNK, n_decoder_layers=1, latent_dim=8, device="cpu", **small
-    )
+    config = _config(kind)
+    config.device = "cpu"
     stats = meta.stats
     torch.manual_seed(1)
     policy = make_policy(config, ds_meta=meta)
@@ -98,26 +107,28 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the Hub
     base = tmp_path_factory.mktemp("lerobot")
     data = _dataset(base / "data")
-    return {"data": data, "root": base / "data", "policy": _act(data.meta, base / "act"), "base": base}
+    kinds = {kind: _policy(kind, data.meta, base / kind) for kind in ("act", "diffusion")}
+    return {"data": data, "root": base / "data", "policy": kinds["act"], "base": base, **kinds}
 
 
-def _lerobot_own(policy_dir: Path, data: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What LeRobot itself answers, one dataset item at a time as its eval loop feeds a policy:
-    preprocessor -> select_action / predict_action_chunk -> postprocessor."""
-    from lerobot.policies.act.modeling_act import ACTPolicy
-    from lerobot.policies.factory import make_pre_post_processors
+def _lerobot_own(kind: str, policy_dir: Path, data: Any, rows: np.ndarray, seed: int) -> np.ndarray:
+    """What LeRobot itself answers on its own dataset's items, as its rollout drives a policy: loaded
+    by its own classes, preprocessor -> select_action every step of the chunk -> postprocessor."""
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
-    policy = ACTPolicy.from_pretrained(str(policy_dir)).eval()
+    policy = get_policy_class(kind).from_pretrained(str(policy_dir)).eval()
     pre, post = make_pre_post_processors(policy.config, pretrained_path=str(policy_dir))
-    first, chunks = [], []
+    obs = {k: torch.stack([data[int(row)][k] for row in rows]) for k in INPUTS}
+    torch.manual_seed(seed)
+    policy.reset()
     with torch.inference_mode():
-        for row in rows:
-            item = data[int(row)]
-            obs = {k: item[k] for k in INPUTS}
-            policy.reset()
-            first.append(post(policy.select_action(pre(obs))).numpy()[0])
-            chunks.append(post(policy.predict_action_chunk(pre(obs))).numpy()[0])
-    return np.stack(first), np.stack(chunks)
+        steps = [post(policy.select_action(pre(dict(obs)))) for _ in range(policy.config.n_action_steps)]
+        if kind == "act":  # and the chunk ACT predicts in one call, item by item
+            chunks = [
+                policy.predict_action_chunk(pre({k: v[i] for k, v in obs.items()})) for i in range(len(rows))
+            ]
+            np.testing.assert_allclose(torch.stack(steps, 1), post(torch.cat(chunks))[:, :CHUNK], atol=1e-5)
+    return torch.stack(steps, 1).numpy()
 
 
 def _saved_on_gpu(policy: Path, out: Path) -> Path:
@@ -134,24 +145,25 @@ def _saved_on_gpu(policy: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("saved_on", ["cpu", "cuda"])
-def test_an_act_policy_saved_by_lerobot_scores_as_lerobot_itself_predicts(tiny, saved_on, tmp_path):
-    path = tiny["policy"] if saved_on == "cpu" else _saved_on_gpu(tiny["policy"], tmp_path / "gpu")
-    loaded = models.load("act", str(path), LEROBOT, "cpu", [], "stages.teacher_forced.models[act]")
+@pytest.mark.parametrize("kind, saved_on", [("act", "cpu"), ("act", "cuda"), ("diffusion", "cpu")])
+def test_a_policy_saved_by_lerobot_scores_as_lerobot_itself_predicts(tiny, kind, saved_on, tmp_path):
+    path = tiny[kind] if saved_on == "cpu" else _saved_on_gpu(tiny[kind], tmp_path / "gpu")
+    loaded = models.load(kind, str(path), LEROBOT, "cpu", [], f"stages.teacher_forced.models[{kind}]")
     assert sorted(loaded.inputs) == INPUTS
     frames = samples.read_frames(tiny["root"], [*loaded.inputs, "action"])
     rows = np.arange(0, len(frames), 7)
     batch = {k: frames.columns[k][rows] for k in loaded.inputs}
-    ours = models.infer(loaded.predict, batch, 5, 0, "act")  # batches of 5: several calls, no carry-over
-    first, chunks = _lerobot_own(tiny["policy"], tiny["data"], rows)
+    # ACT in batches of 5 (several calls, nothing carried over); diffusion draws its noise from the
+    # seeded generator, so it is compared on one batch of the same size LeRobot's call gets
+    ours = models.infer(loaded.predict, batch, 5 if kind == "act" else len(rows), 9300, kind)
+    theirs = _lerobot_own(kind, tiny[kind], tiny["data"], rows, 9300)
     assert ours.shape == (len(rows), CHUNK, ACTION)
-    np.testing.assert_allclose(ours[:, 0], first, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ours, chunks, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
     assert np.ptp(ours[:, 0], axis=0).min() > 1e-4  # the inputs reach the output: not a constant
 
 
 def test_the_stage_scores_it_and_names_a_wrong_width_and_a_missing_processor(tiny, tmp_path):
-    wide = _act(tiny["data"].meta, tiny["base"] / "wide", action_width=ACTION + 1)
+    wide = _policy("act", tiny["data"].meta, tiny["base"] / "wide", action_width=ACTION + 1)
     bare = shutil.copytree(tiny["policy"], tmp_path / "bare")
     (bare / "policy_postprocessor.json").unlink()
     paths = {"act": tiny["policy"], "wide": wide, "bare": bare}
