@@ -2,7 +2,8 @@
 # The optional real-LeRobot tests (pytest -m lerobot): builds a scratch venv beside the project's own
 # (never .venv: lerobot pins an older torch and its own av/packaging), then runs them against this checkout.
 # lerobot 0.4.4 needs torch < 2.11, torchvision < 0.26; the project takes torch >= 2.3, < 2.14: 2.10 fits both.
-# Idempotent: a stamp in the venv records what was installed; a second run only runs the tests.
+# Idempotent: a stamp in the venv records the pins, the checkout and its pyproject.toml; when they are
+# unchanged, a second run only runs the tests.
 # LEROBOT_VENV chooses the venv folder; extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,7 +11,7 @@ ROOT=$PWD
 VENV=${LEROBOT_VENV:-/tmp/preflight-lerobot-venv}
 PY=${LEROBOT_PYTHON:-python3.11}
 PINS=("torch==2.10.0" "torchvision==0.25.0" "lerobot==0.4.4")
-WANT="$(printf '%s\n' "${PINS[@]}" "$ROOT" | sha256sum | cut -c1-16)"
+WANT="$( (printf '%s\n' "${PINS[@]}" "$ROOT"; cat pyproject.toml) | sha256sum | cut -c1-16)"
 
 if [[ "$(cat "$VENV/.preflight-lerobot" 2>/dev/null)" != "$WANT" ]]; then
     [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
