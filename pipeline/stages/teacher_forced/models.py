@@ -177,8 +177,8 @@ def load_lerobot(path: str, device: str) -> LeRobotModel:
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
     root = Path(path)
+    refuse_pickles(root, "a LeRobot policy")  # first: it names a path that does not exist
     pre_config = lerobot_files(root)
-    refuse_pickles(root, "a LeRobot policy")
     config = PreTrainedConfig.from_pretrained(str(root), local_files_only=True)
     config.device = device
     policy = get_policy_class(config.type).from_pretrained(str(root), config=config, local_files_only=True)
