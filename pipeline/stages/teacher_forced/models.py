@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,23 +108,69 @@ def infer(
 
 
 class LeRobotModel:
-    """A LeRobot policy with its saved pre/post processors, called on a whole batch at once."""
+    """A LeRobot policy with its saved pre/post processors, called on a whole batch at once.
+
+    The chunk is what LeRobot's own rollout executes: after `reset()`, `n_action_steps` calls of
+    `select_action` on the same observation (the first runs the model, the rest pop its action queue).
+    Not `predict_action_chunk`: for diffusion it stacks observation queues that only `select_action`
+    fills (on a fresh policy: an empty stack); and without `reset()` per batch a queue left by the
+    previous batch would answer for this one."""
 
     def __init__(self, policy: Any, pre: Any, post: Any, inputs: list[str]) -> None:
         self.policy, self.pre, self.post, self.input_features = policy, pre, post, inputs
+        self.steps = max(1, int(getattr(policy.config, "n_action_steps", 1) or 1))
 
     def predict_action_chunk(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        self.policy.reset()
         prepared = self.pre(dict(batch))
-        if hasattr(self.policy, "predict_action_chunk"):
-            actions = self.policy.predict_action_chunk(prepared)
-        else:
-            self.policy.reset()
-            actions = self.policy.select_action(prepared)
-        return self.post(actions)
+        steps = [self.policy.select_action(dict(prepared)) for _ in range(self.steps)]
+        return self.post(torch.stack(steps, dim=1))
+
+
+LEROBOT_FILES = ("config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
+
+
+def lerobot_files(root: Path) -> dict[str, Any]:
+    """The files LeRobot's `save_pretrained` writes (policy + both processors, as its training saves
+    them), checked here by name: lerobot takes a path it cannot find locally for a Hub repo id and
+    tries to download it, which on a cluster node is a hang or a message about the network. Returns the
+    preprocessor's JSON (its step names decide which overrides apply)."""
+    if not root.is_dir():
+        raise InputError(
+            f"{root}: a LeRobot policy is a directory (save_pretrained)", path=root, field="path"
+        )
+    missing = [name for name in LEROBOT_FILES if not (root / name).is_file()]
+    processors = {}
+    for name in LEROBOT_FILES[2:]:
+        if name in missing:
+            continue
+        processors[name] = _processor(root / name)
+        states = [s.get("state_file") for s in processors[name]["steps"] if isinstance(s, dict)]
+        missing += [f for f in states if f and (Path(f).name != f or not (root / f).is_file())]
+    if missing:
+        raise InputError(
+            f"{root}: a LeRobot policy directory lacks {missing} (policy.save_pretrained writes config.json "
+            "and model.safetensors; preprocessor/postprocessor.save_pretrained write the processor files)",
+            path=root,
+            field=missing[0],
+        )
+    return processors[LEROBOT_FILES[2]]
+
+
+def _processor(path: Path) -> dict[str, Any]:
+    """One saved processor pipeline's JSON: an object with a `steps` list, else an error naming it."""
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not readable JSON ({exc})", path=path, field=path.name) from exc
+    if not isinstance(loaded, dict) or not isinstance(loaded.get("steps"), list):
+        raise InputError(f"{path}: expected a processor pipeline (a 'steps' list)", path=path, field="steps")
+    return loaded
 
 
 def load_lerobot(path: str, device: str) -> LeRobotModel:
-    """A LeRobot policy from a local directory (config.json, model.safetensors, processors)."""
+    """A LeRobot policy from a local directory (config.json, model.safetensors, processors), on `device`
+    whatever device it was trained and saved on (LeRobot's own eval overrides the saved one the same way)."""
     if importlib.util.find_spec("lerobot") is None:
         raise InputError(
             f"{path}: the lerobot loader needs the optional 'lerobot' package (pip install lerobot)",
@@ -133,13 +180,16 @@ def load_lerobot(path: str, device: str) -> LeRobotModel:
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
-    refuse_pickles(Path(path), "a LeRobot policy")
-    root = str(Path(path))
-    config = PreTrainedConfig.from_pretrained(root)
+    root = Path(path)
+    refuse_pickles(root, "a LeRobot policy")  # first: it names a path that does not exist
+    pre_config = lerobot_files(root)
+    config = PreTrainedConfig.from_pretrained(str(root), local_files_only=True)
     config.device = device
-    policy = get_policy_class(config.type).from_pretrained(root, config=config)
+    policy = get_policy_class(config.type).from_pretrained(str(root), config=config, local_files_only=True)
     policy.to(device).eval()
-    pre, post = make_pre_post_processors(config, pretrained_path=root)
+    steps = {s.get("registry_name") for s in pre_config["steps"] if isinstance(s, dict)}
+    overrides = {"device_processor": {"device": device}} if "device_processor" in steps else {}
+    pre, post = make_pre_post_processors(config, pretrained_path=str(root), preprocessor_overrides=overrides)
     inputs = list(config.input_features)  # cameras included: the stage decodes them (inputs.py)
     return LeRobotModel(policy, pre, post, inputs)
 
