@@ -12,6 +12,8 @@ least 100, at most all), aggregated over episodes weighted by their sample count
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -31,12 +33,37 @@ def video_path(key: str) -> str:
     return f"videos/{key}/chunk-000/file-000.mp4"
 
 
-def encode(path: Path, frames: np.ndarray, fps: int) -> None:
-    """RGB uint8 [N, H, W, 3] to an AV1 mp4 at `fps`, pts = frame number (time base 1 / fps)."""
+def encode(path: Path, frames: np.ndarray, fps: int, attempts: int = 2) -> None:
+    """RGB uint8 [N, H, W, 3] to an AV1 mp4 at `fps`, in a child process with a time limit.
+
+    Why a child: SVT-AV1 deadlocked once here inside a demo build (every thread in a futex wait, the
+    mp4 half written, while other jobs loaded both cores); it did not recur in 60 encodes, so instead of
+    hoping, a stuck encoder is killed and the camera encoded again."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    given = path.with_name(path.name + ".frames.npy")
+    np.save(given, np.ascontiguousarray(frames, np.uint8))
+    argv = [sys.executable, "-m", "pipeline.demo.videos", str(given), str(path), str(int(fps))]
+    limit = 60.0 + 0.02 * len(frames)  # ~0.2 ms a 64 px frame when it works
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                subprocess.run(argv, check=True, timeout=limit, capture_output=True, text=True)
+                return
+            except subprocess.TimeoutExpired:
+                if attempt == attempts:
+                    stuck = f"{path}: the AV1 encoder did not finish in {limit:.0f} s, twice"
+                    raise RuntimeError(stuck) from None
+            except subprocess.CalledProcessError as exc:
+                raise RuntimeError(f"{path}: encoding failed: {exc.stderr.strip()[-400:]}") from exc
+    finally:
+        given.unlink(missing_ok=True)
+
+
+def _encode_here(path: Path, frames: np.ndarray, fps: int) -> None:
+    """The encoder proper (pts = frame number, time base 1 / fps), written to a temporary name first."""
     import av
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration otherwise
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with av.open(str(tmp), "w", format="mp4") as out:
         stream = out.add_stream(ENCODER, rate=fps, options=OPTIONS)
@@ -121,3 +148,7 @@ def write_cameras(
         for stat in (*STATS, "count"):
             columns[f"stats/{key}/{stat}"] = [np.asarray(s[stat]).tolist() for s in per_episode]
     return features, columns, stats
+
+
+if __name__ == "__main__":  # python -m pipeline.demo.videos FRAMES.npy OUT.mp4 FPS (see `encode`)
+    _encode_here(Path(sys.argv[2]), np.load(sys.argv[1], allow_pickle=False), int(sys.argv[3]))
