@@ -18,6 +18,7 @@ from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader, ImageStats, probe
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
+from pipeline.stages.contract.camera_fit import Fit, Signature, fit
 from pipeline.stages.contract.rows import NAME, Sources
 
 ROWS = Rows(NAME, "encoding")
@@ -37,15 +38,18 @@ def frame_rows(src: Sources) -> list[Check]:
             return []
         why = f"{src.c.kind} input at {src.c.path} holds no decodable frames (stats only)"
         return [LAYOUT("frames.unavailable", "images", "unverifiable", why, severity="soft")]
+    cfg = src.cfg.frames
     out: list[Check] = []
-    means: dict[str, np.ndarray] = {}
+    decoded: dict[str, Signature] = {}
     for key in cams:
         rows, sample = _sample(src, reader, key)
         out += rows
         if sample is not None:
-            means[key] = sample.reshape(-1, 3).mean(axis=0) / 255.0
-            out += _channel_row(src, key, means[key]) + _scale_row(src, key) + _stale_row(src, key, sample)
-    return out + _key_rows(src, a_cams, cams) + _swap_rows(src, means)
+            pixels = sample.reshape(-1, 3) / 255.0
+            decoded[key] = Signature(pixels.mean(axis=0), pixels.std(axis=0))
+            out += _scale_row(src, key) + _stale_row(src, key, sample)
+    found = fit(decoded, _signatures(src.a.stats), cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
+    return out + _channel_rows(src, decoded, found) + _key_rows(src, a_cams, cams) + _swap_rows(found)
 
 
 def _episodes(reader: FrameReader, count: int) -> list[int]:
@@ -98,40 +102,57 @@ def _health_problems(
     return problems
 
 
-def _mean_of(stats: dict[str, dict[str, np.ndarray]], key: str) -> np.ndarray | None:
-    mean = (stats.get(key) or {}).get("mean")
-    return None if mean is None or np.asarray(mean).size != 3 else np.asarray(mean, np.float64).reshape(3)
-
-
-def _channel_row(src: Sources, key: str, mean: np.ndarray) -> list[Check]:
-    """Sampled means vs the dataset's and the base's image stats, each in both channel orders."""
-    cfg = src.cfg.frames
-    found: dict[str, Any] = {"decoded_mean_rgb": mean.round(4).tolist()}
-    flipped_any = False
-    for who, stats in (("dataset", src.c.stats), ("base", src.a.stats)):
-        ref = _mean_of(stats, key)
-        if ref is None:
+def _signatures(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, Signature]:
+    """Per-channel mean (and std) of every camera with 3-channel stats, in 0-1."""
+    out = {}
+    for key, block in stats.items():
+        mean = np.asarray(block.get("mean", []), np.float64).reshape(-1)
+        if mean.size != 3:
             continue
-        ref = ref / 255.0 if ref.max() > 1.5 else ref
-        same, rev = float(np.abs(mean - ref).sum()), float(np.abs(mean[::-1] - ref).sum())
-        flipped = rev < cfg.reversed_ratio * same and same > cfg.min_distance
-        flipped_any |= flipped
-        found[who] = {"mean": ref.round(4).tolist(), "as_is": round(same, 4), "reversed": round(rev, 4)}
-    if len(found) == 1:
-        return []
-    verdict = "mismatch" if flipped_any else "match"
-    text = "fit clearly better reversed: frames look BGR" if flipped_any else "fit in RGB order"
-    return [
-        ROWS(
-            "frames.channels:" + key,
-            key,
-            verdict,
-            f"{key}: decoded channel means {text}",
-            expected="RGB",
-            actual="BGR" if flipped_any else "RGB",
-            evidence=found,
+        scale = 255.0 if mean.max() > 1.5 else 1.0
+        std = np.asarray(block.get("std", []), np.float64).reshape(-1)
+        out[key] = Signature(mean / scale, std / scale if std.size == 3 else None)
+    return out
+
+
+def _channel_rows(src: Sources, decoded: dict[str, Signature], found: Fit | None) -> list[Check]:
+    """Per camera: the channel order the base's stats (joint fit) and the dataset's own stats say."""
+    own = _signatures(src.c.stats)
+    out = []
+    for key, sig in decoded.items():
+        evidence: dict[str, Any] = {"decoded_mean_rgb": sig.mean.round(4).tolist()}
+        flipped = []
+        if key in own:  # the dataset's own stats: computed from frames in the other order?
+            same, rev = (sig.distance(own[key], o) for o in ("RGB", "BGR"))
+            mean = own[key].mean.round(4).tolist()
+            evidence["dataset"] = {"mean": mean, "as_is": round(same, 4), "reversed": round(rev, 4)}
+            cfg = src.cfg.frames
+            if rev < cfg.reversed_ratio * same and same > cfg.min_distance:
+                flipped.append("meta/stats.json")
+        if found is not None and key in found.order:
+            match = found.assignment[key]
+            evidence["base"] = {"fits": match, "order": found.order[key], "distances": found.distances[key]}
+            if found.order[key] == "BGR":
+                flipped.append(f"the base's {match} stats")
+        if len(evidence) == 1:
+            continue
+        text = (
+            f"fit {' and '.join(flipped)} clearly better reversed: frames look BGR"
+            if flipped
+            else "fit in RGB order"
         )
-    ]
+        out.append(
+            ROWS(
+                "frames.channels:" + key,
+                key,
+                "mismatch" if flipped else "match",
+                f"{key}: decoded channel means {text}",
+                expected="RGB",
+                actual="BGR" if flipped else "RGB",
+                evidence=evidence,
+            )
+        )
+    return out
 
 
 def _scale_row(src: Sources, key: str) -> list[Check]:
@@ -219,25 +240,28 @@ def _key_rows(src: Sources, a_cams: list[str], cams: list[str]) -> list[Check]:
     ]
 
 
-def _swap_rows(src: Sources, means: dict[str, np.ndarray]) -> list[Check]:
-    """Each pair of cameras against the base's per-camera stats: exchanged fits clearly better -> swapped."""
-    refs = {k: _mean_of(src.a.stats, k) for k in means}
-    keys = [k for k, r in refs.items() if r is not None]
+def _swap_rows(found: Fit | None) -> list[Check]:
+    """Each pair of cameras: exchanged when, in the best joint fit, each holds the frames the base knows
+    under the other's key."""
+    if found is None:
+        return []
+    keys = list(found.assignment)
     out = []
+    evidence = {"as_named": found.declared, "best": found.best, "assignment": found.assignment}
     for i, x in enumerate(keys):
         for y in keys[i + 1 :]:
-            rx, ry = (r / 255.0 if r.max() > 1.5 else r for r in (refs[x], refs[y]))
-            named = float(np.abs(means[x] - rx).sum() + np.abs(means[y] - ry).sum())
-            swapped = float(np.abs(means[x] - ry).sum() + np.abs(means[y] - rx).sum())
-            bad = swapped < src.cfg.frames.swap_ratio * named and named > src.cfg.frames.min_distance
-            message = f"{x} and {y}: " + ("frames fit the base's stats exchanged" if bad else "fit as named")
+            bad = found.assignment[x] == y or found.assignment[y] == x
+            exchanged = (
+                f"frames fit the base's stats exchanged ({found.best:.3g} against {found.declared:.3g})"
+            )
+            message = f"{x} and {y}: " + (exchanged if bad else "fit as named")
             out.append(
                 LAYOUT(
                     f"frames.swapped:{x}|{y}",
                     f"{x}|{y}",
                     "mismatch" if bad else "match",
                     message,
-                    evidence={"as_named": round(named, 4), "exchanged": round(swapped, 4)},
+                    evidence={**evidence, "order": found.order},
                 )
             )
     return out

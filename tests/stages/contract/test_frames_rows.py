@@ -28,18 +28,21 @@ def camera(color: tuple[int, int, int], seed: int) -> np.ndarray:
     return np.clip(np.array(color) + noise, 0, 255).astype(np.uint8)
 
 
-def dataset(root: Path, bgr: str | None = None) -> dict[str, np.ndarray]:
+def dataset(root: Path, bgr: str | None = None, exchange: bool = False) -> dict[str, np.ndarray]:
     """Two cameras, two episodes, v3.0 (one shared file per camera); `bgr` names a camera written BGR."""
     means = {}
     p = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
     cols: dict[str, list] = {"episode_index": [0, 1], "length": [N, N]}
+    recorded = {}
     for i, (key, color) in enumerate(COLORS.items()):
         frames = np.concatenate([camera(color, i), camera(color, i + 5)])
-        means[key] = frames.reshape(-1, 3).mean(0) / 255.0
-        write_video(
-            root / p.format(video_key=key, chunk_index=0, file_index=0),
-            frames[..., ::-1] if key == bgr else frames,
-        )
+        means[key] = frames.reshape(-1, 3).mean(0) / 255.0  # the camera's own (RGB) means
+        recorded[key] = frames[..., ::-1] if key == bgr else frames
+    if exchange:  # the recording's keys exchanged after the fact
+        front, wrist = COLORS
+        recorded[front], recorded[wrist] = recorded[wrist], recorded[front]
+    for key, frames in recorded.items():
+        write_video(root / p.format(video_key=key, chunk_index=0, file_index=0), frames)
         v = f"videos/{key}/"
         cols |= {
             v + "chunk_index": [0, 0],
@@ -109,6 +112,18 @@ def test_exchanged_cameras_named_from_the_data(tmp_path: Path) -> None:
     found = rows(tmp_path, means, {front: means[wrist], wrist: means[front]})
     assert f"frames.swapped:{front}|{wrist}" in bad(found)
     assert found[f"frames.swapped:{front}|{wrist}"].severity == "hard"
+
+
+def test_a_bgr_camera_and_exchanged_keys_together_are_both_named(tmp_path: Path) -> None:
+    """demo=faulty's pair: front recorded BGR, then the keys exchanged. Judged one camera at a time,
+    each fault hides the other; the joint fit names both (the BGR frames now sit under `wrist`)."""
+    clean = dataset(tmp_path, bgr="observation.images.front", exchange=True)
+    front, wrist = COLORS
+    shipped = {front: clean[wrist], wrist: clean[front][::-1]}  # stats of the frames as stored
+    found = rows(tmp_path, shipped, clean)
+    assert bad(found) == {f"frames.channels:{wrist}", f"frames.swapped:{front}|{wrist}"}
+    assert found[f"frames.channels:{wrist}"].evidence["base"]["fits"] == front
+    assert found[f"frames.swapped:{front}|{wrist}"].evidence["assignment"] == {front: wrist, wrist: front}
 
 
 def test_stale_stats_and_missing_video_and_stats_only(tmp_path: Path) -> None:

@@ -1,0 +1,98 @@
+"""Which base camera each dataset camera's frames fit, and in which channel order, decided jointly.
+
+Why jointly: judged one at a time, two faults hide each other. In `demo=faulty` the front camera was
+recorded BGR and then the two keys were exchanged: the key `front` holds the wrist's RGB frames and
+`wrist` the front's BGR frames. Against the base's stats of its own key neither camera fits clearly
+better reversed, and exchanged they fit only half better, so per-camera rows pass both faults. Every
+hypothesis (an assignment of dataset keys to the base's camera keys, times each camera's channel order)
+is scored instead, and the best one is compared with the data as named.
+
+A camera's signature is its per-channel mean and, where both sides have it, its per-channel std, in
+0-1 (LeRobot's image stats are per channel, shape (3, 1, 1)). The distance is their L1 difference.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+ORDERS = ("RGB", "BGR")
+MAX_PERMUTED = 5  # cameras; beyond this only single exchanges are tried (5! = 120 assignments)
+
+
+@dataclass(frozen=True)
+class Signature:
+    mean: np.ndarray  # (3,) in 0-1
+    std: np.ndarray | None = None
+
+    def distance(self, ref: Signature, order: str) -> float:
+        flip = slice(None, None, -1) if order == "BGR" else slice(None)
+        d = float(np.abs(self.mean[flip] - ref.mean).sum())
+        if self.std is not None and ref.std is not None:
+            d += float(np.abs(self.std[flip] - ref.std).sum())
+        return d
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The best hypothesis against the data as named, and every distance it was chosen from."""
+
+    assignment: dict[str, str]  # dataset key -> the base key whose stats its frames fit
+    order: dict[str, str]  # dataset key -> "RGB" or "BGR" in the best hypothesis
+    declared: float  # distance as named, RGB
+    best: float
+    decisive: bool  # the best differs from the data as named and fits clearly better
+    distances: dict[str, dict[str, dict[str, float]]]  # dataset key -> base key -> order -> distance
+
+    def exchanged(self) -> list[str]:
+        return [k for k, v in self.assignment.items() if k != v]
+
+    def reversed(self) -> list[str]:
+        return [k for k, v in self.order.items() if v == "BGR"]
+
+
+def fit(
+    decoded: dict[str, Signature],
+    base: dict[str, Signature],
+    swap_ratio: float,
+    reversed_ratio: float,
+    min_distance: float,
+) -> Fit | None:
+    """None when fewer than one camera has both decoded frames and base stats."""
+    keys = [k for k in decoded if k in base]
+    if not keys:
+        return None
+    table = {k: {j: {o: decoded[k].distance(base[j], o) for o in ORDERS} for j in keys} for k in keys}
+    declared = sum(table[k][k]["RGB"] for k in keys)
+    best: tuple[float, dict[str, str], dict[str, str]] | None = None
+    for targets in _assignments(keys):
+        assignment = dict(zip(keys, targets, strict=True))
+        order = {k: min(ORDERS, key=lambda o, k=k: table[k][assignment[k]][o]) for k in keys}
+        cost = sum(table[k][assignment[k]][order[k]] for k in keys)
+        if best is None or cost < best[0] - 1e-12:
+            best = (cost, assignment, order)
+    assert best is not None
+    cost, assignment, order = best
+    moved = any(k != v for k, v in assignment.items())
+    ratio = swap_ratio if moved else reversed_ratio
+    changed = moved or any(o == "BGR" for o in order.values())
+    decisive = changed and declared > min_distance and cost < ratio * declared
+    if not decisive:
+        assignment, order = {k: k for k in keys}, {k: "RGB" for k in keys}
+    rounded = {
+        k: {j: {o: round(d, 4) for o, d in v.items()} for j, v in row.items()} for k, row in table.items()
+    }
+    return Fit(assignment, order, round(declared, 4), round(cost, 4), decisive, rounded)
+
+
+def _assignments(keys: list[str]) -> list[tuple[str, ...]]:
+    if len(keys) <= MAX_PERMUTED:
+        return list(itertools.permutations(keys))
+    swaps = [tuple(keys)]
+    for i, j in itertools.combinations(range(len(keys)), 2):
+        t = list(keys)
+        t[i], t[j] = t[j], t[i]
+        swaps.append(tuple(t))
+    return swaps
