@@ -89,7 +89,8 @@ class DemoModel:
         parts = [torch.from_numpy(x).to(self.device)]
         for key, encoder in zip(self.cameras, self.policy.encoders, strict=True):
             gain, zero = self.inputs[key]
-            frames = torch.as_tensor(np.asarray(batch[key], np.float32), device=self.device)
+            copied = np.array(batch[key], np.float32)  # the stage's inputs are shared and read-only
+            frames = torch.from_numpy(copied).to(self.device)
             parts.append(encoder(frames * gain + zero))
         return self.net(torch.cat(parts, dim=-1))
 
