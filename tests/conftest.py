@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,22 @@ def other_stages(*keep: str) -> str:
     return f"skip=[{','.join(names)}]"
 
 
-def launch(cwd: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run the launcher exactly as a user would; test plugin stages are importable through PYTHONPATH."""
+# overrides after which a launch builds no demo where the session's would be copied (its inputs are given,
+# or its output root is elsewhere)
+NO_SEED = ("dataset.path=", "model.path=", "training.path=", "output_root=")
+
+
+def launch(
+    cwd: Path, *overrides: str, timeout: float = 600, seed_demo: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the launcher exactly as a user would; test plugin stages are importable through PYTHONPATH.
+
+    The demo such a launch would build is first copied in from the session's cache (`DemoCache`), where
+    the launch reuses it as a second launch in the same folder would: built once per session and
+    settings, not once per test (with cameras a build is ~35 s). `seed_demo=False` leaves the folder
+    empty for tests of the build itself."""
+    if seed_demo and SESSION_DEMOS is not None and not any(o.startswith(NO_SEED) for o in overrides):
+        SESSION_DEMOS.seed(cwd, *overrides)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
@@ -115,6 +130,17 @@ class DemoCache:
         return target
 
 
+SESSION_DEMOS: DemoCache | None = None  # set for the session by `_session_demos`; `launch` seeds from it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoCache]:
+    global SESSION_DEMOS
+    SESSION_DEMOS = DemoCache(tmp_path_factory.mktemp("demo_cache"))
+    yield SESSION_DEMOS
+    SESSION_DEMOS = None
+
+
 @pytest.fixture(scope="session")
-def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> DemoCache:
-    return DemoCache(tmp_path_factory.mktemp("demo_cache"))
+def demo_cache(_session_demos: DemoCache) -> DemoCache:
+    return _session_demos

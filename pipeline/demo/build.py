@@ -184,7 +184,7 @@ def _training_config(out: Path, base_modes: Mapping[str, str], faults: Mapping[s
     }
 
 
-DEMO_BYTES = 2 * 2**20  # the default demo is ~0.5 MB; twice that with the temporary copy, and a margin
+DEMO_BYTES = 12 * 2**20  # the default demo is ~4.3 MB (3.7 MB video); twice that while copied, and a margin
 
 
 def ensure(demo_cfg: Any, root: str | Path) -> dict[str, str]:
