@@ -182,10 +182,12 @@ class FramesConfig:
     swap_ratio: float = 0.5  # cameras: exchanged assignment < ratio x as-named distance -> swapped
     stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale
     fps_tolerance: float = 0.01  # video fps vs info.json fps
+    span_files: int = 500  # video files whose headers are read for every episode's span (no decoding)
 
     def validate(self, key: str) -> None:
         require(self.episodes >= 1, f"{key}.episodes", "an episode count >= 1", self.episodes)
         require(self.per_episode >= 1, f"{key}.per_episode", "a frame count >= 1", self.per_episode)
+        require(self.span_files >= 1, f"{key}.span_files", "a file count >= 1", self.span_files)
         for name in ("reversed_ratio", "swap_ratio"):
             value = getattr(self, name)
             require(0 < value < 1, f"{key}.{name}", "a ratio in (0, 1)", value)

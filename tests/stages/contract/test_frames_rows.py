@@ -138,3 +138,23 @@ def test_stale_stats_and_missing_video_and_stats_only(tmp_path: Path) -> None:
     assert found["frames.health:observation.images.front"].verdict == "match"  # the rest still reports
     only = rows(tmp_path / "nowhere", means, means, kind="stats_only")
     assert list(only) == ["frames.unavailable"] and only["frames.unavailable"].verdict == "unverifiable"
+
+
+def test_an_episode_span_that_disagrees_with_its_rows_is_named(tmp_path: Path) -> None:
+    """Every episode is checked from the metadata and the file headers, not only the sampled ones: an
+    episode whose span holds more frames than its rows, and a file ending before its last episode."""
+    means = dataset(tmp_path)
+    front, wrist = COLORS
+    episodes = tmp_path / "meta/episodes/file-000.parquet"
+    table = pq.read_table(episodes).to_pydict()
+    table["length"] = [N, N]
+    table[f"videos/{wrist}/to_timestamp"] = [(N + 2) / FPS, 2 * N / FPS]  # episode 0 spans N+2 frames
+    table[f"videos/{front}/from_timestamp"] = [0.0, (N + 3) / FPS]  # episode 1 runs past the file's end
+    table[f"videos/{front}/to_timestamp"] = [N / FPS, (2 * N + 3) / FPS]
+    pq.write_table(pa.table(table), episodes)
+    found = rows(tmp_path, means, means)
+    wrist_row = found[f"frames.health:{wrist}"]
+    assert wrist_row.verdict == "mismatch" and "1 episode span(s)" in wrist_row.message, wrist_row.message
+    assert wrist_row.evidence["spans"]["checked"] == 2
+    front_row = found[f"frames.health:{front}"]
+    assert front_row.verdict in ("mismatch", "error") and "end" in front_row.message, front_row.message
