@@ -12,7 +12,13 @@ from safetensors.numpy import load_file
 
 from pipeline.demo import ensure
 from pipeline.demo.build import build, plant_faults
-from pipeline.demo.dataset import ACTION_NAMES, STATE_NAMES, generate_episodes, read_frames
+from pipeline.demo.dataset import (
+    ACTION_NAMES,
+    STATE_NAMES,
+    camera_frames,
+    generate_episodes,
+    read_frames,
+)
 from pipeline.demo.policy import DemoPolicy, load_pretrained, normalize, save_pretrained, unnormalize
 from pipeline.readers import ScanOptions, read_dataset, read_model
 
@@ -61,7 +67,10 @@ def test_checkpoint_is_lerobot_style_and_reloads(small: dict[str, str], tmp_path
     keys = load_file(str(model / step["state_file"]))
     assert "observation.state.q01" in keys and "action.q99" in keys
     loaded = load_pretrained(model)
+    assert loaded.cameras() == ["observation.images.front", "observation.images.wrist"]
     obs = read_frames(small["dataset"])
+    for key, frames in camera_frames(small["dataset"], loaded.cameras()).items():  # the loader's view
+        obs[key] = np.moveaxis(frames, -1, 1).astype(np.float32) / 255.0
     actions = loaded.act({k: obs[k][:5] for k in loaded.spec.input_features})
     assert actions.shape == (5, 5) and np.all(np.isfinite(actions))
     save_pretrained(loaded.policy, loaded.stats, tmp_path / "again", loaded.spec)
@@ -71,6 +80,8 @@ def test_checkpoint_is_lerobot_style_and_reloads(small: dict[str, str], tmp_path
     assert a.kind == "lerobot" and set(a.stats) == {
         "observation.state",
         "observation.environment_state",
+        "observation.images.front",
+        "observation.images.wrist",
         "action",
     }
 

@@ -24,6 +24,13 @@ PLANTED = {
     ),
     "contract.health.time.order": ("timestamp", "backwards", "first_backwards_frame"),
     "contract.health.episodes.duplicates": ("episode", "5 = 20", "groups"),
+    # the front camera recorded BGR, then the two keys exchanged: the BGR frames sit under `wrist`
+    "contract.frames.channels:observation.images.wrist": ("observation.images.wrist", "BGR", "base"),
+    "contract.frames.swapped:observation.images.front|observation.images.wrist": (
+        "observation.images.front|observation.images.wrist",
+        "exchanged",
+        "assignment",
+    ),
 }
 
 
@@ -74,6 +81,12 @@ def test_demo_faulty_blocks_with_one_row_per_fault(cwd: Path) -> None:
     assert list(hard["contract.units.scale:action"]["evidence"]["matches"]) == ["3"]
     assert hard["contract.health.time.order"]["evidence"]["episodes"] == [7]
     assert hard["contract.health.episodes.duplicates"]["evidence"]["groups"] == [[5, 20]]
+    front, wrist = "observation.images.front", "observation.images.wrist"
+    assert hard[f"contract.frames.channels:{wrist}"]["evidence"]["base"]["fits"] == front
+    assert hard[f"contract.frames.swapped:{front}|{wrist}"]["evidence"]["assignment"] == {
+        front: wrist,
+        wrist: front,
+    }
     assert all(any(check_id in reason for reason in gate["reasons"]) for check_id in PLANTED)
 
 
