@@ -20,9 +20,14 @@ DEMO_LOADER = "pipeline.demo.teacher_forced:load_policy"
 def test_demo_reports_both_models_on_the_same_96_samples(demo, tmp_path):
     result = run_stage(demo["dataset"], tmp_path)
     rows = by_id(result)
-    worse = rows["compare.noise_injected_vs_base"]  # ~10 % worse, significant: not "match" (soft)
-    assert worse.verdict == "mismatch" and worse.severity == "soft" and "clearly worse" in worse.message
-    assert result.status == "warn", [(c.id, c.verdict, c.message) for c in result.checks]
+    # with the cameras unperturbed, the noise-injected policy is about as good as the base (it was ~10 %
+    # worse when the demo had no cameras): the verdict must follow the row's own numbers either way
+    compared = rows["compare.noise_injected_vs_base"]
+    low, _ = compared.evidence["ci"]
+    clearly_worse = low > 0 and compared.evidence["p"] < 0.05
+    assert (compared.verdict == "mismatch") == clearly_worse and compared.severity == "soft"
+    assert ("not clearly worse" in compared.message) == (not clearly_worse), compared.message
+    assert not any(c.blocking for c in result.checks), [(c.id, c.verdict, c.message) for c in result.checks]
     assert rows["provenance.base"].verdict == rows["provenance.noise_injected"].verdict == "match"
     manifest = json.loads(Path(result.artifacts["samples"]).read_text())
     assert len(manifest["samples"]) == 96 and manifest["fingerprint"]["rows"] == 240
