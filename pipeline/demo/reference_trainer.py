@@ -109,7 +109,8 @@ def _chw(data: LeRobotData, key: str) -> list[int]:
     """A camera's [3, H, W] from info.json's `shape` (LeRobot writes video shapes HWC)."""
     shape = shape_of(data.features[key], data.root / "meta/info.json", key)
     if len(shape) != 3 or 3 not in (shape[0], shape[-1]):
-        raise SystemExit(f"{data.root}/meta/info.json: features.{key}.shape {list(shape)}: expected [H, W, 3]")
+        where = f"{data.root}/meta/info.json: features.{key}.shape"
+        raise SystemExit(f"{where} {list(shape)}: expected [H, W, 3] or [3, H, W]")
     return [3, *shape[:2]] if shape[-1] == 3 else list(shape)
 
 
@@ -153,7 +154,8 @@ def training_tensors(dataset: Path, spec: Any) -> Tensors:
     y = demo.normalize(frames[output], stats.get(output, {}), mode(output))
     pixels = camera_pixels(dataset, cams, stats, {k: mode(k) for k in cams})
     used = {f: stats[f] for f in [*spec.input_features, output] if f in stats}
-    return Tensors(torch.as_tensor(x, dtype=torch.float32), pixels, torch.as_tensor(y, dtype=torch.float32), used)
+    x_t, y_t = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
+    return Tensors(x_t, pixels, y_t, used)
 
 
 def batch_order(n: int, seed: int, fault: str, epoch: int) -> torch.Tensor:
