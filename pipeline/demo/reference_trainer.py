@@ -24,7 +24,7 @@ import random
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -33,8 +33,12 @@ from torch import nn
 
 from pipeline import trainlog
 from pipeline.demo import policy as demo
+from pipeline.demo.cameras import CAMERAS
+from pipeline.demo.pixels import Pixels, PooledPolicy, camera_pixels
 from pipeline.progress import progress
 from pipeline.readers import LeRobotData
+from pipeline.readers.frames import FrameReader
+from pipeline.readers.lerobot_data import shape_of
 
 FAULTS = ("none", "unseeded_shuffle", "clock_seed")
 
@@ -85,7 +89,8 @@ def normalization_override(training: str) -> dict[str, str]:
 
 
 def build_policy(dataset: Path, model: str, training: str = "") -> tuple[nn.Module, Any]:
-    """The demo policy and its spec: from the base checkpoint when given, else sized from the dataset."""
+    """The demo policy and its spec: from the base checkpoint when given (its camera encoders included),
+    else sized from the dataset with one encoder per demo camera the dataset records."""
     override = normalization_override(training)
     if model:
         loaded = demo.load_pretrained(model)
@@ -94,20 +99,49 @@ def build_policy(dataset: Path, model: str, training: str = "") -> tuple[nn.Modu
     data = LeRobotData(dataset)
     env_dim = data.feature_dim(demo.ENV_KEY) if demo.ENV_KEY in data.features else 0
     state_dim, action_dim = data.feature_dim(demo.STATE_KEY), data.feature_dim(demo.ACTION_KEY)
-    spec = demo.default_spec(state_dim, action_dim, env_dim)
+    cams = {k: _chw(data, k) for k in CAMERAS if k in data.video_keys()}
+    spec = demo.default_spec(state_dim, action_dim, env_dim, cameras=cams)
     spec.normalization_mapping = {**spec.normalization_mapping, **override}
-    return demo.DemoPolicy(state_dim + env_dim, action_dim), spec
+    return demo.DemoPolicy(state_dim + env_dim, action_dim, cameras=len(cams)), spec
 
 
-def training_tensors(dataset: Path, spec: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+def _chw(data: LeRobotData, key: str) -> list[int]:
+    """A camera's [3, H, W] from info.json's `shape` (LeRobot writes video shapes HWC)."""
+    shape = shape_of(data.features[key], data.root / "meta/info.json", key)
+    if len(shape) != 3 or 3 not in (shape[0], shape[-1]):
+        where = f"{data.root}/meta/info.json: features.{key}.shape"
+        raise SystemExit(f"{where} {list(shape)}: expected [H, W, 3] or [3, H, W]")
+    return [3, *shape[:2]] if shape[-1] == 3 else list(shape)
+
+
+class Tensors(NamedTuple):
+    """What one run trains on: normalized vector inputs, pooled camera frames (encoder order), targets,
+    and the stats they were normalized with (saved as the normalization intent)."""
+
+    x: torch.Tensor
+    pixels: list[Pixels]
+    y: torch.Tensor
+    stats: dict[str, Any]
+
+
+def training_tensors(dataset: Path, spec: Any) -> Tensors:
     """Normalized inputs and targets, exactly as the saved normalizers will map them at eval time.
 
-    A feature without stats passes through unnormalized, as LeRobot's normalizer does (and says so).
+    Camera inputs are decoded once through the frame reader (RGB, float 0-1, as LeRobot's loader gives
+    them) and pooled once (`pipeline.demo.pixels`). A feature without stats passes through unnormalized,
+    as LeRobot's normalizer does (and says so).
     """
     data = LeRobotData(dataset)
     stats = {f: {s: v.astype(np.float32) for s, v in block.items()} for f, block in data.stats().items()}
-    inputs, output = list(spec.input_features), demo.ACTION_KEY
-    frames = data.frames([*inputs, output], dtype=np.float32)
+    cams, output = demo.camera_keys(spec), demo.ACTION_KEY
+    vectors = [f for f in spec.input_features if f not in cams]
+    missing = [k for k in cams if k not in FrameReader(data).cameras()]
+    if missing:
+        raise SystemExit(
+            f"{dataset}/meta/info.json: the policy reads camera(s) {missing}, which the dataset does not "
+            f"record (it has {FrameReader(data).cameras()})"
+        )
+    frames = data.frames([*vectors, output], dtype=np.float32)
     mapping = spec.normalization_mapping
 
     def mode(feature: str) -> str:
@@ -116,10 +150,12 @@ def training_tensors(dataset: Path, spec: Any) -> tuple[torch.Tensor, torch.Tens
             return "IDENTITY"
         return mapping.get({**spec.input_features, **spec.output_features}[feature]["type"], "IDENTITY")
 
-    x = np.concatenate([demo.normalize(frames[f], stats.get(f, {}), mode(f)) for f in inputs], axis=-1)
+    x = np.concatenate([demo.normalize(frames[f], stats.get(f, {}), mode(f)) for f in vectors], axis=-1)
     y = demo.normalize(frames[output], stats.get(output, {}), mode(output))
-    used = {f: stats[f] for f in [*inputs, output] if f in stats}
-    return torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32), used
+    pixels = camera_pixels(dataset, cams, stats, {k: mode(k) for k in cams})
+    used = {f: stats[f] for f in [*spec.input_features, output] if f in stats}
+    x_t, y_t = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
+    return Tensors(x_t, pixels, y_t, used)
 
 
 def batch_order(n: int, seed: int, fault: str, epoch: int) -> torch.Tensor:
@@ -167,9 +203,12 @@ def train(args: argparse.Namespace) -> None:
     seed_everything(seed)
     rank, world, device = setup_distributed(args.device)
     policy, spec = build_policy(args.dataset, args.model, args.training)
-    x, y, stats = training_tensors(args.dataset, spec)
+    data = training_tensors(args.dataset, spec)
+    x, y, stats = data.x, data.y, data.stats
+    pixels = [p.pooled.to(device) for p in data.pixels]
     policy = policy.to(device)
-    model: nn.Module = nn.parallel.DistributedDataParallel(policy) if world > 1 else policy
+    pooled = PooledPolicy(policy)  # the encoders' first (parameter-free) pooling is done once, above
+    model: nn.Module = nn.parallel.DistributedDataParallel(pooled) if world > 1 else pooled
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     log = trainlog.MetricsLog(args.out, digest_every=args.digest_every)
     feed = batches(len(x), args.batch_size * world, seed, args.fault)
@@ -181,12 +220,14 @@ def train(args: argparse.Namespace) -> None:
                 log.event("epoch_end", step=step - 1)
                 epoch = batch_epoch
             index = index[rank::world]
-            loss = nn.functional.mse_loss(model(x[index].to(device)), y[index].to(device))
+            on = index.to(device)
+            predicted = model(x[index].to(device), [p[on] for p in pixels])
+            loss = nn.functional.mse_loss(predicted, y[index].to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
             optimizer.step()
-            log.step(step, loss=global_mean(loss, world), grad_norm=grad_norm, lr=args.lr, model=model)
+            log.step(step, loss=global_mean(loss, world), grad_norm=grad_norm, lr=args.lr, model=policy)
             advance()
             if log.stop:  # the stage's horizon events were reached (and a few steps after them)
                 break

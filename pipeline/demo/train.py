@@ -14,11 +14,11 @@ import torch
 
 from pipeline.demo.cameras import CAMERAS
 from pipeline.demo.dataset import camera_frames, read_frames
+from pipeline.demo.pixels import Pixels, forward_pooled
 from pipeline.demo.policy import (
     ACTION_KEY,
     ENV_KEY,
     STATE_KEY,
-    CameraEncoder,
     DemoPolicy,
     PolicySpec,
     default_spec,
@@ -65,29 +65,6 @@ def train_policy(
         torch.set_num_threads(threads)
 
 
-class Pixels:
-    """One camera's frames, normalized and pooled once to the encoder's first size. Average pooling and a
-    per-channel affine commute, so training the encoder's later layers on these is training the whole
-    encoder on the frames (and 16x cheaper per step than pooling every batch again)."""
-
-    def __init__(self, frames: np.ndarray, stats: dict[str, np.ndarray], mode: str) -> None:
-        pool = CameraEncoder().net[0]
-        parts = []
-        for start in range(0, len(frames), 1024):  # float copies of a block at a time, not of the demo
-            view = torch.from_numpy(frames[start : start + 1024]).permute(0, 3, 1, 2).float() / 255.0
-            parts.append(pool(normalize(view, stats, mode)))
-        self.pooled = torch.cat(parts)
-
-    def batch(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.pooled[idx]
-
-
-def _forward(policy: DemoPolicy, x: torch.Tensor, pooled: list[torch.Tensor]) -> torch.Tensor:
-    """`policy(x, frames)` for frames already pooled by the encoders' first layer (see `Pixels`)."""
-    features = [encoder.net[1:](p) for encoder, p in zip(policy.encoders, pooled, strict=True)]
-    return policy.net(torch.cat([x, *features], dim=-1))
-
-
 def _fit(
     x: np.ndarray,
     y: np.ndarray,
@@ -105,7 +82,7 @@ def _fit(
     xt, yt = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
     for _ in track(range(steps), f"demo: training a policy ({steps} steps)"):
         idx = torch.randint(0, len(xt), (batch,), generator=generator)
-        predicted = _forward(policy, xt[idx], [p.batch(idx) for p in pixels])
+        predicted = forward_pooled(policy, xt[idx], [p.batch(idx) for p in pixels])
         loss = torch.nn.functional.mse_loss(predicted, yt[idx])
         optimizer.zero_grad()
         loss.backward()

@@ -26,6 +26,7 @@ from pipeline.errors import InputError
 from pipeline.normalization import nonfinite_counts, placeholder_problems
 from pipeline.readers import LeRobotData
 from pipeline.readers.base import read_safetensors
+from pipeline.readers.frames import FrameReader, processor_view
 from pipeline.records import Check, Rows
 from pipeline.stages.config import resolve_callable as resolve
 from pipeline.trainlog_spec import INTENT_FILE, Reloaded
@@ -170,10 +171,34 @@ def intent_row(reloaded: Reloaded, intent_path: Path, atol: float) -> Check:
     )
 
 
+def first_sample(data: LeRobotData, features: list[str]) -> dict[str, np.ndarray]:
+    """The dataset's first row as a batch of one, as the training loader gives it: vector columns as
+    float32 [1, D], cameras (video or parquet images) decoded through the frame reader as float 0-1
+    [1, 3, H, W] (`processor_view`). Row 0 is its episode's first frame."""
+    reader = FrameReader(data)
+    cameras = [f for f in features if f in reader.cameras()]
+    vectors = [f for f in features if f not in cameras]
+    sample = data.frames(vectors, limit=1, dtype=np.float32) if vectors else {}
+    if cameras:
+        episode = int(data.frames(["episode_index"], limit=1)["episode_index"][0])
+        sample.update({k: processor_view(reader.frames(k, episode, [0])) for k in cameras})
+    return {f: sample[f] for f in features}
+
+
 def forward_row(reloaded: Reloaded, dataset: Path) -> Check:
     data = LeRobotData(dataset)
-    sample = data.frames(reloaded.input_features, limit=1, dtype=np.float32)
     want = (1, data.feature_dim(reloaded.output_feature))
+    try:
+        sample = first_sample(data, list(reloaded.input_features))
+    except InputError as exc:  # e.g. a camera's video missing or undecodable: the forward cannot be fed
+        return _row(
+            "forward",
+            "error",
+            f"cannot read one dataset sample to feed the reloaded policy: {exc}",
+            expected=list(want),
+            actual=None,
+            evidence={"exception": str(exc), "inputs": list(reloaded.input_features)},
+        )
     try:
         out = np.asarray(reloaded.forward(sample), dtype=np.float64)
     except Exception as exc:  # noqa: BLE001 - a failing forward is the finding
@@ -190,11 +215,11 @@ def forward_row(reloaded: Reloaded, dataset: Path) -> Check:
     return _row(
         "forward",
         "match" if ok else "mismatch",
-        f"forward on one sample: shape {tuple(out.shape)} (expected {want}), "
-        f"{'finite' if finite else 'NOT finite'}",
+        f"forward on one sample ({', '.join(f'{k} {list(v.shape)}' for k, v in sample.items())}): "
+        f"shape {tuple(out.shape)} (expected {want}), {'finite' if finite else 'NOT finite'}",
         expected={"shape": list(want), "finite": True},
         actual={"shape": list(out.shape), "finite": finite},
-        evidence={"output": out.tolist()},
+        evidence={"output": out.tolist(), "inputs": {k: list(v.shape) for k, v in sample.items()}},
     )
 
 

@@ -1,4 +1,5 @@
-"""A tiny LeRobot v3.0 dataset written with pyarrow, so these tests need neither the demo nor downloads."""
+"""A tiny LeRobot v3.0 dataset written with pyarrow, so these tests need neither the demo nor downloads
+(and a copy with the demo's two cameras as real AV1 video, written by the demo's own encoder)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,50 @@ def _stats(values: np.ndarray) -> dict[str, list[float]]:
     }
 
 
+def add_cameras(root: Path, side: int = 32) -> Path:
+    """The demo's two camera keys as AV1 mp4s in the v3.0 layout (`pipeline.demo.videos.write_cameras`,
+    what the demo build uses): smooth frames that move per frame, so the encoders see real pixels;
+    info.json features, meta/episodes video columns and per-channel image stats added."""
+    from pipeline.demo.cameras import CAMERAS
+    from pipeline.demo.videos import write_cameras
+
+    y, x = np.mgrid[0:side, 0:side].astype(np.float64)
+    episodes = FRAMES // 24
+    cameras = []
+    for e in range(episodes):
+        frames = {}
+        for c, key in enumerate(CAMERAS):
+            pics = [
+                np.stack(
+                    [
+                        128 + 90 * np.sin((x + 3 * i + c) / 6),
+                        128 + 90 * np.cos((y - 2 * i) / 8),
+                        np.full_like(x, 40 + 8 * e + 60 * c),
+                    ],
+                    -1,
+                )
+                for i in range(24)
+            ]
+            frames[key] = np.clip(np.stack(pics), 0, 255).astype(np.uint8)
+        cameras.append(frames)
+    features, columns, stats = write_cameras(root, cameras, fps=10)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["features"].update(features)
+    info["video_path"] = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    shipped = json.loads((root / "meta" / "stats.json").read_text())
+    shipped.update({k: {s: np.asarray(v).tolist() for s, v in block.items()} for k, block in stats.items()})
+    (root / "meta" / "stats.json").write_text(json.dumps(shipped))
+    data = root / "data" / "chunk-000" / "file-000.parquet"
+    rows = pq.read_table(data)
+    timestamps = (np.asarray(rows.column("frame_index")) / 10.0).astype(np.float32)
+    pq.write_table(rows.append_column("timestamp", pa.array(timestamps)), data)
+    (root / "meta" / "episodes").mkdir(exist_ok=True)
+    table = {"episode_index": np.arange(episodes), "length": np.full(episodes, 24), **columns}
+    pq.write_table(pa.table(table), root / "meta" / "episodes" / "file-000.parquet")
+    return root
+
+
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_dataset(tmp_path_factory.mktemp("dataset"))
@@ -69,6 +114,20 @@ def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def other_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_dataset(tmp_path_factory.mktemp("other_dataset"), seed=7, scale=3.0)
+
+
+@pytest.fixture(scope="session")
+def camera_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return add_cameras(write_dataset(tmp_path_factory.mktemp("camera_dataset")))
+
+
+@pytest.fixture(scope="session")
+def trained_cameras(tmp_path_factory: pytest.TempPathFactory, camera_dataset: Path) -> dict[str, Path]:
+    """Reference-trainer runs on the camera dataset: a policy with one encoder per camera."""
+    from tests.stages.determinism.helpers import reference_runs
+
+    # twins only: the planted faults on a camera policy are the demo=faulty stage test's (test_stage.py)
+    return reference_runs(tmp_path_factory.mktemp("camera_runs"), camera_dataset, {"a": (), "b": ()})
 
 
 @pytest.fixture(scope="session")

@@ -52,3 +52,11 @@ def test_malformed_stream_names_file_and_line(tmp_path):
     path.write_text('{"step": 1, "loss": 1.0}\nnot json\n')
     with pytest.raises(compare.InputError, match=r"metrics.jsonl:2: expected a JSON object"):
         compare.read_stream(path)
+
+
+def test_camera_policy_twins_are_bit_identical(trained_cameras):
+    """The reference trainer on a dataset with the demo's two cameras (AV1, decoded by the frame reader):
+    the pixels do not cost determinism, parameters included."""
+    runs = {name: compare.read_stream(folder / "metrics.jsonl") for name, folder in trained_cameras.items()}
+    found = compare.divergences(runs["a"], runs["b"])
+    assert set(found) == {"loss", "grad_norm", "param_digest"} and compare.earliest(found) is None

@@ -141,3 +141,38 @@ def test_an_all_zero_saved_scale_is_a_placeholder_too(trained, tiny_dataset, tmp
     assert saved.evidence["nonfinite"] == {
         f"{PRE}:observation.state.std": {"problem": "all zeros", "size": 4}
     }
+
+
+def test_forward_feeds_one_decoded_camera_frame_and_matches_training(trained_cameras, camera_dataset):
+    """A policy with camera encoders: the forward row feeds row 0's decoded frames (float 0-1 CHW) and
+    the reloaded eval path gives what the trainer's own (pooled) path computes on that row."""
+    import torch
+
+    from pipeline.demo import policy as demo
+    from pipeline.demo.pixels import forward_pooled
+    from pipeline.demo.reference_trainer import training_tensors
+    from pipeline.demo.reload import load_demo
+    from pipeline.readers import LeRobotData
+
+    found = rows(trained_cameras["a"] / "checkpoint", camera_dataset)
+    assert all(c.verdict == "match" for c in found.values()), {k: c.message for k, c in found.items()}
+    inputs = found["forward"].evidence["inputs"]
+    assert inputs["observation.images.front"] == inputs["observation.images.wrist"] == [1, 3, 32, 32]
+    loaded = demo.load_pretrained(trained_cameras["a"] / "checkpoint")
+    assert loaded.policy.cameras == 2
+    reloaded = load_demo(trained_cameras["a"] / "checkpoint", camera_dataset)
+    eval_side = reloaded.forward(reload.first_sample(LeRobotData(camera_dataset), reloaded.input_features))
+    loaded.stats = {k: {s: np.asarray(v) for s, v in d.items()} for k, d in loaded.stats.items()}
+    data = training_tensors(camera_dataset, loaded.spec)
+    with torch.no_grad():
+        y = forward_pooled(loaded.policy, data.x[:1], [p.pooled[:1] for p in data.pixels]).numpy()
+    train_side = demo.unnormalize(y, data.stats["action"], loaded.mode("action"))
+    np.testing.assert_allclose(eval_side, train_side, rtol=0, atol=1e-5)
+
+
+def test_a_missing_camera_video_is_an_error_row_naming_it(trained_cameras, camera_dataset, tmp_path):
+    dataset = Path(shutil.copytree(camera_dataset, tmp_path / "dataset"))
+    video = dataset / "videos/observation.images.wrist/chunk-000/file-000.mp4"
+    video.unlink()
+    row = rows(trained_cameras["a"] / "checkpoint", dataset)["forward"]
+    assert row.verdict == "error" and str(video) in row.message and "missing" in row.message
