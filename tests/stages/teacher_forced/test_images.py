@@ -38,8 +38,10 @@ def _run(data: str, run_dir: Path, **overrides) -> object:
     return run_stage(data, run_dir, plots=False, **overrides)  # plots have tests of their own
 
 
-def _probe_rows(rows: dict, model: str = "base") -> dict:
-    return {k.removeprefix(f"probe.{model}."): v for k, v in rows.items() if k.startswith(f"probe.{model}.")}
+def _probe_rows(rows: dict, model: str = "base", cameras_only: bool = True) -> dict:
+    """The camera alternatives' rows (and the kept ones'), or every probe row."""
+    out = {k.removeprefix(f"probe.{model}."): v for k, v in rows.items() if k.startswith(f"probe.{model}.")}
+    return {k: v for k, v in out.items() if not cameras_only or k in PROBES}
 
 
 def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_path: Path) -> None:
