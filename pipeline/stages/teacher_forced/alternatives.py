@@ -112,18 +112,9 @@ def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Altern
     for d in range(dims):
         at = f"{key}[{_label(names, d)}]"
         said = f"{key} dim {_said(names, d)}"
-        yield Alternative(
-            f"x180/pi:{at}",
-            f"{said} x180/pi (fed in degrees, not radians)",
-            "vector",
-            _dim_scaled(key, d, DEG),
-        )
-        yield Alternative(
-            f"xpi/180:{at}",
-            f"{said} xpi/180 (fed in radians, not degrees)",
-            "vector",
-            _dim_scaled(key, d, 1 / DEG),
-        )
+        to_degrees, to_radians = _dim_scaled(key, d, DEG), _dim_scaled(key, d, 1 / DEG)
+        yield Alternative(f"x180/pi:{at}", f"{said} x180/pi (in degrees)", "vector", to_degrees)
+        yield Alternative(f"xpi/180:{at}", f"{said} xpi/180 (in radians)", "vector", to_radians)
 
 
 def targets(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:

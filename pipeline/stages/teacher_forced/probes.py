@@ -109,25 +109,36 @@ def probe_model(
     return rows(tf, name, run.scored.per_sample, found)
 
 
-def _try(w: Witness, alts: Sequence[Alternative], batch: Batch, truth: np.ndarray, pred: np.ndarray) -> Tried:
-    """Each alternative on top of the current state: input ones re-run the model, target ones re-score."""
-    ins = [a for a in alts if a.inputs is not None]
+def _try(
+    w: Witness,
+    alts: Sequence[Alternative],
+    state: tuple[Batch, np.ndarray, np.ndarray],
+    cache: dict[str, np.ndarray],
+) -> Tried:
+    """Each alternative on top of the current (batch, targets, predictions): input ones re-run the
+    model (unless the batch is unchanged since their last run: `cache`), target ones re-score."""
+    batch, truth, pred = state
+    ins = [a for a in alts if a.inputs is not None and a.part not in cache]
     preds = w.predict(batch, [a.inputs for a in ins if a.inputs is not None])
-    out: Tried = {a.part: (p, w.errors(p, truth)) for a, p in zip(ins, preds, strict=True)}
+    cache.update({a.part: p for a, p in zip(ins, preds, strict=True)})
+    out: Tried = {}
     for a in alts:
         if a.target is not None:
             out[a.part] = (None, w.errors(pred, a.target(truth)))
+        else:
+            out[a.part] = (cache[a.part], w.errors(cache[a.part], truth))
     return out
 
 
 def search(tf: Any, w: Witness, options: list[Alternative], batch: Batch, scored: Any) -> Search:
     """Greedy: try every remaining alternative on top of the kept ones, keep the best that clears the
-    margin and the adjusted level, until none does or `probe_rounds` passes are spent."""
+    margin and the adjusted level, until none does or `probe_rounds` passes are spent. A kept target
+    alternative changes no input: the next pass re-scores the predictions it already has."""
     truth, pred, base = w.shared.truth, scored.pred, scored.per_sample
-    remaining = list(options)
+    remaining, cache = list(options), {}
     found = Search(options, {})
     while remaining and found.passes < tf.probe_rounds:
-        tried = _try(w, remaining, batch, truth, pred)
+        tried = _try(w, remaining, (batch, truth, pred), cache)
         if not found.first:
             found.first = {p: err for p, (_, err) in tried.items()}
         found.passes += 1
@@ -138,7 +149,7 @@ def search(tf: Any, w: Witness, options: list[Alternative], batch: Batch, scored
         remaining.remove(step.alt)
         again, base = tried[step.alt.part]
         if step.alt.inputs is not None and again is not None:
-            batch, pred = step.alt.inputs(batch), again
+            batch, pred, cache = step.alt.inputs(batch), again, {}
         elif step.alt.target is not None:
             truth = step.alt.target(truth)
     found.capped_rounds = bool(remaining) and found.passes >= tf.probe_rounds

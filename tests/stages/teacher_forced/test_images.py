@@ -88,7 +88,9 @@ def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_pat
 def test_a_clean_dataset_gives_no_hard_probe_row_and_every_alternative_is_reported(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data")
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=96)))
+    rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=96))
+    assert {r.verdict for r in _probe_rows(rows, cameras_only=False).values()} == {"match"}
+    probes = _probe_rows(rows)
     assert sorted(probes) == sorted(PROBES)
     assert all(r.verdict == "match" for r in probes.values()), [r.message for r in probes.values()]
     assert all(r.evidence["ci"] is not None and r.evidence["ci"][0] > 0 for r in probes.values())
