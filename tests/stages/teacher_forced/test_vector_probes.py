@@ -6,9 +6,21 @@ Real FFV1 video (PyAV) and the deterministic pixel model of pixels.py, with a 9-
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
+
+from pipeline.stages.teacher_forced import TeacherForcedConfig, alternatives, probes
 from tests.stages.teacher_forced.helpers import by_id, run_stage
-from tests.stages.teacher_forced.pixels import CAMERAS, FRONT, LOADER, WRIST, write_dataset, write_model
+from tests.stages.teacher_forced.pixels import (
+    CAMERAS,
+    FRONT,
+    LOADER,
+    WRIST,
+    PixelModel,
+    write_dataset,
+    write_model,
+)
 
 DIMS = 9
 SWAP = "exchanged:observation.state[2 joint2.pos <-> 8 joint8.pos]"
@@ -85,3 +97,26 @@ def test_the_caps_are_said_in_the_summary_row(tmp_path: Path) -> None:
     assert "55 alternative(s) beyond probe_max_alternatives=40 not tried" in summary.message
     assert "stopped at probe_rounds=1 passes" in summary.message
     assert _hard(probes) == [DEGREES]  # the targets come before the input vectors, which the cap cut
+
+
+def test_grouped_forwards_give_each_alternative_the_predictions_it_gets_alone(tmp_path: Path) -> None:
+    """On a GPU several alternatives share one forward; their predictions must not mix (the pixel model
+    on the CPU, the grouping forced)."""
+    model = PixelModel(write_model(tmp_path / "model", list(CAMERAS), dims=DIMS))
+    rng = np.random.default_rng(0)
+    batch = {k: rng.random((96, 3, 16, 16), dtype=np.float32) for k in CAMERAS}
+    batch["observation.state"] = rng.normal(size=(96, DIMS)).astype(np.float32)
+    options = alternatives.generate(list(CAMERAS), ["observation.state"], batch, {}, "action", DIMS)
+    makers = [a.inputs for a in options if a.inputs is not None]
+    tf = TeacherForcedConfig(batch_size=256)
+    run = SimpleNamespace(
+        spec=SimpleNamespace(stochastic=False), loaded=SimpleNamespace(predict=model.predict)
+    )
+    witness = probes.Witness(tf, "base", run, SimpleNamespace(rows=np.arange(96)))
+    alone = witness.predict(batch, makers)
+    witness.group = 3
+    grouped = witness.predict(batch, makers)
+    assert len(alone) == len(grouped) == len(makers) == 68  # 5 camera + 36 + 9 + 18 state alternatives
+    assert witness.forwards == 68 + 23
+    for a, b in zip(alone, grouped, strict=True):
+        np.testing.assert_array_equal(a, b)
