@@ -144,8 +144,8 @@ def summary(tf: Any, name: str, rest: list[Any], declared: np.ndarray, found: An
         f"greedy pass(es) ({found.forwards} forward call(s), {sig(found.seconds, 3)} s): "
         f"{counts['raise_error']} raise the error, {counts['no_effect']} change nothing, "
         f"{counts['lower_error']} lower it ({counts['cut_by_margin']} by the "
-        f"{sig(100 * tf.probe_margin, 3)} % margin on the data as declared, none clearly at the "
-        "Bonferroni-adjusted level on top of the kept ones)"
+        f"{sig(100 * tf.probe_margin, 3)} % margin on the data as declared, none clearly better at the "
+        f"Bonferroni-adjusted level{' on top of the kept ones' if found.kept else ''})"
     )
     if shown:
         best = "; ".join(f"{s['wording']} {sig(100 * (s['relative_change'] or 0), 3)} %" for s in shown[:3])
