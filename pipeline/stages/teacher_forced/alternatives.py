@@ -29,13 +29,17 @@ Batch = dict[str, Any]
 @dataclass(frozen=True)
 class Alternative:
     """One alternative reading: its row-id part, its wording, and what it transforms (the model's
-    batch, or the targets (N, H, D))."""
+    batch, or the targets (N, H, D)). `control`: what it must fit better than to be kept. A dim
+    xpi/180 is almost that dim zeroed, so it "fits better" whenever the model ignores the dim or
+    predicts ~0 for it (a weak or blind dim, an out-of-range input); only beating the zeroed dim
+    says that the values are radians."""
 
     part: str
     wording: str
     kind: str  # camera | vector | target
     inputs: Callable[[Batch], Batch] | None = None
     target: Callable[[np.ndarray], np.ndarray] | None = None
+    control: Alternative | None = None
 
 
 def _channels_reversed(key: str) -> Callable[[Batch], Batch]:
@@ -114,7 +118,8 @@ def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Altern
         said = f"{key} dim {_said(names, d)}"
         to_degrees, to_radians = _dim_scaled(key, d, DEG), _dim_scaled(key, d, 1 / DEG)
         yield Alternative(f"x180/pi:{at}", f"{said} x180/pi (in degrees)", "vector", to_degrees)
-        yield Alternative(f"xpi/180:{at}", f"{said} xpi/180 (in radians)", "vector", to_radians)
+        zeroed = Alternative(f"zeroed:{at}", f"{said} zeroed", "vector", _dim_scaled(key, d, 0.0))
+        yield Alternative(f"xpi/180:{at}", f"{said} xpi/180 (in radians)", "vector", to_radians, None, zeroed)
 
 
 def targets(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:
@@ -126,6 +131,9 @@ def targets(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Altern
             f"{said} xpi/180 (the dataset recorded degrees, the model predicts radians)",
             "target",
             target=_target_scaled(d, 1 / DEG),
+            control=Alternative(
+                f"target.zeroed:{at}", f"{said} zeroed", "target", target=_target_scaled(d, 0.0)
+            ),
         )
         yield Alternative(
             f"target.x180/pi:{at}",

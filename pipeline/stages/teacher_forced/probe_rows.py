@@ -64,13 +64,17 @@ def _numbers(tf: Any, wording: str, st: dict[str, Any]) -> str:
 
 
 def _level(tf: Any, step: dict[str, Any]) -> str:
-    """Why a kept alternative is clear although so many were tried (Bonferroni)."""
-    return (
+    """Why a kept alternative is clear although so many were tried (Bonferroni), and what it beat."""
+    said = (
         f"a drop of at least {sig(100 * tf.probe_margin, 3)} % and, Bonferroni-adjusted over "
         f"{step['alternatives_tried']} alternatives tried, the {sig(100 * step['adjusted_confidence'], 4)}% "
         f"CI of the step's difference {sig(step['ci'])} below 0 and Wilcoxon p {sig(step['p'], 3)} "
         f"< {sig(step['alpha'], 3)}"
     )
+    control = step.get("control")
+    if control:
+        said += f"; {sig(-100 * control['change'], 3)} % below its control, {control['wording']}"
+    return said
 
 
 def _row(tf: Any, name: str, alt: Any, st: dict[str, Any], found: Any) -> Check:

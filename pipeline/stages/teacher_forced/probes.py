@@ -134,6 +134,19 @@ def _try(
     return out
 
 
+def _control(
+    w: Witness, batch: Batch, truth: np.ndarray, pred: np.ndarray
+) -> Callable[[Alternative], np.ndarray]:
+    """A control's per-sample error on top of the current state (a forward pass for an input one)."""
+
+    def errors(alt: Alternative) -> np.ndarray:
+        if alt.inputs is not None:
+            return w.errors(w.predict(batch, [alt.inputs])[0], truth)
+        return w.errors(pred, alt.target(truth) if alt.target is not None else truth)
+
+    return errors
+
+
 def search(tf: Any, w: Witness, options: list[Alternative], batch: Batch, scored: Any) -> Search:
     """Greedy: try every remaining alternative on top of the kept ones, keep the best that clears the
     margin and the adjusted level, until none does or `probe_rounds` passes are spent. A kept target
@@ -146,7 +159,7 @@ def search(tf: Any, w: Witness, options: list[Alternative], batch: Batch, scored
         if not found.first:
             found.first = {p: err for p, (_, err) in tried.items()}
         found.passes += 1
-        step = best(tf, remaining, tried, base)
+        step = best(tf, remaining, tried, base, _control(w, batch, truth, pred))
         if step is None:
             return found
         found.kept.append(step)
@@ -160,9 +173,16 @@ def search(tf: Any, w: Witness, options: list[Alternative], batch: Batch, scored
     return found
 
 
-def best(tf: Any, remaining: Sequence[Alternative], tried: Tried, base: np.ndarray) -> Step | None:
+def best(
+    tf: Any,
+    remaining: Sequence[Alternative],
+    tried: Tried,
+    base: np.ndarray,
+    control: Callable[[Alternative], np.ndarray],
+) -> Step | None:
     """The alternative with the largest drop among those that clear the margin and the Bonferroni-
-    adjusted level (only candidates past the margin pay for the stricter bootstrap, best first)."""
+    adjusted level and beat their control (only candidates past the margin pay for the stricter
+    bootstrap and the control, best first)."""
     m = len(remaining)
     drops = {a.part: paired_change(tried[a.part][1], base) for a in remaining}
     finite = int(np.isfinite(base).sum())
@@ -175,8 +195,14 @@ def best(tf: Any, remaining: Sequence[Alternative], tried: Tried, base: np.ndarr
     ]
     for alt in sorted(candidates, key=lambda a: drops[a.part]):
         stats = adjusted(tf, tried[alt.part][1], base, m)
-        if strict(tf, stats):
-            return Step(alt, stats)
+        if not strict(tf, stats):
+            continue
+        if alt.control is not None:
+            versus = paired_change(tried[alt.part][1], control(alt.control))
+            stats["control"] = {"part": alt.control.part, "wording": alt.control.wording, "change": versus}
+            if versus is None or versus >= 0:
+                continue  # fits no better than the dim zeroed: not evidence of other units
+        return Step(alt, stats)
     return None
 
 

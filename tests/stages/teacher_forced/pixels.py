@@ -179,6 +179,7 @@ class PixelModel:
         side = int(config.get("side", SIDE))  # what it declares; it reads any size
         self.input_features = {k: {"type": "VISUAL", "shape": [3, side, side]} for k in self.cameras}
         self.dims = int(config.get("dims", 2))
+        self.blind: list[int] = config.get("blind", [])  # action dims it predicts as 0 (a weak dim)
         self.input_features["observation.state"] = {"type": "STATE", "shape": [self.dims]}
         if config.get("task"):
             self.input_features["task"] = {"type": "LANGUAGE", "shape": [1]}
@@ -190,6 +191,7 @@ class PixelModel:
         for key in self.cameras:
             weights = np.asarray(WEIGHTS.get(key, np.zeros((3, 2))))
             out = out + _padded(last(batch[key]).mean(axis=(-2, -1)) @ weights, self.dims)
+        out[..., self.blind] = 0.0
         return out.astype(np.float32)
 
 

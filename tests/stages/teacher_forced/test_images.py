@@ -123,9 +123,11 @@ def test_exchanged_cameras_are_named_by_the_exchange_probe(tmp_path: Path) -> No
 def test_too_few_samples_leave_the_probes_unverifiable(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data", exchanged=True)
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=16)))
+    rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=16))
+    probes = _probe_rows(rows)
     assert {r.verdict for r in probes.values()} == {"unverifiable"}
     assert "only 16 paired samples, fewer than min_pairs=64" in probes[f"exchanged:{FRONT}|{WRIST}"].message
+    assert _probe_rows(rows, cameras_only=False)["vectors"].verdict == "unverifiable"
 
 
 def test_a_camera_the_dataset_lacks_is_the_models_row_and_the_other_models_report(tmp_path: Path) -> None:

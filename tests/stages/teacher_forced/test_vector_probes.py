@@ -28,9 +28,9 @@ DEGREES = "target.xpi/180:action[6 joint6.vel]"
 CAMERA_SWAP = f"exchanged:{FRONT}|{WRIST}"
 
 
-def _probes(tmp_path: Path, **faults) -> dict:
+def _probes(tmp_path: Path, blind: tuple[int, ...] = (), **faults) -> dict:
     data = write_dataset(tmp_path / "data", dims=DIMS, **{k: v for k, v in faults.items() if k != "config"})
-    path = write_model(tmp_path / "models/base", list(CAMERAS), dims=DIMS)
+    path = write_model(tmp_path / "models/base", list(CAMERAS), dims=DIMS, blind=list(blind))
     models = [{"name": "base", "path": path, "loader": LOADER}]
     result = run_stage(
         str(data), tmp_path / "run", plots=False, models=models, samples=96, **faults.get("config", {})
@@ -77,6 +77,18 @@ def test_an_action_dim_recorded_in_degrees_is_named(tmp_path: Path) -> None:
     probes = _probes(tmp_path, degrees=6)
     assert _hard(probes) == [DEGREES]
     assert "action dim 6 (joint6.vel) xpi/180 (the dataset recorded degrees" in probes[DEGREES].message
+    assert "below its control, the targets' action dim 6 (joint6.vel) zeroed" in probes[DEGREES].message
+
+
+def test_a_dim_the_model_predicts_as_zero_is_not_taken_for_degrees(tmp_path: Path) -> None:
+    """Dividing a target dim by 57 nearly zeroes it: it "fits better" wherever the model predicts ~0
+    (here action dim 5, whose values centre on 0). Only beating the zeroed dim names degrees."""
+    probes = _probes(tmp_path, blind=(5,))
+    assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
+    summary = probes["vectors"]
+    assert summary.evidence["best"][0]["part"] in {"target.xpi/180:action[5 joint5.vel]"}
+    assert summary.evidence["best"][0]["relative_change"] < -0.5  # it would pass the margin and the CI
+    assert summary.evidence["cut_by_margin"] >= 1
 
 
 def test_swapped_state_dims_degrees_and_exchanged_cameras_are_named_in_turn(tmp_path: Path) -> None:
