@@ -12,7 +12,8 @@ camera faults until they are undone).
 "Clearly" is strict because so many alternatives are tried (a hundred for a 7-dim state): the drop
 must reach `probe_margin`, and the paired difference must clear a Bonferroni-adjusted level, alpha =
 (1 - confidence) / m for the m alternatives tried in that pass: the bootstrap interval at 1 - alpha
-lies below 0 and the Wilcoxon p is below alpha. A kept alternative is a hard row naming it; the camera
+lies below 0 and the Wilcoxon p is below alpha. A dim xpi/180 must also fit better than the same dim
+zeroed (its control; alternatives.py says why). A kept alternative is a hard row naming it; the camera
 alternatives keep one row each (their paired difference against the data as declared); the vector and
 target alternatives that were not kept are summed up in one row per model (counts, the best few with
 their numbers). Fewer paired samples than `min_pairs` cannot decide (unverifiable).

@@ -72,12 +72,13 @@ def write_dataset(
     dims: int = 2,
     swapped: tuple[int, int] | None = None,
     degrees: int | None = None,
+    state_degrees: int | None = None,
 ) -> Path:
     """The dataset; `bgr` stores that camera's channels reversed, `exchanged` stores each camera's
     frames under the other's key (the actions always follow the true frames). The benchmark writes a
     larger one (64x64 AV1, like the demo's cameras). `dims` > 2: a wider, named state (and action),
     dims 2.. offset from -1.5 to 1.5; `swapped` stores those two state dims exchanged, `degrees`
-    stores that action dim in degrees (the actions are radians)."""
+    stores that action dim in degrees (the actions are radians), `state_degrees` that state dim."""
     rng = np.random.default_rng(7)
     n = episodes * length
     true = {k: _frames(n, rng, side) for k in CAMERAS}
@@ -88,6 +89,8 @@ def write_dataset(
         state[:, list(swapped)] = state[:, list(swapped[::-1])]
     if degrees is not None:
         action[:, degrees] = np.degrees(action[:, degrees])
+    if state_degrees is not None:
+        state[:, state_degrees] = np.degrees(state[:, state_degrees])
     stored = {FRONT: true[WRIST], WRIST: true[FRONT]} if exchanged else dict(true)
     if bgr:
         stored[bgr] = np.ascontiguousarray(stored[bgr][..., ::-1])

@@ -80,6 +80,16 @@ def test_an_action_dim_recorded_in_degrees_is_named(tmp_path: Path) -> None:
     assert "below its control, the targets' action dim 6 (joint6.vel) zeroed" in probes[DEGREES].message
 
 
+def test_a_state_dim_recorded_in_degrees_is_named_against_its_zeroed_control(tmp_path: Path) -> None:
+    probes = _probes(tmp_path, state_degrees=7)
+    part = "xpi/180:observation.state[7 joint7.pos]"
+    assert _hard(probes) == [part]
+    row = probes[part]
+    assert row.evidence["step"]["control"]["part"] == "zeroed:observation.state[7 joint7.pos]"
+    assert row.evidence["step"]["control"]["change"] < -0.5  # radians fit far better than the dim zeroed
+    assert "observation.state dim 7 (joint7.pos) xpi/180 (in radians)" in row.message
+
+
 def test_a_dim_the_model_predicts_as_zero_is_not_taken_for_degrees(tmp_path: Path) -> None:
     """Dividing a target dim by 57 nearly zeroes it: it "fits better" wherever the model predicts ~0
     (here action dim 5, whose values centre on 0). Only beating the zeroed dim names degrees."""
