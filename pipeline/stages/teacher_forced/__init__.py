@@ -8,7 +8,8 @@ per-step error in dataset and normalized units, paired comparisons with a bootst
 Wilcoxon p-value, and, for stochastic models, repeatability before any conclusion (reference 002).
 Every model is fed what it declares as LeRobot's loader feeds it (inputs.py: cameras decoded once
 through the frame reader, the task text, past frames), and the baseline is asked, as a witness, which
-camera convention fits it best (probes.py: BGR, x255, /255, exchanged cameras).
+camera and vector convention fits it best (probes.py: BGR, x255, /255, exchanged cameras; a vector
+input's dims exchanged, sign-flipped or in other angle units; the targets in other units).
 
 `stages.teacher_forced.models` lists the models; empty means the demo's (`teacher_forced/models.json`
 beside the demo's dataset). No models and no demo: the stage is skipped (nothing to compare).
@@ -89,6 +90,8 @@ class TeacherForcedConfig(StageConfig):
     worst_samples: int = 3
     probe_models: list[str] | None = None  # counterfactual probes (probes.py); None: the baseline, []: off
     probe_margin: float = 0.1  # an alternative must cut the error by >= 10 % (and its CI exclude 0)
+    probe_rounds: int = 8  # greedy passes at most (each keeps one alternative; the last finds none)
+    probe_max_alternatives: int = 400  # alternatives tried at most (cameras, targets, then vectors)
 
     def validate(self, key: str) -> None:
         super().validate(key)
@@ -116,6 +119,9 @@ class TeacherForcedConfig(StageConfig):
         unknown = [n for n in self.probe_models or [] if names and n not in names]
         if unknown:
             raise ConfigError(f"{key}.probe_models", f"{unknown} are not among the models {names}")
+        for name in ("probe_rounds", "probe_max_alternatives"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{key}.{name}", f"expected >= 1, got {getattr(self, name)}")
         if self.min_pairs < 2:
             raise ConfigError(f"{key}.min_pairs", f"expected >= 2, got {self.min_pairs}")
         for i, m in enumerate(self.models):

@@ -125,9 +125,10 @@ def _probes(tf: Any, runs: Mapping[str, Run], baseline: str, shared: Shared) -> 
         run = runs.get(name)
         if run is None:
             continue
-        cameras = shared.feeds.declared[name].cameras
+        declared = shared.feeds.declared[name]
         try:
-            out += probes.probe_model(tf, name, run, shared.feeds.batch(name), cameras, shared)
+            batch = shared.feeds.batch(name)
+            out += probes.probe_model(tf, name, run, batch, declared.cameras, declared.vectors, shared)
         except Exception as exc:  # noqa: BLE001 - an alternative the model cannot take: its row
             out.append(model_error(run.spec, exc, "probing"))
     return out

@@ -69,16 +69,28 @@ def write_dataset(
     exchanged: bool = False,
     side: int = SIDE,
     codec: str = "ffv1",
+    dims: int = 2,
+    swapped: tuple[int, int] | None = None,
+    degrees: int | None = None,
+    state_degrees: int | None = None,
 ) -> Path:
     """The dataset; `bgr` stores that camera's channels reversed, `exchanged` stores each camera's
     frames under the other's key (the actions always follow the true frames). The benchmark writes a
-    larger one (64x64 AV1, like the demo's cameras)."""
+    larger one (64x64 AV1, like the demo's cameras). `dims` > 2: a wider, named state (and action),
+    dims 2.. offset from -1.5 to 1.5; `swapped` stores those two state dims exchanged, `degrees`
+    stores that action dim in degrees (the actions are radians), `state_degrees` that state dim."""
     rng = np.random.default_rng(7)
     n = episodes * length
     true = {k: _frames(n, rng, side) for k in CAMERAS}
-    state = rng.normal(0, 0.3, (n, 2))
-    action = state + sum(_means(true[k]) @ np.asarray(WEIGHTS[k]) for k in CAMERAS)
+    state = rng.normal(0, 0.3, (n, dims)) + _offsets(dims)
+    action = state + _padded(sum(_means(true[k]) @ np.asarray(WEIGHTS[k]) for k in CAMERAS), dims)
     action += rng.normal(0, 0.02, action.shape)
+    if swapped:
+        state[:, list(swapped)] = state[:, list(swapped[::-1])]
+    if degrees is not None:
+        action[:, degrees] = np.degrees(action[:, degrees])
+    if state_degrees is not None:
+        state[:, state_degrees] = np.degrees(state[:, state_degrees])
     stored = {FRONT: true[WRIST], WRIST: true[FRONT]} if exchanged else dict(true)
     if bgr:
         stored[bgr] = np.ascontiguousarray(stored[bgr][..., ::-1])
@@ -88,14 +100,33 @@ def write_dataset(
     for key in CAMERAS:
         _video(root / template.format(video_key=key, chunk_index=0, file_index=0), stored[key], codec)
     _parquet(root, state, action, episode, frame)
-    _meta(root, episodes, length, template, side)
+    _meta(root, episodes, length, template, side, dims)
     return root
+
+
+def _offsets(dims: int) -> np.ndarray:
+    return np.concatenate([np.zeros(min(dims, 2)), np.linspace(-1.5, 1.5, max(dims - 2, 0))])
+
+
+def _padded(camera_part: np.ndarray, dims: int) -> np.ndarray:
+    """The cameras drive action dims 0-1; the other dims follow the state alone."""
+    out = np.zeros((*camera_part.shape[:-1], dims))
+    out[..., :2] = camera_part
+    return out
+
+
+def state_names(dims: int) -> list[str]:
+    return ["x", "y"] if dims == 2 else [f"joint{d}.pos" for d in range(dims)]
+
+
+def action_names(dims: int) -> list[str]:
+    return ["x", "y"] if dims == 2 else [f"joint{d}.vel" for d in range(dims)]
 
 
 def _parquet(
     root: Path, state: np.ndarray, action: np.ndarray, episode: np.ndarray, frame: np.ndarray
 ) -> None:
-    f32 = pa.list_(pa.float32(), 2)
+    f32 = pa.list_(pa.float32(), state.shape[1])
     table = pa.table(
         {
             "observation.state": pa.array(state.astype(np.float32).tolist(), f32),
@@ -111,7 +142,7 @@ def _parquet(
     pq.write_table(table, root / "data/chunk-000/file-000.parquet")
 
 
-def _meta(root: Path, episodes: int, length: int, template: str, side: int) -> None:
+def _meta(root: Path, episodes: int, length: int, template: str, side: int, dims: int) -> None:
     (root / "meta/episodes").mkdir(parents=True)
     starts = np.arange(episodes + 1) * length / FPS
     columns: dict[str, Any] = {"episode_index": list(range(episodes)), "length": [length] * episodes}
@@ -122,14 +153,14 @@ def _meta(root: Path, episodes: int, length: int, template: str, side: int) -> N
     pq.write_table(pa.table(columns), root / "meta/episodes/file-000.parquet")
     tasks = {"task_index": list(range(len(TASKS))), "__index_level_0__": TASKS}
     pq.write_table(pa.table(tasks), root / "meta/tasks.parquet")
-    vector = {"dtype": "float32", "shape": [2], "names": ["x", "y"]}
+    vector = {"dtype": "float32", "shape": [dims]}
     features = {
         **{
             k: {"dtype": "video", "shape": [side, side, 3], "names": ["height", "width", "channels"]}
             for k in CAMERAS
         },
-        "observation.state": vector,
-        "action": vector,
+        "observation.state": {**vector, "names": state_names(dims)},
+        "action": {**vector, "names": action_names(dims)},
         **{
             k: {"dtype": "int64", "shape": [1]}
             for k in ("frame_index", "episode_index", "index", "task_index")
@@ -150,7 +181,9 @@ class PixelModel:
         self.n_obs_steps = int(config.get("n_obs_steps", 1))
         side = int(config.get("side", SIDE))  # what it declares; it reads any size
         self.input_features = {k: {"type": "VISUAL", "shape": [3, side, side]} for k in self.cameras}
-        self.input_features["observation.state"] = {"type": "STATE", "shape": [2]}
+        self.dims = int(config.get("dims", 2))
+        self.blind: list[int] = config.get("blind", [])  # action dims it predicts as 0 (a weak dim)
+        self.input_features["observation.state"] = {"type": "STATE", "shape": [self.dims]}
         if config.get("task"):
             self.input_features["task"] = {"type": "LANGUAGE", "shape": [1]}
 
@@ -160,7 +193,8 @@ class PixelModel:
         out = np.asarray(last(batch["observation.state"]), np.float64)
         for key in self.cameras:
             weights = np.asarray(WEIGHTS.get(key, np.zeros((3, 2))))
-            out = out + last(batch[key]).mean(axis=(-2, -1)) @ weights
+            out = out + _padded(last(batch[key]).mean(axis=(-2, -1)) @ weights, self.dims)
+        out[..., self.blind] = 0.0
         return out.astype(np.float32)
 
 

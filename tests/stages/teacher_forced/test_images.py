@@ -38,8 +38,10 @@ def _run(data: str, run_dir: Path, **overrides) -> object:
     return run_stage(data, run_dir, plots=False, **overrides)  # plots have tests of their own
 
 
-def _probe_rows(rows: dict, model: str = "base") -> dict:
-    return {k.removeprefix(f"probe.{model}."): v for k, v in rows.items() if k.startswith(f"probe.{model}.")}
+def _probe_rows(rows: dict, model: str = "base", cameras_only: bool = True) -> dict:
+    """The camera alternatives' rows (and the kept ones'), or every probe row."""
+    out = {k.removeprefix(f"probe.{model}."): v for k, v in rows.items() if k.startswith(f"probe.{model}.")}
+    return {k: v for k, v in out.items() if not cameras_only or k in PROBES}
 
 
 def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_path: Path) -> None:
@@ -86,7 +88,9 @@ def test_cameras_task_and_past_frames_reach_the_model_exactly_as_decoded(tmp_pat
 def test_a_clean_dataset_gives_no_hard_probe_row_and_every_alternative_is_reported(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data")
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=96)))
+    rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=96))
+    assert {r.verdict for r in _probe_rows(rows, cameras_only=False).values()} == {"match"}
+    probes = _probe_rows(rows)
     assert sorted(probes) == sorted(PROBES)
     assert all(r.verdict == "match" for r in probes.values()), [r.message for r in probes.values()]
     assert all(r.evidence["ci"] is not None and r.evidence["ci"][0] > 0 for r in probes.values())
@@ -119,9 +123,11 @@ def test_exchanged_cameras_are_named_by_the_exchange_probe(tmp_path: Path) -> No
 def test_too_few_samples_leave_the_probes_unverifiable(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data", exchanged=True)
     models = _models(tmp_path, base={"cameras": list(CAMERAS)})
-    probes = _probe_rows(by_id(_run(str(data), tmp_path / "run", models=models, samples=16)))
+    rows = by_id(_run(str(data), tmp_path / "run", models=models, samples=16))
+    probes = _probe_rows(rows)
     assert {r.verdict for r in probes.values()} == {"unverifiable"}
     assert "only 16 paired samples, fewer than min_pairs=64" in probes[f"exchanged:{FRONT}|{WRIST}"].message
+    assert _probe_rows(rows, cameras_only=False)["vectors"].verdict == "unverifiable"
 
 
 def test_a_camera_the_dataset_lacks_is_the_models_row_and_the_other_models_report(tmp_path: Path) -> None:

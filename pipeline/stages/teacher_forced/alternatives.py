@@ -1,0 +1,165 @@
+"""The likely alternative readings of a dataset that the counterfactual probes try (probes.py).
+
+Cameras: one camera's channels reversed (BGR), every camera x255 or /255, two cameras exchanged.
+Vectors: the contract stage's suspects (a permutation, a sign, a unit) are not reachable from this
+stage (it runs beside the contract stage, not after it), so the likely ones are generated here from
+the model's declared vector inputs and the dataset's action:
+- each vector input (e.g. observation.state, D dims): every pair of dims exchanged, each dim's sign
+  flipped, each dim x180/pi and xpi/180 (degrees vs radians);
+- the targets (the dataset's action): each dim xpi/180 and x180/pi (the dataset recorded it in other
+  units than the model predicts) and its sign flipped.
+An input alternative changes what the model is fed (one forward pass of the samples); a target
+alternative changes only what its predictions are scored against (no forward pass). Dims are named
+from the dataset's info.json where it has names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+DEG = 180.0 / np.pi
+Batch = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One alternative reading: its row-id part, its wording, and what it transforms (the model's
+    batch, or the targets (N, H, D)). `control`: what it must fit better than to be kept. A dim
+    xpi/180 is almost that dim zeroed, so it "fits better" whenever the model ignores the dim or
+    predicts ~0 for it (a weak or blind dim, an out-of-range input); only beating the zeroed dim
+    says that the values are radians."""
+
+    part: str
+    wording: str
+    kind: str  # camera | vector | target
+    inputs: Callable[[Batch], Batch] | None = None
+    target: Callable[[np.ndarray], np.ndarray] | None = None
+    control: Alternative | None = None
+
+
+def _channels_reversed(key: str) -> Callable[[Batch], Batch]:
+    return lambda b: {**b, key: np.ascontiguousarray(np.flip(b[key], axis=-3))}
+
+
+def _scaled(keys: list[str], factor: float) -> Callable[[Batch], Batch]:
+    return lambda b: {**b, **{k: (b[k] * np.float32(factor)).astype(np.float32) for k in keys}}
+
+
+def _exchanged(a: str, b: str) -> Callable[[Batch], Batch]:
+    return lambda batch: {**batch, a: batch[b], b: batch[a]}
+
+
+def cameras(keys: Sequence[str], batch: Mapping[str, Any]) -> Iterator[Alternative]:
+    """Every alternative reading of the model's cameras (pairs of unequal shape cannot be exchanged)."""
+    for key in keys:
+        yield Alternative(f"bgr:{key}", f"{key}'s channels reversed (BGR)", "camera", _channels_reversed(key))
+    if keys:
+        wording = "the images x255 (0-255 instead of 0-1)"
+        yield Alternative("scaled:x255", wording, "camera", _scaled(list(keys), 255.0))
+        yield Alternative("scaled:div255", "the images /255", "camera", _scaled(list(keys), 1 / 255.0))
+    for a, b in combinations(keys, 2):
+        if np.shape(batch[a]) == np.shape(batch[b]):
+            yield Alternative(f"exchanged:{a}|{b}", f"{a} and {b} exchanged", "camera", _exchanged(a, b))
+
+
+def _label(names: Sequence[str] | None, d: int) -> str:
+    """`3 wrist_1.pos` (with the dataset's name) or `3`."""
+    return f"{d} {names[d]}" if names and d < len(names) and names[d] else str(d)
+
+
+def _said(names: Sequence[str] | None, d: int) -> str:
+    """`3 (wrist_1.pos)` or `3`, for sentences."""
+    return f"{d} ({names[d]})" if names and d < len(names) and names[d] else str(d)
+
+
+def _dims_exchanged(key: str, i: int, j: int) -> Callable[[Batch], Batch]:
+    def apply(b: Batch) -> Batch:
+        out = np.array(b[key], copy=True)
+        out[..., [i, j]] = out[..., [j, i]]
+        return {**b, key: out}
+
+    return apply
+
+
+def _dim_scaled(key: str, d: int, factor: float) -> Callable[[Batch], Batch]:
+    def apply(b: Batch) -> Batch:
+        out = np.array(b[key], copy=True)
+        out[..., d] = out[..., d] * factor
+        return {**b, key: out}
+
+    return apply
+
+
+def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
+    def apply(truth: np.ndarray) -> np.ndarray:
+        out = np.array(truth, copy=True)
+        out[..., d] = out[..., d] * factor
+        return out
+
+    return apply
+
+
+def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:
+    """One vector input's alternatives: pairs exchanged, then signs, then units."""
+    for i, j in combinations(range(dims), 2):
+        part = f"exchanged:{key}[{_label(names, i)} <-> {_label(names, j)}]"
+        wording = f"{key} dims {_said(names, i)} and {_said(names, j)} exchanged"
+        yield Alternative(part, wording, "vector", _dims_exchanged(key, i, j))
+    for d in range(dims):
+        wording = f"{key} dim {_said(names, d)} sign-flipped"
+        yield Alternative(f"sign:{key}[{_label(names, d)}]", wording, "vector", _dim_scaled(key, d, -1.0))
+    for d in range(dims):
+        at = f"{key}[{_label(names, d)}]"
+        said = f"{key} dim {_said(names, d)}"
+        to_degrees, to_radians = _dim_scaled(key, d, DEG), _dim_scaled(key, d, 1 / DEG)
+        yield Alternative(f"x180/pi:{at}", f"{said} x180/pi (in degrees)", "vector", to_degrees)
+        zeroed = Alternative(f"zeroed:{at}", f"{said} zeroed", "vector", _dim_scaled(key, d, 0.0))
+        yield Alternative(f"xpi/180:{at}", f"{said} xpi/180 (in radians)", "vector", to_radians, None, zeroed)
+
+
+def targets(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:
+    """The targets' alternatives: each action dim recorded in other units, or with its sign flipped."""
+    for d in range(dims):
+        at, said = f"{key}[{_label(names, d)}]", f"the targets' {key} dim {_said(names, d)}"
+        yield Alternative(
+            f"target.xpi/180:{at}",
+            f"{said} xpi/180 (the dataset recorded degrees, the model predicts radians)",
+            "target",
+            target=_target_scaled(d, 1 / DEG),
+            control=Alternative(
+                f"target.zeroed:{at}", f"{said} zeroed", "target", target=_target_scaled(d, 0.0)
+            ),
+        )
+        yield Alternative(
+            f"target.x180/pi:{at}",
+            f"{said} x180/pi (the dataset recorded radians, the model predicts degrees)",
+            "target",
+            target=_target_scaled(d, DEG),
+        )
+        yield Alternative(
+            f"target.sign:{at}", f"{said} sign-flipped", "target", target=_target_scaled(d, -1.0)
+        )
+
+
+def generate(
+    camera_keys: Sequence[str],
+    vector_keys: Sequence[str],
+    batch: Mapping[str, Any],
+    names: Mapping[str, Sequence[str] | None],
+    action_key: str,
+    action_dims: int,
+) -> list[Alternative]:
+    """Every alternative, cheapest and likeliest first: cameras, the targets (no forward pass), then
+    each vector input's (a cap on their number drops the last)."""
+    out = list(cameras(camera_keys, batch))
+    out += targets(action_key, action_dims, names.get(action_key))
+    for key in vector_keys:
+        value = batch.get(key)
+        if isinstance(value, np.ndarray) and value.ndim >= 2 and np.issubdtype(value.dtype, np.floating):
+            out += vectors(key, int(value.shape[-1]), names.get(key))
+    return out

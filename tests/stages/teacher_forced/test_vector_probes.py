@@ -1,0 +1,144 @@
+"""The counterfactual probes' vector alternatives (issue: teacher_forced round two, item 2): exchanged
+state dims, an action dim recorded in degrees, and both with exchanged cameras, each named by the
+greedy search in turn; a clean dataset gives no hard probe row although ~100 alternatives are tried.
+Real FFV1 video (PyAV) and the deterministic pixel model of pixels.py, with a 9-dim named state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from pipeline.stages.teacher_forced import TeacherForcedConfig, alternatives, probes
+from tests.stages.teacher_forced.helpers import by_id, run_stage
+from tests.stages.teacher_forced.pixels import (
+    CAMERAS,
+    FRONT,
+    LOADER,
+    WRIST,
+    PixelModel,
+    write_dataset,
+    write_model,
+)
+
+DIMS = 9
+SWAP = "exchanged:observation.state[2 joint2.pos <-> 8 joint8.pos]"
+DEGREES = "target.xpi/180:action[6 joint6.vel]"
+CAMERA_SWAP = f"exchanged:{FRONT}|{WRIST}"
+
+
+def _probes(tmp_path: Path, blind: tuple[int, ...] = (), **faults) -> dict:
+    data = write_dataset(tmp_path / "data", dims=DIMS, **{k: v for k, v in faults.items() if k != "config"})
+    path = write_model(tmp_path / "models/base", list(CAMERAS), dims=DIMS, blind=list(blind))
+    models = [{"name": "base", "path": path, "loader": LOADER}]
+    result = run_stage(
+        str(data), tmp_path / "run", plots=False, models=models, samples=96, **faults.get("config", {})
+    )
+    return {k.removeprefix("probe.base."): r for k, r in by_id(result).items() if k.startswith("probe.base.")}
+
+
+def _hard(probes: dict) -> list[str]:
+    """The kept alternatives, in the order the greedy search kept them."""
+    hard = [k for k, r in probes.items() if r.verdict == "mismatch" and r.severity == "hard"]
+    return sorted(hard, key=lambda k: probes[k].evidence["kept"].index(k))
+
+
+def test_a_clean_dataset_gives_no_hard_probe_row_among_about_a_hundred_alternatives(tmp_path: Path) -> None:
+    probes = _probes(tmp_path)
+    assert _hard(probes) == [] and all(r.verdict == "match" for r in probes.values())
+    summary = probes["vectors"]
+    assert set(probes) == {
+        "vectors",
+        *(k for k in probes if k.startswith(("bgr:", "scaled:", "exchanged:o"))),
+    }
+    assert (
+        summary.evidence["not_kept"] == 90 and summary.evidence["passes"] == 1
+    )  # 36+9+18 inputs, 27 targets
+    assert len(summary.evidence["best"]) == 5 and "rule" in summary.evidence
+    assert "90 vector/target alternative(s) not kept, of 95 tried in 1 greedy pass" in summary.message
+    assert "capped" not in summary.message
+
+
+def test_two_exchanged_state_dims_are_named_with_the_error_drop(tmp_path: Path) -> None:
+    probes = _probes(tmp_path, swapped=(2, 8))
+    assert _hard(probes) == [SWAP]
+    row = probes[SWAP]
+    assert row.feature == "observation.state[2 joint2.pos <-> 8 joint8.pos]"
+    assert "the model's error drops" in row.message and row.actual < -0.5
+    assert "observation.state dims 2 (joint2.pos) and 8 (joint8.pos) exchanged" in row.message
+    step = row.evidence["step"]  # Bonferroni over every alternative tried in that pass
+    assert step["alternatives_tried"] == 95 and step["alpha"] == (1 - 0.95) / 95
+    assert step["ci"][1] < 0 and step["p"] < step["alpha"] and "Bonferroni-adjusted" in row.message
+    assert probes["vectors"].evidence["not_kept"] == 89
+
+
+def test_an_action_dim_recorded_in_degrees_is_named(tmp_path: Path) -> None:
+    probes = _probes(tmp_path, degrees=6)
+    assert _hard(probes) == [DEGREES]
+    assert "action dim 6 (joint6.vel) xpi/180 (the dataset recorded degrees" in probes[DEGREES].message
+    assert "below its control, the targets' action dim 6 (joint6.vel) zeroed" in probes[DEGREES].message
+
+
+def test_a_state_dim_recorded_in_degrees_is_named_against_its_zeroed_control(tmp_path: Path) -> None:
+    probes = _probes(tmp_path, state_degrees=7)
+    part = "xpi/180:observation.state[7 joint7.pos]"
+    assert _hard(probes) == [part]
+    row = probes[part]
+    assert row.evidence["step"]["control"]["part"] == "zeroed:observation.state[7 joint7.pos]"
+    assert row.evidence["step"]["control"]["change"] < -0.5  # radians fit far better than the dim zeroed
+    assert "observation.state dim 7 (joint7.pos) xpi/180 (in radians)" in row.message
+
+
+def test_a_dim_the_model_predicts_as_zero_is_not_taken_for_degrees(tmp_path: Path) -> None:
+    """Dividing a target dim by 57 nearly zeroes it: it "fits better" wherever the model predicts ~0
+    (here action dim 5, whose values centre on 0). Only beating the zeroed dim names degrees."""
+    probes = _probes(tmp_path, blind=(5,))
+    assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
+    summary = probes["vectors"]
+    assert summary.evidence["best"][0]["part"] in {"target.xpi/180:action[5 joint5.vel]"}
+    assert summary.evidence["best"][0]["relative_change"] < -0.5  # it would pass the margin and the CI
+    assert summary.evidence["cut_by_margin"] >= 1
+
+
+def test_swapped_state_dims_degrees_and_exchanged_cameras_are_named_in_turn(tmp_path: Path) -> None:
+    probes = _probes(tmp_path, swapped=(2, 8), degrees=6, exchanged=True)
+    assert _hard(probes) == [SWAP, CAMERA_SWAP, DEGREES], {k: r.message for k, r in probes.items()}
+    assert "drops a further" in probes[CAMERA_SWAP].message and "drops a further" in probes[DEGREES].message
+    swap = "with observation.state dims 2 (joint2.pos) and 8 (joint8.pos) exchanged"
+    assert probes[CAMERA_SWAP].message.startswith(f"base: {swap}, the model's error drops a further")
+    assert f"{swap} and {FRONT} and {WRIST} exchanged, the model" in probes[DEGREES].message
+    assert probes["vectors"].evidence["passes"] == 4
+
+
+def test_the_caps_are_said_in_the_summary_row(tmp_path: Path) -> None:
+    config = {"probe_rounds": 1, "probe_max_alternatives": 40}
+    probes = _probes(tmp_path, degrees=6, config=config)
+    summary = probes["vectors"]
+    assert summary.evidence["capped_alternatives"] == 55 and summary.evidence["capped_rounds"]
+    assert "55 alternative(s) beyond probe_max_alternatives=40 not tried" in summary.message
+    assert "stopped at probe_rounds=1 passes" in summary.message
+    assert _hard(probes) == [DEGREES]  # the targets come before the input vectors, which the cap cut
+
+
+def test_grouped_forwards_give_each_alternative_the_predictions_it_gets_alone(tmp_path: Path) -> None:
+    """On a GPU several alternatives share one forward; their predictions must not mix (the pixel model
+    on the CPU, the grouping forced)."""
+    model = PixelModel(write_model(tmp_path / "model", list(CAMERAS), dims=DIMS))
+    rng = np.random.default_rng(0)
+    batch = {k: rng.random((96, 3, 16, 16), dtype=np.float32) for k in CAMERAS}
+    batch["observation.state"] = rng.normal(size=(96, DIMS)).astype(np.float32)
+    options = alternatives.generate(list(CAMERAS), ["observation.state"], batch, {}, "action", DIMS)
+    makers = [a.inputs for a in options if a.inputs is not None]
+    tf = TeacherForcedConfig(batch_size=256)
+    run = SimpleNamespace(
+        spec=SimpleNamespace(stochastic=False), loaded=SimpleNamespace(predict=model.predict)
+    )
+    witness = probes.Witness(tf, "base", run, SimpleNamespace(rows=np.arange(96)))
+    alone = witness.predict(batch, makers)
+    witness.group = 3
+    grouped = witness.predict(batch, makers)
+    assert len(alone) == len(grouped) == len(makers) == 68  # 5 camera + 36 + 9 + 18 state alternatives
+    assert witness.forwards == 68 + 23
+    for a, b in zip(alone, grouped, strict=True):
+        np.testing.assert_array_equal(a, b)
