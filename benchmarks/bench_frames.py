@@ -32,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.demo.videos import restore_scheduling
+
 KEY = "observation.images.front"
 TEMPLATE = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 
@@ -123,6 +125,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench_frames_")) / "ds" if args.dir is None else args.dir
     if not (root / "meta/info.json").is_file():
         build(root, args.episodes, args.frames, args.side)
+        restore_scheduling()  # the in-process AV1 encode left this thread real-time (demo/videos.py)
     results: dict[str, list[dict]] = {"bare": [], "reader": [], "stats": []}
     for _ in range(args.repeat):
         for name in results:

@@ -39,6 +39,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from pipeline.demo.videos import restore_scheduling  # noqa: E402
 from pipeline.stages.config import typed  # noqa: E402
 from pipeline.stages.teacher_forced import ModelSpec, TeacherForcedConfig, evaluate, inputs, models  # noqa: E402
 from pipeline.stages.teacher_forced.samples import read_frames, select  # noqa: E402
@@ -165,6 +166,7 @@ def main() -> None:
         n_episodes = max(4, args.samples // 150 + 1)
         start = time.perf_counter()
         dataset = write_dataset(work / "dataset", n_episodes, 200, side=SIDE, codec="libsvtav1")
+        restore_scheduling()  # the in-process AV1 encode left this thread real-time (demo/videos.py)
         written = time.perf_counter() - start
         overrides = {"samples": args.samples, "batch_size": args.batch, "plots": False, "device": args.device}
         if device.startswith("cuda"):

@@ -19,6 +19,16 @@ REAL_DATA = REPO.parent / "shared" / "data" / "real"
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 
+@pytest.fixture(autouse=True)
+def _normal_scheduling() -> Iterator[None]:
+    """A test that encodes AV1 in this process (PyAV's libsvtav1, run as root) leaves this thread at
+    SCHED_FIFO 99, and every job the later tests start would inherit it (pipeline.demo.videos)."""
+    yield
+    from pipeline.demo.videos import restore_scheduling
+
+    restore_scheduling()
+
+
 @pytest.fixture(scope="session")
 def real_data() -> Path:
     if not REAL_DATA.is_dir():

@@ -12,6 +12,7 @@ least 100, at most all), aggregated over episodes weighted by their sample count
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -33,16 +34,41 @@ def video_path(key: str) -> str:
     return f"videos/{key}/chunk-000/file-000.mp4"
 
 
+def restore_scheduling() -> bool:
+    """Put the calling thread back on the normal scheduler; True when it had been moved off it.
+
+    Why: run as root, SVT-AV1 (libsvtav1 5.x inside PyAV's wheel) switches the thread that encodes, and
+    some of its own threads, to SCHED_FIFO priority 99, and leaves it so. Every process started from that
+    thread afterwards inherits it: a trainer's OpenMP threads spinning at real-time priority on 2 cores
+    took minutes per step and starved everything else (a test run stalled that way), and an encoder whose
+    threads wait on each other at FIFO 99 can livelock (one demo build hung that way)."""
+    if not hasattr(os, "sched_getscheduler") or os.sched_getscheduler(0) == os.SCHED_OTHER:
+        return False
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    return True
+
+
+def _without_realtime(argv: list[str]) -> list[str]:
+    """Run `argv` unable to raise its scheduling priority (root without CAP_SYS_NICE), so the encoder's
+    attempt to go real-time fails (it says so and encodes at normal priority)."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        return argv
+    return [setpriv, "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", *argv]
+
+
 def encode(path: Path, frames: np.ndarray, fps: int, attempts: int = 2) -> None:
     """RGB uint8 [N, H, W, 3] to an AV1 mp4 at `fps`, in a child process with a time limit.
 
-    Why a child: SVT-AV1 deadlocked once here inside a demo build (every thread in a futex wait, the
-    mp4 half written, while other jobs loaded both cores); it did not recur in 60 encodes, so instead of
-    hoping, a stuck encoder is killed and the camera encoded again."""
+    Why a child: the encoder moves its caller to real-time scheduling (see `restore_scheduling`); in a
+    child started without the right to do so, it cannot. The time limit stays: a stuck encoder is
+    killed and the camera encoded again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     given = path.with_name(path.name + ".frames.npy")
     np.save(given, np.ascontiguousarray(frames, np.uint8))
-    argv = [sys.executable, "-m", "pipeline.demo.videos", str(given), str(path), str(int(fps))]
+    argv = _without_realtime(
+        [sys.executable, "-m", "pipeline.demo.videos", str(given), str(path), str(int(fps))]
+    )
     limit = 60.0 + 0.02 * len(frames)  # ~0.2 ms a 64 px frame when it works
     try:
         for attempt in range(1, attempts + 1):
@@ -75,6 +101,7 @@ def _encode_here(path: Path, frames: np.ndarray, fps: int) -> None:
             frame.pts = i
             out.mux(stream.encode(frame))
         out.mux(stream.encode())
+    restore_scheduling()
     os.replace(tmp, path)
 
 

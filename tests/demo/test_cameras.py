@@ -3,10 +3,14 @@ in the LeRobot v3.0 layout and decoded back by the frame reader within a bound."
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
-from pipeline.demo import cameras
+from pipeline.demo import cameras, videos
 from pipeline.demo.dataset import camera_frames, generate_episodes, write_dataset
 from pipeline.readers import LeRobotData
 
@@ -61,3 +65,29 @@ def test_written_videos_decode_to_the_rendered_frames_within_a_bound(episode, tm
             stats[key]["mean"].reshape(3), written.reshape(-1, 3).mean(0) / 255, atol=1e-6
         )
         assert data.info["features"][key]["info"]["video.codec"] == "av1"
+
+
+ENCODE_HERE = (
+    "import os, sys, numpy as np\n"
+    "from pathlib import Path\n"
+    "from pipeline.demo.videos import _encode_here\n"
+    "import pipeline.demo.videos as v\n"
+    "v.restore_scheduling = lambda: False\n"  # keep what the encoder did, to look at it
+    "_encode_here(Path(sys.argv[1]), np.zeros((4, 64, 64, 3), np.uint8), 10)\n"
+    "print(os.sched_getscheduler(0))\n"
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the encoder goes real-time only when run as root")
+def test_the_demo_encoder_cannot_leave_its_caller_real_time(tmp_path) -> None:
+    """libsvtav1 run as root moves its caller to SCHED_FIFO 99 (and children inherit it); the demo
+    encodes in a child that lacks CAP_SYS_NICE, and `restore_scheduling` undoes it where it happened."""
+    run = [sys.executable, "-c", ENCODE_HERE, str(tmp_path / "a.mp4")]
+    plain = subprocess.run(run, capture_output=True, text=True, check=True).stdout.split()[-1]
+    if int(plain) == os.SCHED_OTHER:
+        pytest.skip("this libsvtav1 does not switch its caller to real-time scheduling")
+    assert int(plain) == os.SCHED_FIFO
+    guarded = subprocess.run(videos._without_realtime(run), capture_output=True, text=True, check=True)
+    assert int(guarded.stdout.split()[-1]) == os.SCHED_OTHER and (tmp_path / "a.mp4").stat().st_size > 0
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))  # as a test's in-process encode leaves it
+    assert videos.restore_scheduling() and os.sched_getscheduler(0) == os.SCHED_OTHER
