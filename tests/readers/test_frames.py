@@ -33,13 +33,14 @@ def pictures(n: int, seed: int) -> np.ndarray:
     return np.clip(np.stack(out), 0, 255).astype(np.uint8)
 
 
-def write_video(path: Path, frames: np.ndarray, codec: str = "ffv1") -> None:
-    """Frames to an mp4 at FPS with pts = index (time base 1/FPS), the way LeRobot's encoder writes them."""
+def write_video(path: Path, frames: np.ndarray, codec: str = "ffv1", options: dict | None = None) -> None:
+    """Frames to an mp4 at FPS with pts = index (time base 1/FPS), the way LeRobot's encoder writes them;
+    lossless or near it unless `options` say otherwise (FFV1 in bgr0, H.264 qp 0 in yuv444p, AV1 crf 1)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format="mp4") as out:
-        options = {"libx264": {"qp": "0"}, "libsvtav1": {"crf": "1", "preset": "12"}}.get(codec, {})
-        stream = out.add_stream(codec, rate=FPS, options=options)
-        stream.width = stream.height = SIDE
+        lossless = {"libx264": {"qp": "0"}, "libsvtav1": {"crf": "1", "preset": "12"}}.get(codec, {})
+        stream = out.add_stream(codec, rate=FPS, options=lossless if options is None else options)
+        stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
         stream.pix_fmt = {"ffv1": "bgr0", "libx264": "yuv444p"}.get(codec, "yuv420p")
         stream.time_base = Fraction(1, FPS)
         for i, f in enumerate(frames):

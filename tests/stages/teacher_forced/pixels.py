@@ -10,15 +10,16 @@ error, which the right counterfactual probe brings back down.
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+
+from tests.readers.test_frames import FPS as VIDEO_FPS
+from tests.readers.test_frames import write_video
 
 FPS, SIDE = 10, 16
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"
@@ -45,19 +46,9 @@ def _means(frames: np.ndarray) -> np.ndarray:
 
 
 def _video(path: Path, frames: np.ndarray, codec: str) -> None:
-    """FFV1 (lossless, bgr0) for the tests; AV1 (libsvtav1, yuv420p) as LeRobot and the demo write it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", format="mp4") as out:
-        options = {"libsvtav1": {"crf": "30", "preset": "12"}}.get(codec, {})
-        stream = out.add_stream(codec, rate=FPS, options=options)
-        stream.width = stream.height = frames.shape[1]
-        stream.pix_fmt = "bgr0" if codec == "ffv1" else "yuv420p"
-        stream.time_base = Fraction(1, FPS)
-        for i, f in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(f, format="rgb24")
-            frame.pts = i
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode())
+    """FFV1 (lossless) for the tests; AV1 at crf 30 as LeRobot and the demo write it."""
+    assert VIDEO_FPS == FPS, "the shared writer's frame rate is this dataset's"
+    write_video(path, frames, codec, {"libsvtav1": {"crf": "30", "preset": "12"}}.get(codec))
 
 
 def write_dataset(
