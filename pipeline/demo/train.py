@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from pipeline.demo.cameras import CAMERAS
-from pipeline.demo.dataset import camera_frames, read_frames
-from pipeline.demo.pixels import Pixels, forward_pooled
+from pipeline.demo.dataset import read_frames
+from pipeline.demo.pixels import Pixels, camera_pixels, forward_pooled
 from pipeline.demo.policy import (
     ACTION_KEY,
     ENV_KEY,
@@ -42,10 +42,10 @@ def train_policy(
     lr: float = 3e-3,
 ) -> tuple[DemoPolicy, dict, PolicySpec]:
     frames = read_frames(dataset_dir)
-    stats = load_stats(dataset_dir)
-    cams = [k for k in CAMERAS if k in LeRobotData(dataset_dir).video_keys()]
-    images = camera_frames(dataset_dir, cams)
-    shapes = {k: [3, *images[k].shape[1:3]] for k in cams}
+    data = LeRobotData(dataset_dir)
+    stats = data.stats()  # load_stats, on the one reader
+    cams = [k for k in CAMERAS if k in data.video_keys()]
+    shapes = {k: [3, *data.features[k]["shape"][:2]] for k in cams}  # info.json's HWC, as the policy's CHW
     spec = default_spec(
         frames[STATE_KEY].shape[1], frames[ACTION_KEY].shape[1], frames[ENV_KEY].shape[1], cameras=shapes
     )
@@ -56,7 +56,7 @@ def train_policy(
     vectors = [k for k in spec.input_features if k not in cams]
     x = np.concatenate([normalize(frames[k].astype(np.float32), stats[k], modes[k]) for k in vectors], axis=1)
     y = normalize(frames[ACTION_KEY].astype(np.float32), stats[ACTION_KEY], modes[ACTION_KEY])
-    pixels = [Pixels(images[k], stats[k], modes[k]) for k in cams]
+    pixels = camera_pixels(dataset_dir, cams, stats, modes)  # one camera's uint8 frames in memory at a time
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a small net: thread fan-out costs more than it gains, and stays deterministic
     try:
