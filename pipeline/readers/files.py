@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tokenize
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,9 @@ from pipeline.errors import InputError
 # metadata (info.json, stats.json, configs, cards, waivers) is small; a bigger file is not metadata
 MAX_METADATA_BYTES = 64 * 2**20
 MAX_JSONL_BYTES = 512 * 2**20  # per-episode metadata grows with the episode count
+# what numpy raises on a garbage or truncated .npy/.npz: its header parser runs Python's tokenizer and
+# literal_eval over the header text, so an unclosed bracket is a TokenError, not a ValueError
+NPY_ERRORS = (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile)
 MAX_DEPTH = 100  # nesting levels of a YAML document (configs are a handful deep)
 MAX_EXPANDED_NODES = 1_000_000  # YAML nodes after expanding every alias (a bomb is 10^9)
 
@@ -241,7 +246,7 @@ def npz_member(handle: Any, key: str, path: Path) -> Any:
             header = member.tell()
     except KeyError:
         raise InputError(f"{path}: no array {key!r}", path=path, field=key) from None
-    except (OSError, ValueError, EOFError) as exc:  # a garbage or truncated .npy header
+    except NPY_ERRORS as exc:  # a garbage or truncated .npy header
         raise InputError(
             f"{path}: array {key!r} has no valid .npy header ({exc})", path=path, field=key
         ) from None

@@ -8,7 +8,6 @@ the sampled checks touch. A missing or truncated file is an `InputError` naming 
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 
 from pipeline.digest import sha256_file
 from pipeline.errors import InputError
-from pipeline.readers.files import npz_member
+from pipeline.readers.files import NPY_ERRORS, npz_member
 
 META_KEYS = ("action", "state", "traj_id")
 
@@ -40,7 +39,7 @@ def load_npy(path: Path, what: str) -> np.ndarray:
         raise InputError(f"{path}: {what} file does not exist", path=str(path), field=what)
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+    except NPY_ERRORS as exc:
         raise InputError(
             f"{path}: {what} unreadable or truncated ({exc})", path=str(path), field=what
         ) from None
@@ -53,7 +52,7 @@ def load_meta(path: Path, keys: tuple[str, ...] = META_KEYS) -> dict[str, np.nda
     try:
         with np.load(path, allow_pickle=False) as handle:
             out = {k: np.asarray(npz_member(handle, k, path)) for k in handle.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+    except NPY_ERRORS as exc:
         raise InputError(
             f"{path}: meta unreadable or truncated ({exc})", path=str(path), field="meta"
         ) from None

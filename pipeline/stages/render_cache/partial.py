@@ -124,6 +124,8 @@ def _eq(cached: np.ndarray, expected: np.ndarray) -> int | None:
     expected = np.asarray(expected).astype(cached.dtype, copy=False)
     if cached.shape != expected.shape:
         return 0
+    if not len(cached):
+        return None
     bad = np.flatnonzero(~np.all((cached == expected).reshape(len(cached), -1), axis=1))
     return int(bad[0]) if len(bad) else None
 
@@ -190,6 +192,7 @@ def open_budget(cfg: RenderCacheConfig, release_root: Path, cache_root: Path, bu
     entries = release.read_manifest(release_root, cfg.manifest, budget, cfg.episode_dir)
     paths = cache_mod.budget_cache(cache_root, cfg, budget)
     data: dict[str, Any] = {
+        "budget": budget,
         "entries": entries,
         "starts": np.concatenate([[0], np.cumsum([e.transition_count for e in entries])]).astype(int),
         "frames": cache_mod.load_npy(paths.frames, "frames"),
@@ -233,6 +236,7 @@ def episode_range(
     for e in track(range(lo, hi), f"render_cache budget {budget}: episodes {lo}-{hi} re-rendered"):
         entry, s = entries[e], int(data["starts"][e])
         try:
+            _claimed_rows_exist(cfg, release_root, data, e)
             with release.open_episode(entry, required) as ep:
                 T_rel = len(ep[k.action]) - cfg.drop_last
                 T = max(0, min(entry.transition_count, T_rel, data["rows"] - s))
@@ -248,6 +252,21 @@ def episode_range(
         diagnose_task(cfg, rs, data, found, data["hires"][int(size)])
     out["renderer"] = rs.renderers()
     return out
+
+
+def _claimed_rows_exist(cfg: RenderCacheConfig, release_root: Path, data: dict[str, Any], e: int) -> None:
+    """The manifest's counts place episode `e` at a cache row; a count the arrays do not hold (a manifest
+    from a larger build, or a cache cut short) is named here instead of comparing empty slices."""
+    s, count, rows = int(data["starts"][e]), data["entries"][e].transition_count, data["rows"]
+    if count > 0 and s >= rows:
+        path = release.manifest_path(release_root, cfg.manifest, data["budget"])
+        raise InputError(
+            f"{path}: transition_count of {data['entries'][e].archive_file!r} places it at cache rows "
+            f"{s}-{s + count - 1}, but the cache's arrays hold {rows} rows (the counts before it sum to "
+            f"{s}; expected counts that sum to at most {rows})",
+            path=str(path),
+            field="transition_count",
+        )
 
 
 def _episode_frames(

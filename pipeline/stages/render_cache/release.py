@@ -9,7 +9,6 @@ Every problem is an `InputError` naming the file and the field.
 from __future__ import annotations
 
 import json
-import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.readers.files import MAX_JSONL_BYTES, npz_member, read_text
+from pipeline.readers.files import MAX_JSONL_BYTES, NPY_ERRORS, npz_member, read_text
 
 HDF5_SUFFIXES = (".h5", ".hdf5")
 
@@ -106,7 +105,7 @@ def open_episode(entry: Entry, required: tuple[str, ...]) -> Iterator[Mapping[st
         return
     try:
         handle = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except NPY_ERRORS as exc:
         raise InputError(f"{path}: not a readable .npz ({exc})", path=str(path), field="file") from None
     with handle:
         data = _Arrays(path, handle)
@@ -128,7 +127,7 @@ class _Arrays(Mapping[str, np.ndarray]):
                 self._cache[key] = np.asarray(value)
             except KeyError:
                 raise InputError(f"{self.path}: no array {key!r}", path=str(self.path), field=key) from None
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            except NPY_ERRORS as exc:
                 raise InputError(
                     f"{self.path}: array {key!r} unreadable ({exc})", path=str(self.path), field=key
                 ) from None

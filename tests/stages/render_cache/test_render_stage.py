@@ -109,7 +109,10 @@ def _broken(clean_demo: Path, tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("fault", ["missing_goals", "truncated_frames", "outside_manifest", "wrong_shape"])
+@pytest.mark.parametrize(
+    "fault",
+    ["missing_goals", "truncated_frames", "outside_manifest", "wrong_shape", "garbage_header", "overcount"],
+)
 def test_bad_inputs_give_error_rows_naming_file_and_field(
     clean_demo: Path, tmp_path: Path, fault: str
 ) -> None:
@@ -120,6 +123,14 @@ def test_bad_inputs_give_error_rows_naming_file_and_field(
     elif fault == "truncated_frames":
         data = (cache_dir / "pix_b0001_frames.npy").read_bytes()
         (cache_dir / "pix_b0001_frames.npy").write_bytes(data[: len(data) - 1000])
+    elif fault == "garbage_header":  # a header Python's tokenizer cannot even split (an open bracket)
+        header = b"\x93NUMPY\x01\x00\x10\x00{'descr': ([<u1"
+        (cache_dir / "pix_b0001_frames.npy").write_bytes(header + b" " * 8)
+    elif fault == "overcount":  # the manifest claims more rows than the cache's arrays hold (4)
+        (root / "release" / "subsets" / "subset-0001.jsonl").write_text(
+            '{"archive_file": "episode-0000.npz", "transition_count": 4}\n'
+            '{"archive_file": "episode-0001.npz", "transition_count": 4}\n'
+        )
     elif fault == "outside_manifest":
         (root / "release" / "subsets" / "subset-0001.jsonl").write_text(
             '{"archive_file": "../../x.npz", "transition_count": 4}\n'
@@ -143,9 +154,13 @@ def test_bad_inputs_give_error_rows_naming_file_and_field(
         rs.close()
     errors = [c for c in found.values() if c.verdict == "error"]
     assert errors and all(c.blocking for c in errors)
-    field = {"missing_goals": "goals", "truncated_frames": "frames", "outside_manifest": "archive_file"}[
-        fault
-    ]
+    field = {
+        "missing_goals": "goals",
+        "truncated_frames": "frames",
+        "outside_manifest": "archive_file",
+        "garbage_header": "frames",
+        "overcount": "transition_count",
+    }[fault]
     assert any(c.evidence.get("field") == field and c.evidence.get("path") for c in errors), errors
 
 
