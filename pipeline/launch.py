@@ -51,7 +51,6 @@ from pipeline.status import build_table
 from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
-stages.load()  # the built-in stages register their config dataclasses before Hydra composes
 
 # The built-in stages register their typed configs in Hydra's ConfigStore when imported: that has to
 # happen before `@hydra.main` composes the config, so it happens here, at import.
@@ -330,5 +329,17 @@ def main(cfg: DictConfig) -> None:
     sys.exit(main_code(cfg))
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console script and `python -m` entry: the command line composed once first, so that Hydra's
+    composition errors are one line and exit 2 like every other refused launch (launch_compose)."""
+    from pipeline.launch_compose import composition_error
+
+    problem = composition_error(sys.argv[1:])
+    if problem is not None:
+        _say(f"config error: {problem} (nothing was submitted)")
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    cli()

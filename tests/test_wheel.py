@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = {"preflight-launch": "pipeline.launch:main", "preflight-status": "pipeline.status:main"}
+SCRIPTS = {"preflight-launch": "pipeline.launch:cli", "preflight-status": "pipeline.status:main"}
 SMALL = (  # the render_cache launch tests' tiny demo (their local run clears with it), 3 smoke steps
     "demo.render_cache.episodes=2",
     "demo.render_cache.steps=4",
