@@ -83,6 +83,20 @@ class RunFolder:
             return cls(Path(run).resolve())
         return cls.of(output_root if output_root is not None else default_output_root(), run)
 
+    @classmethod
+    def latest(cls, output_root: str | Path | None = None) -> RunFolder:
+        """The newest run under `output_root` (run ids start with their launch time), as `git status`
+        shows the repository you are in; none there is an InputError naming where it looked."""
+        runs = Path(output_root if output_root is not None else default_output_root()) / "runs"
+        found = sorted(p for p in runs.glob("*") if (p / "plan.json").is_file()) if runs.is_dir() else []
+        if not found:
+            raise InputError(
+                f"{runs.resolve()}: no run found (give a run id or a run directory, or --output-root)",
+                path=runs,
+                field="run",
+            )
+        return cls(found[-1].resolve())
+
     @property
     def run_id(self) -> str:
         return self.root.name

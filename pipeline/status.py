@@ -1,4 +1,5 @@
-"""`python -m pipeline.status <run_id>`: where a run stands, from its folder and from `sacct`.
+"""`python -m pipeline.status [run_id]`: where a run stands, from its folder and from `sacct` (no run id:
+the latest run under the output root).
 
 The same table is what `launch wait=true` shows live while it follows a run.
 """
@@ -147,7 +148,9 @@ def verify_history(audit_dir: Path, key_file: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.status", description=__doc__)
-    parser.add_argument("run", nargs="?", help="a run id (under --output-root/runs) or a run directory")
+    parser.add_argument(
+        "run", nargs="?", help="a run id (under --output-root/runs) or a run directory; none: the latest run"
+    )
     parser.add_argument(
         "--output-root",
         default=None,
@@ -162,11 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--key-file", default=None, help="the team's audit.key_file, for --verify-history")
     args = parser.parse_args(argv)
-    if args.run is None and args.verify_history is None:
-        parser.error("give a run id or --verify-history")
     try:
         if args.verify_history is not None:
             return verify_history(Path(args.verify_history), args.key_file)
+        if args.run is None:
+            folder = RunFolder.latest(args.output_root)
+            print(f"latest run under {folder.root.parent}: {folder.run_id}")
+            show(folder)
+            return 0
         show(RunFolder.find(args.run, args.output_root))
     except PreflightError as exc:
         print(f"status: {one_line(exc)}", file=sys.stderr)

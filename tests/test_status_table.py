@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,9 +17,10 @@ from tests.conftest import PLUGINS, launch, other_stages
 BASE = ("launcher=local", "~demo", "min_free_mb=1")
 
 
-def status(cwd: Path, run_id: str, env: dict[str, str] | None = None) -> str:
+def status(cwd: Path, run_id: str | None, env: dict[str, str] | None = None) -> str:
+    run = [run_id] if run_id is not None else []
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.status", run_id, "--output-root", str(cwd / "preflight")],
+        [sys.executable, "-m", "pipeline.status", *run, "--output-root", str(cwd / "preflight")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -54,6 +56,26 @@ def test_status_in_a_pipe_is_not_cut_to_80_columns(tmp_path):
     assert "…" not in out, out
     assert row_of(out, "container_check")[0] == "container_check"
     assert row_of(out, "gate")[2] == "afterany:container_check" and row_of(out, "gate")[-1] == "clear"
+    # no run id: the latest run under the output root, as `git status` shows where you are
+    shutil.copytree(tmp_path / "preflight" / "runs" / "p1", tmp_path / "preflight" / "runs" / "p0")
+    latest = status(tmp_path, None)
+    assert latest.splitlines()[0] == f"latest run under {tmp_path / 'preflight' / 'runs'}: p1", latest
+    assert row_of(latest, "gate")[-1] == "clear"
+
+
+def test_status_without_a_run_says_where_it_looked(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.status", "--output-root", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        f"status: {tmp_path / 'nowhere' / 'runs'}: no run found "
+        "(give a run id or a run directory, or --output-root)"
+    ), proc.stderr
 
 
 def test_relaunch_does_not_show_the_earlier_jobs_result_beside_the_new_job(tmp_path):
