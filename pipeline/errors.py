@@ -9,6 +9,7 @@ Everything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import errno
+import re
 import shutil
 from pathlib import Path
 
@@ -65,3 +66,24 @@ def one_line(error: BaseException | str) -> str:
     exception) is joined with ` | ` so it stays one line in logs and CI output."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return " | ".join(lines) or type(error).__name__
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+BRIEF_CHARS = 300  # a library's message kept in a row: enough for the cause, never its whole manual
+
+
+def brief(error: BaseException) -> str:
+    """A library's exception as one short line for a row: torch's weights-only refusal (several
+    paragraphs of advice) becomes what it refused and what to do; anything else its lines joined and
+    cut at BRIEF_CHARS."""
+    text = ANSI.sub("", str(error))
+    if "Weights only load failed" in text:
+        found = UNSUPPORTED_GLOBAL.search(text)
+        holds = f"it holds {found.group(1)}, which only unpickling can build" if found else "it needs pickle"
+        return (
+            f"refused to unpickle: {holds}, and torch.load(weights_only=True) runs no code from a file; "
+            "save the weights as safetensors (or a state_dict of plain tensors)"
+        )
+    line = one_line(text) if text.strip() else type(error).__name__
+    return line if len(line) <= BRIEF_CHARS else line[: BRIEF_CHARS - 1] + "…"

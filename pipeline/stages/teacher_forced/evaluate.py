@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, brief
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import StageContext
@@ -137,7 +137,8 @@ def _probes(tf: Any, runs: Mapping[str, Run], baseline: str, shared: Shared) -> 
 def model_error(spec: Any, exc: BaseException, doing: str) -> Check:
     """`teacher_forced.error.<model>`: what failed, named after the model and its file."""
     message = (
-        f"{spec.name}: {doing} failed: {type(exc).__name__}: {exc} (model {spec.path}, loader {spec.loader})"
+        f"{spec.name}: {doing} failed: {type(exc).__name__}: {brief(exc)} (model {spec.path}, "
+        f"loader {spec.loader})"
     )
     evidence = {"path": spec.path, "loader": spec.loader, "exception": type(exc).__name__}
     return ROWS(f"error.{spec.name}", spec.name, "error", message, evidence=evidence)

@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
 from safetensors.torch import load_file, save_file
 
 from tests.conftest import launch, other_stages
@@ -46,6 +47,23 @@ def test_a_checkpoint_whose_tensors_do_not_fit_is_an_error_row_naming_the_file(d
         rows["error.broken"].verdict == "error" and "broken: loading failed" in rows["error.broken"].message
     )
     assert str(broken) in rows["error.broken"].message and rows["l1.base"].verdict == "match"
+
+
+class Pickled:
+    """What a pickled checkpoint holds besides tensors: a class only unpickling can build."""
+
+
+def test_a_weights_only_refusal_is_one_line_naming_the_file_and_what_to_do(demo, tmp_path):
+    pickled = tmp_path / "pickled"
+    shutil.copytree(demo["model"], pickled)
+    torch.save({"policy": Pickled()}, pickled / "model.pt")
+    models = [model("base", demo["model"]), model("pickled", str(pickled), f"{PLUG}:torch_pickle")]
+    rows = by_id(run_stage(demo["dataset"], tmp_path / "run", models=models, samples=64))
+    message = rows["error.pickled"].message
+    assert "\n" not in message and "\x1b" not in message and len(message) < 500, message
+    assert message.startswith("pickled: loading failed: UnpicklingError: refused to unpickle: it holds ")
+    assert "Pickled, which only unpickling can build" in message and "safetensors" in message
+    assert str(pickled) in message and rows["l1.base"].verdict == "match"
 
 
 def test_nan_outputs_are_counted_hard_and_never_make_the_model_look_better(demo, tmp_path):
