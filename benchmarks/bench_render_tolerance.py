@@ -1,9 +1,10 @@
 """Calibration for the render_cache tolerance (issue 27): render the same states twice on each GL backend
 available here (EGL, OSMesa) and across backends, and print what differs: the max per-pixel difference,
 the fraction of differing pixels and the PSNR. These are the numbers a tolerance default must cover.
-Then the synthetic driver-noise model (+/-`--levels` grey levels on `--fraction` of the pixels, every
-channel, applied to the EGL renders) and the smallest planted fault (+20 lighting) against the stage's
-default tolerance (`stages.render_cache.tolerance`): the noise must lie inside, the fault outside.
+Then the synthetic driver-noise models (+/-`--levels` grey levels on `--fraction` of the pixels, every
+channel alike, or of the values, each channel on its own; applied to the EGL renders) and the smallest
+planted faults (+20 lighting, BGR, a one-pixel camera shift) against the stage's default tolerance
+(`stages.render_cache.tolerance`): the noise must lie inside, the faults outside.
 
     python benchmarks/bench_render_tolerance.py [--states 4] [--size 64]
 
@@ -45,22 +46,41 @@ def _diff(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return {"max_abs": int(d.max()), "frac_pixels_differ": float(np.mean(d.max(-1) > 0)), "psnr_db": psnr}
 
 
+def _noisy(frames: np.ndarray, levels: int, fraction: float, per_channel: bool) -> np.ndarray:
+    """+/-levels on `fraction` of the pixels (every channel alike) or of the values (each channel on
+    its own, as drivers round per channel)."""
+    rng = np.random.default_rng(0)
+    noisy = frames.astype(np.int16)
+    hit = rng.random(frames.shape if per_channel else frames.shape[:3]) < fraction
+    step = rng.choice([-levels, levels], size=(int(hit.sum()),) if per_channel else (int(hit.sum()), 1))
+    noisy[hit] += step.astype(np.int16)
+    return np.clip(noisy, 0, 255).astype(np.uint8)
+
+
 def noise_model(frames: np.ndarray, levels: int, fraction: float) -> dict[str, object]:
-    """The synthetic driver noise and a +20 lighting offset, each judged by the default tolerance."""
+    """The synthetic driver noise (per pixel, per channel) and the smallest faults (+20 lighting, BGR,
+    the camera moved by one pixel), each judged by the default tolerance: noise in, faults out."""
     from pipeline.stages.render_cache.config import Tolerance
     from pipeline.stages.render_cache.tolerance import compare, json_metrics, within
 
-    rng, tol = np.random.default_rng(0), Tolerance()
-    noisy = frames.astype(np.int16)
-    hit = rng.random(frames.shape[:3]) < fraction
-    noisy[hit] += rng.choice([-levels, levels], size=(int(hit.sum()), 1)).astype(np.int16)
-    noisy = np.clip(noisy, 0, 255).astype(np.uint8)
-    lit = np.clip(frames.astype(np.int16) + 20, 0, 255).astype(np.uint8)
+    tol = Tolerance()
+    cases = {
+        f"noise_pm{levels}_{fraction:g}_pixels": _noisy(frames, levels, fraction, per_channel=False),
+        f"noise_pm{levels}_{fraction:g}_values": _noisy(frames, levels, fraction, per_channel=True),
+        "lighting_plus20": np.clip(frames.astype(np.int16) + 20, 0, 255).astype(np.uint8),
+        "bgr": np.ascontiguousarray(frames[..., ::-1]),
+        "camera_shift_1px": np.roll(frames, 1, axis=2),
+    }
     out: dict[str, object] = {"default_tolerance": vars(tol)}
-    for name, other in ((f"noise_pm{levels}_{fraction:g}", noisy), ("lighting_plus20", lit)):
+    for name, other in cases.items():
         per = [compare(a, b) for a, b in zip(frames, other, strict=True)]
         worst = min(per, key=lambda m: m["psnr_db"])
-        out[name] = {**json_metrics(worst), "within_default": all(within(m, tol) for m in per)}
+        pixels = float(np.mean(np.abs(frames.astype(np.int16) - other).max(-1) > 0))
+        out[name] = {
+            **json_metrics(worst),
+            "frac_pixels_differ": round(pixels, 5),
+            "within_default": all(within(m, tol) for m in per),
+        }
     return out
 
 

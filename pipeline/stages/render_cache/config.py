@@ -34,11 +34,12 @@ class Tolerance:
     """When a re-rendered frame counts as the cached one (tolerance.py says why three bounds). Calibrated
     by benchmarks/bench_render_tolerance.py: the same states rendered twice per backend and across
     EGL/OSMesa were bit-identical on llvmpipe (0 levels, 0 % of pixels, PSNR inf); the synthetic
-    driver-noise model it also prints (+/-2 levels on 3 % of pixels) lies inside all three bounds, the
-    smallest planted fault (+20 lighting) outside all three."""
+    driver-noise models it also prints (+/-2 levels on 3 % of the pixels, or of the values, each channel
+    on its own) lie inside all three bounds, the smallest planted faults (+20 lighting, BGR, a one-pixel
+    camera shift) outside."""
 
     pixel: int = 2  # max |diff| of any channel, grey levels
-    max_fraction: float = 0.05  # pixels differing at all (beyond 0)
+    max_fraction: float = 0.05  # values (pixel channels, each on its own) differing at all
     psnr_db: float = 40.0  # floor
 
 

@@ -30,7 +30,7 @@ def explain(d: dict[str, Any]) -> str:
     """One diagnosis in words, with the numbers of its fit."""
     fit = d["fit"]
     psnr = "inf" if fit["psnr_db"] is None else f"{fit['psnr_db']:.1f}"
-    numbers = f"max diff {fit['max_abs']}, {fit['frac_differ']:.1%} of pixels differ, PSNR {psnr} dB"
+    numbers = f"max diff {fit['max_abs']}, {fit['frac_differ']:.1%} of values differ, PSNR {psnr} dB"
     if not d["fits"]:
         return f"unexplained (closest: {_words(d['closest'])}; {numbers})"
     return f"{_words(d['explanation'])} ({numbers})"
@@ -44,13 +44,13 @@ def _words(name: str) -> str:
 
 def _tolerance_text(cfg: RenderCacheConfig, tol: list[dict[str, Any]]) -> str:
     t = cfg.tolerance
-    band = f"|diff| <= {t.pixel}, <= {t.max_fraction:.0%} of pixels, PSNR >= {t.psnr_db:g} dB"
+    band = f"|diff| <= {t.pixel}, <= {t.max_fraction:.0%} of values, PSNR >= {t.psnr_db:g} dB"
     if not tol:
         return f"0 within tolerance ({band})"
     worst = max(tol, key=lambda r: (r["max_abs"], r["frac_differ"]))
     return (
         f"{len(tol)} within tolerance ({band}; worst row {worst['row']}: max diff {worst['max_abs']}, "
-        f"{worst['frac_differ']:.1%} of pixels, PSNR {worst['psnr_db']} dB)"
+        f"{worst['frac_differ']:.1%} of values, PSNR {worst['psnr_db']} dB)"
     )
 
 

@@ -51,6 +51,28 @@ def _noise(frame: np.ndarray, rng: np.random.Generator, levels: int, fraction: f
     return np.clip(out, 0, 255).astype(np.uint8)
 
 
+def _noise_per_channel(
+    frame: np.ndarray, rng: np.random.Generator, levels: int, fraction: float
+) -> np.ndarray:
+    """Driver noise rounded per channel: +/-levels on `fraction` of the values, each channel alone."""
+    out = frame.astype(np.int16)
+    hit = rng.random(frame.shape) < fraction
+    out[hit] += rng.choice([-levels, levels], size=int(hit.sum()))
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+def test_noise_spread_over_channels_is_inside_the_band_and_small_faults_are_not() -> None:
+    tol = config().tolerance
+    rng = np.random.default_rng(2)
+    frame = rng.integers(20, 230, (64, 64, 3), dtype=np.uint8)
+    noisy = _noise_per_channel(frame, rng, 2, 0.03)
+    assert np.mean(np.abs(noisy.astype(int) - frame).max(-1) > 0) > 0.08  # ~8.7 % of pixels touched
+    assert within(compare(frame, noisy), tol), compare(frame, noisy)
+    assert not within(compare(frame, _noise_per_channel(frame, rng, 2, 0.12)), tol)
+    for fault in (frame[..., ::-1], np.roll(frame, 1, axis=1), np.clip(frame.astype(int) + 20, 0, 255)):
+        assert not within(compare(frame, np.ascontiguousarray(fault, dtype=np.uint8)), tol)
+
+
 def test_the_tolerance_bounds_each_cut_on_their_own() -> None:
     tol = config().tolerance
     rng = np.random.default_rng(0)
