@@ -196,6 +196,17 @@ class FramesConfig:
             require(value >= 0, f"{key}.{name}", "a value >= 0", value)
 
 
+# health thresholds that are shares in (0, 1)
+HEALTH_FRACTIONS = (
+    "fps_tolerance",
+    "frozen_share",
+    "stuck_still",
+    "stuck_moving",
+    "held_moving",
+    "clip_share",
+)
+
+
 @dataclass
 class HealthConfig:
     """Dataset health (issue 24), measured in the stats pass. Every threshold used is printed in its row;
@@ -209,6 +220,8 @@ class HealthConfig:
     frozen_share: float = 0.2  # ... while the episode goes on: a frozen stretch (soft)
     stuck_still: float = 0.01  # a state dim moving < this share of its dataset range in an episode ...
     stuck_moving: float = 0.2  # ... while its commanded action moves > this share: a stuck actuator
+    held_moving: float = 0.8  # a dim at one value for a whole episode while it moves in this share of
+    # the other episodes: held (a stuck actuator or a disconnected command), not a frozen stretch
     clip_share: float = 0.1  # more than this share of rows exactly at a dim's min or max: pinned (soft)
     spike_z: float = 8.0  # one step beyond this many standard deviations of the dim's steps: a spike
     outlier_iqr: float = 5.0  # min/max beyond q01/q99 by this many (q99 - q01): an extreme outlier
@@ -223,7 +236,7 @@ class HealthConfig:
         require(self.worst >= 1, f"{key}.worst", "a row count >= 1", self.worst)
         for name in ("gap_factor", "spike_z", "outlier_iqr", "length_z"):
             require(getattr(self, name) > 1, f"{key}.{name}", "a factor > 1", getattr(self, name))
-        for name in ("fps_tolerance", "frozen_share", "stuck_still", "stuck_moving", "clip_share"):
+        for name in HEALTH_FRACTIONS:
             value = getattr(self, name)
             require(0 < value < 1, f"{key}.{name}", "a fraction in (0, 1)", value)
         for name in ("max_duplicate_share", "near_duplicate"):

@@ -169,6 +169,16 @@ def stuck(c: Copy) -> dict[str, Any]:
     return {"episodes": [1], "dims": [dim]}
 
 
+def held(c: Copy) -> dict[str, Any]:
+    """The action dim that moves most in episode 2 held at its first value for the whole episode (a
+    disconnected command), while it moves in the other episodes."""
+    rows = c.rows(2)
+    action = c.cols["action"]
+    dim = int(np.argmax(np.ptp(action[rows], axis=0) / np.maximum(np.ptp(action, axis=0), 1e-12)))
+    action[rows, dim] = action[rows[0], dim]
+    return {"episodes": [2], "dims": [dim]}
+
+
 def spike(c: Copy) -> dict[str, Any]:
     action = c.cols["action"]
     step = np.diff(action, axis=0).std(axis=0)
@@ -263,6 +273,7 @@ FAULTS: dict[str, tuple[Callable[[Copy], dict[str, Any]], str, str]] = {
     "index_break": (index_break, "contract.health.time.index", "hard"),
     "frozen": (frozen, "contract.health.frozen:action", "soft"),
     "stuck": (stuck, "contract.health.stuck:observation.state", "hard"),
+    "held": (held, "contract.health.held:action", "hard"),
     "spike": (spike, "contract.health.spikes:action", "soft"),
     "pinned": (pinned, "contract.health.pinned:action", "soft"),
     "dead_dim": (dead_dim, "contract.health.dead:observation.state", "soft"),

@@ -41,6 +41,14 @@ def model_reads(src: Sources) -> set[str]:
     return {k for k, f in src.c.features.items() if k in keys or (f.role in roles and f.role == "state")}
 
 
+def model_predicts(src: Sources) -> set[str]:
+    """C's action keys the model learns to predict: those A declares as outputs, else every action key
+    (a policy trained on C is trained on its actions whether or not its config names them)."""
+    declared = {f.key for f in src.a.features.values() if f.role == "action"}
+    actions = {k for k, f in src.c.features.items() if f.role == "action"}
+    return (actions & declared) or (actions if not declared else set())
+
+
 def episode_ids(facts: dict[str, Any]) -> list[int]:
     return [int(e) for e in facts["episodes"]["index"]]
 

@@ -18,6 +18,7 @@ from pipeline.stages.contract.health.common import (
     dim_names,
     labels,
     listed,
+    model_predicts,
     model_reads,
     per_episode,
 )
@@ -33,6 +34,7 @@ def motion_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
         feature = src.c.features.get(key)
         if feature is not None and feature.role in ACTUATED:  # an object at rest is not a fault
             out += [_pinned(src, facts, key), _spikes(src, facts, key), _frozen(src, facts, key)]
+            out += [_held(src, facts, key)]
     return out + _stuck(src, facts)
 
 
@@ -223,6 +225,61 @@ def _frozen(src: Sources, facts: dict[str, Any], key: str) -> Check:
             "frozen": found,
             "frames_per_episode": {e: v["steps"] for e, v in found.items()},
         },
+    )
+
+
+def _held(src: Sources, facts: dict[str, Any], key: str) -> Check:
+    """A dim at exactly one value for a whole episode while it moves in most other episodes: unlike a
+    frozen stretch (a gripper held shut for a while, everywhere in real data), nothing in the task
+    holds a joint or a command still from the first frame to the last in one episode only."""
+    cfg = src.cfg.health
+    ids, lo = per_episode(facts, key, "lo")
+    _, hi = per_episode(facts, key, "hi")
+    if not ids:
+        return ROWS(f"health.held:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
+    spread = np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)
+    held = (spread == 0) & (column(facts, "rows") >= cfg.frozen_frames)[:, None]
+    found: dict[int, dict[str, Any]] = {}
+    for d in range(spread.shape[1]):
+        rows, others = np.flatnonzero(held[:, d]), spread[~held[:, d], d]
+        moves = float(np.mean(others > 0)) if len(others) >= 2 else 0.0
+        if len(rows) and moves >= cfg.held_moving:
+            found[d] = {
+                "episodes": [ids[r] for r in rows],
+                "value": float(np.asarray(lo)[rows[0], d]),
+                "moves_elsewhere": round(moves, 3),
+                "spread_elsewhere": float(np.median(others[others > 0])),
+            }
+    return _held_row(src, key, found)
+
+
+def _held_row(src: Sources, key: str, found: dict[int, dict[str, Any]]) -> Check:
+    cfg, names = src.cfg.health, dim_names(src, key)
+    used = key in model_reads(src) | model_predicts(src)
+    rule = (
+        f"one value for a whole episode (>= {cfg.frozen_frames} frames) while the dim moves in >= "
+        f"{cfg.held_moving:.0%} of the other episodes"
+    )
+    shown = [
+        f"{labels(names, [d])[0]} at {v['value']:.4g} in episode(s) {listed(v['episodes'], 3)} (moves in "
+        f"{v['moves_elsewhere']:.0%} of the others, median spread {v['spread_elsewhere']:.4g})"
+        for d, v in found.items()
+    ]
+    role = "reads" if key in model_reads(src) else "predicts"
+    message = (
+        f"{key}: held dims, a stuck actuator or a disconnected command ({rule}): {listed(shown, 3)}"
+        + (f"; the model {role} {key}" if used else "")
+        if found
+        else f"{key}: no dim held ({rule})"
+    )
+    episodes = sorted({e for v in found.values() for e in v["episodes"]})
+    return ROWS(
+        f"health.held:{key}",
+        key,
+        "mismatch" if found else "match",
+        message,
+        severity="hard" if used else "soft",
+        evidence={"episodes": episodes, "dims": list(found), "held": found, "model_uses": used},
     )
 
 
