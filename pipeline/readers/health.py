@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers import health_kernel
+from pipeline.readers.repeats import RepeatScan
 
 TIME_COLUMNS = ("timestamp", "frame_index", "index", "task_index")
 NONE = np.iinfo(np.int64).max  # "no such frame" in the first_* columns
@@ -95,6 +96,7 @@ class HealthScan:
         self._open: dict[str, Any] | None = None  # the episode the last block ended in
         self._last: dict[str, np.ndarray] = {}  # its last row, per feature
         self._t_last: float | None = None
+        self.repeats = RepeatScan()  # runs of rows repeated across episodes (a partial re-upload)
 
     # ------------------------------------------------------------------------------- per block
     def observe(self, block: Mapping[str, np.ndarray]) -> None:
@@ -121,8 +123,12 @@ class HealthScan:
         part: dict[str, Any] = {"index": seg.ids, "rows": seg.lens, "segments": np.ones(seg.k, np.int64)}
         self._time(block, seg, part)
         data = {k: _matrix(block[k], n) for k in keys}
-        for key, x in data.items():
-            self._motion(key, x, seg, part)
+        rows = np.zeros(n, dtype=np.uint64)
+        for salt, (key, x) in enumerate(data.items()):
+            with np.errstate(over="ignore"):
+                rows += self._motion(key, x, seg, part) * np.uint64(2 * salt + 1)
+        if data:
+            self.repeats.observe(ep, seg.pos, rows)
         self._close(part, seg, cont)
         self.rows += n
 
@@ -157,7 +163,8 @@ class HealthScan:
             bad = np.asarray(block["frame_index"]).reshape(-1) != seg.pos
             part["frame_bad"], part["first_frame_bad"] = seg.sum(bad), seg.first(bad)
 
-    def _motion(self, key: str, x: np.ndarray, seg: Segments, part: dict[str, Any]) -> None:
+    def _motion(self, key: str, x: np.ndarray, seg: Segments, part: dict[str, Any]) -> np.ndarray:
+        """The kernel's facts for one feature, kept; returns its row hashes."""
         opened = self._open if seg.cont else None
         width = x.shape[1]
         out = health_kernel.motion(
@@ -182,6 +189,7 @@ class HealthScan:
             part[f"{key}/{name}"] = out[name]
         part[f"{key}/jump_at"] = out["jump_at"]
         self._last[key] = np.asarray(x[-1], dtype=np.float64).copy()
+        return out["rowh"]
 
     @staticmethod
     def _extreme(
@@ -239,6 +247,7 @@ class HealthScan:
             "low": {k: vars(v) for k, v in self.low.items()},
             "high": {k: vars(v) for k, v in self.high.items()},
             "episodes": _with_digest(_episodes(self._parts), sorted(self.low)),
+            "repeats": self.repeats.facts(),
         }
 
 

@@ -7,7 +7,8 @@ one loop over the block in its stored layout. Without numba, `motion_numpy` comp
 
 Inputs: `x` [n, dim] (float32 or float64), the block's runs `starts`/`ends`, whether the first run
 continues the episode the previous block ended in (`cont`, with that episode's last row and open runs),
-and `pos0`, the frame position of the block's first row within its episode. Outputs, per run k:
+and `pos0`, the frame position of the block's first row within its episode. Outputs, per row: `rowh`,
+a hash of the row's bits (readers/repeats.py finds repeated runs with it). Per run k:
 lo, hi, total (finite values), first, last, longest/run (constant runs per dim), row_longest/row_run
 (every dim unchanged), jump/jump_at (largest |step| and the frame it lands on); and for the whole block:
 sum of squared finite steps and their count per dim, and the min and max per dim with how many rows sit
@@ -29,8 +30,8 @@ _COMPILED: list[Callable[..., None]] = []
 K1, K2, K3, K4 = 0x9E3779B97F4A7C15, 0x632BE59BD9B4E019, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
 
 
-def allocate(k: int, dim: int) -> dict[str, np.ndarray]:
-    """The output arrays for k runs of a dim-wide feature."""
+def allocate(k: int, dim: int, n: int) -> dict[str, np.ndarray]:
+    """The output arrays for k runs of a dim-wide feature over n rows."""
     f, i = np.float64, np.int64
     return {
         "lo": np.full((k, dim), np.inf),
@@ -54,13 +55,14 @@ def allocate(k: int, dim: int) -> dict[str, np.ndarray]:
         "high_row": np.zeros(dim, i),
         "h1": np.zeros(k, np.uint64),
         "h2": np.zeros(k, np.uint64),
+        "rowh": np.zeros(n, np.uint64),  # each row's hash (readers/repeats.py), independent of its frame
     }
 
 
 def _motion_loop(  # type: ignore[no-untyped-def]
     x, bits, starts, ends, cont, carry, carry_run, carry_row_run, pos0,
     lo, hi, total, first, last, longest, run, row_longest, row_run, jump, jump_at,
-    diff_sq, diff_n, low, low_count, low_row, high, high_count, high_row, h1, h2,
+    diff_sq, diff_n, low, low_count, low_row, high, high_count, high_row, h1, h2, rowh,
 ):  # fmt: skip
     dim = x.shape[1]
     k1, k2, k3, k4 = np.uint64(K1), np.uint64(K2), np.uint64(K3), np.uint64(K4)
@@ -83,6 +85,7 @@ def _motion_loop(  # type: ignore[no-untyped-def]
                 w = (np.uint64(pos * dim + d) * k1 + k2) | np.uint64(1)
                 h1[k] += b * w
                 h2[k] += (b ^ k3) * ((w * k4) | np.uint64(1))
+                rowh[i] += b * ((np.uint64(d) * k3 + k4) | np.uint64(1))
                 if v == v and abs(v) != np.inf:
                     total[k, d] += v
                     if v < lo[k, d]:
@@ -161,6 +164,8 @@ def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, p
     at = np.minimum.reduceat(np.where(hit, pos[:, None], np.iinfo(np.int64).max), starts, axis=0)
     values = np.where(finite, x, np.nan).astype(np.float64)
     out["h1"], out["h2"] = _content_hash(bits, pos, starts)
+    row_weights = (np.arange(x.shape[1], dtype=np.uint64) * np.uint64(K3) + np.uint64(K4)) | np.uint64(1)
+    out["rowh"] = (bits.astype(np.uint64) * row_weights).sum(axis=1, dtype=np.uint64)
     out.update(
         lo=np.fmin.reduceat(np.where(finite, values, np.inf), starts, axis=0),
         hi=np.fmax.reduceat(np.where(finite, values, -np.inf), starts, axis=0),
@@ -185,7 +190,7 @@ def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, p
 
 def motion(x, starts, ends, cont, carry, carry_run, carry_row_run, pos0) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     """The per-run and per-block arrays for one feature of one block (numba where installed)."""
-    out = allocate(len(starts), x.shape[1])
+    out = allocate(len(starts), x.shape[1], x.shape[0])
     bits = x.view(np.uint32 if x.dtype == np.float32 else np.uint64)
     carry = np.zeros(x.shape[1]) if carry is None else np.asarray(carry, dtype=np.float64)
     if not sketch_kernel.HAVE_NUMBA:

@@ -228,12 +228,16 @@ class HealthConfig:
     length_z: float = 3.5  # episode length beyond this robust z (median, MAD): a length outlier
     max_duplicate_share: float = 0.0  # exact duplicate episodes beyond this share of episodes: hard
     near_duplicate: float = 0.01  # episodes whose means, ends and length agree within this x std: soft
+    repeat_windows: int = 2  # windows of moving rows (readers/repeats) one episode repeats bit for bit
+    # from another, at one offset: a partial copy (hard)
     worst: int = 10  # episodes in the record's worst-episodes table
 
     def validate(self, key: str) -> None:
         require(self.max_episodes >= 1, f"{key}.max_episodes", "an episode count >= 1", self.max_episodes)
         require(self.frozen_frames >= 2, f"{key}.frozen_frames", "a frame count >= 2", self.frozen_frames)
         require(self.worst >= 1, f"{key}.worst", "a row count >= 1", self.worst)
+        least = self.repeat_windows
+        require(least >= 2, f"{key}.repeat_windows", "a window count >= 2", least)
         for name in ("gap_factor", "spike_z", "outlier_iqr", "length_z"):
             require(getattr(self, name) > 1, f"{key}.{name}", "a factor > 1", getattr(self, name))
         for name in HEALTH_FRACTIONS:

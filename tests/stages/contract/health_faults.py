@@ -227,6 +227,15 @@ def duplicate(c: Copy) -> dict[str, Any]:
     return {"groups": [[1, 2]]}
 
 
+def partial_copy(c: Copy) -> dict[str, Any]:
+    """Episode 3's first 60 rows replaced by episode 1's rows 10-69 (a partial re-upload): its digest
+    and its means stay its own."""
+    dest, src = c.rows(3)[:60], c.rows(1)[10:70]
+    for key in VECTORS:
+        c.cols[key][dest] = c.cols[key][src]
+    return {"episodes": [3]}
+
+
 def info_field(c: Copy) -> dict[str, Any]:
     del c.info["data_path"]
     return {}
@@ -281,6 +290,7 @@ FAULTS: dict[str, tuple[Callable[[Copy], dict[str, Any]], str, str]] = {
     "short": (short, "contract.health.episodes.short", "hard"),
     "missing_episode": (missing_episode, "contract.health.episodes.missing", "soft"),
     "duplicate": (duplicate, "contract.health.episodes.duplicates", "hard"),
+    "partial_copy": (partial_copy, "contract.health.episodes.repeated_rows", "hard"),
     "info_field": (info_field, "contract.health.meta.info", "hard"),
     "task_undeclared": (task_undeclared, "contract.health.meta.tasks", "hard"),
     "declared_absent": (declared_absent, "contract.health.meta.columns", "hard"),

@@ -198,7 +198,46 @@ def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
     rows = [
         ROWS("health.episodes.duplicates", "episode", verdict, message, severity=severity, evidence=evidence)
     ]
-    return rows + [_near(src, facts, {e for g in groups for e in g})]
+    exact = {e for g in groups for e in g}
+    return rows + [_near(src, facts, exact), _repeated(src, facts, groups)]
+
+
+def _repeated(src: Sources, facts: dict[str, Any], groups: list[list[int]]) -> Check:
+    """Runs of rows one episode repeats from another (readers/repeats.py), whole duplicates aside."""
+    least, found = src.cfg.health.repeat_windows, facts.get("repeats") or {"runs": []}
+    same = {frozenset(g) for g in groups}
+    runs = [
+        r
+        for r in found["runs"]
+        if r["windows"] >= least and not any({r["episode"], r["of"]} <= g for g in same)
+    ]
+    shown = [
+        f"episode {r['episode']} frames {r['frames'][0]}-{r['frames'][1]} = episode {r['of']} frames "
+        f"{r['of_frames'][0]}-{r['of_frames'][1]} (at least {r['rows']} rows)"
+        for r in runs
+    ]
+    rule = (
+        f"moving rows equal, bit for bit, in two episodes: >= {least} windows of {found.get('window')} "
+        f"rows at one offset, 1 window in {found.get('sample')} kept"
+    )
+    message = (
+        f"{len(runs)} repeated run(s) of rows across episodes ({rule}; a partial re-upload or a merge that "
+        f"took part of an episode twice): {listed(shown, 3)}"
+        if runs
+        else f"no run of rows repeated across episodes ({rule})"
+    )
+    return ROWS(
+        "health.episodes.repeated_rows",
+        "episode",
+        "mismatch" if runs else "match",
+        message,
+        severity="hard",
+        evidence={
+            "runs": runs[:50],
+            "repeat_windows": least,
+            "episodes": sorted({r["episode"] for r in runs}),
+        },
+    )
 
 
 def _near(src: Sources, facts: dict[str, Any], exact: set[int]) -> Check:

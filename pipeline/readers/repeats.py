@@ -1,0 +1,122 @@
+"""Runs of rows that repeat across episodes (a partial re-upload), found while streaming.
+
+The whole-episode checks (content digest, near-duplicate signature) cannot see an episode whose first
+part repeats another episode's rows: its digest and its means differ. Comparing windows of rows can:
+each row is hashed (every followed feature, bit for bit, by the health kernel), each run of `window`
+consecutive rows of one episode gets a polynomial hash, and a window hash seen in another episode is a
+match. Keeping every window would cost memory in proportion to the rows, so only the windows whose hash
+is 0 modulo `sample` (a power of two) are kept (content-defined: the same rows are kept in both
+copies); when the table reaches `max_kept` entries, `sample` doubles and half of them go.
+
+A run is reported once two of its windows are kept at the same offset (by chance, two windows of
+moving rows never agree bit for bit). A run of L rows is missed when fewer than two of its
+m = L - window + 1 windows are kept: (1 - p)^m + m p (1 - p)^(m - 1), p = 1/sample: 1.2 % for 30 rows,
+2e-6 for 60, at the default sample of 4. Its length is known only as the span of its kept windows (a
+lower bound). Windows in which no row changes (a robot resting at its home pose, as every episode
+starts) are never kept: a run that repeats must move.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+WINDOW = 8  # rows per hashed window
+SAMPLE = 4  # one window hash in SAMPLE kept
+MAX_KEPT = 2_000_000  # window hashes held (~100 MB with the dict's overhead) before SAMPLE doubles
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+_BASE = np.uint64(0x100000001B3)
+
+
+def row_hashes(columns: list[np.ndarray]) -> np.ndarray:
+    """One 64-bit hash per row of the [n, dim] matrices (their float64 bits), for callers that do not
+    have the health kernel's (`health_kernel`'s `rowh`, the same idea on the stored bits)."""
+    h, used = np.zeros(len(columns[0]), dtype=np.uint64), 0
+    with np.errstate(over="ignore"):
+        for column in columns:
+            x = np.asarray(column, dtype=np.float64).reshape(len(column), -1)
+            h += x.view(np.uint64) @ _weights(used + x.shape[1])[used:]
+            used += x.shape[1]
+    return h
+
+
+@functools.lru_cache(maxsize=8)
+def _weights(width: int) -> np.ndarray:
+    """Odd 64-bit multipliers, one per column, the same in every block and run."""
+    return np.random.default_rng(20261204).integers(1, 2**63, size=width, dtype=np.uint64) | np.uint64(1)
+
+
+class RepeatScan:
+    """Matches between sampled windows of different episodes, grouped by (episode, earlier episode,
+    frame offset): a repeated run is a group whose matches span many frames."""
+
+    def __init__(self, window: int = WINDOW, sample: int = SAMPLE, max_kept: int = MAX_KEPT):
+        if sample < 1 or sample & (sample - 1):
+            raise ValueError(f"sample must be a power of two, got {sample}")
+        self.window, self.sample, self.max_kept = window, sample, max_kept
+        self._powers = np.array([_BASE] * window, dtype=np.uint64).cumprod()[::-1].copy()
+        self.first: dict[int, tuple[int, int]] = {}  # window hash -> (episode, frame) where first seen
+        self.groups: dict[tuple[int, int, int], list[int]] = {}  # -> [matches, first frame, last frame]
+        self._carry = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
+
+    def observe(self, ep: np.ndarray, pos: np.ndarray, rows: np.ndarray) -> None:
+        """One block: its episode ids, each row's frame in its episode and each row's hash."""
+        with np.errstate(over="ignore"):
+            rows = (rows ^ (rows >> np.uint64(31))) * _MIX  # mixed, so that the low bits sample well
+        h, e, p = (np.r_[c, x] for c, x in zip(self._carry, (rows, ep, pos), strict=True))
+        self._carry = (h[-(self.window - 1) :], e[-(self.window - 1) :], p[-(self.window - 1) :])
+        m = len(h) - self.window + 1
+        if m <= 0:
+            return
+        wh = np.zeros(m, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for k, power in enumerate(self._powers):  # a polynomial hash of each window, in W passes
+                wh += h[k : k + m] * power
+        last = self.window - 1
+        inside = (e[:m] == e[last:]) & (p[last:] - p[:m] == last)
+        change = np.r_[0, np.cumsum(h[1:] != h[:-1])]
+        moving = change[last:] - change[:m] > 0
+        keep = np.flatnonzero(inside & moving & ((wh & np.uint64(self.sample - 1)) == 0))
+        self._see(wh[keep].tolist(), e[keep].tolist(), p[keep].tolist())
+
+    def _see(self, keys: list[int], episodes: list[int], frames: list[int]) -> None:
+        """Record the first place of each kept window; a window already seen in another episode is a
+        match of its group. Most keys are new: looked up in one pass, inserted in another."""
+        first, groups = self.first, self.groups
+        seen = [first.get(k) for k in keys]
+        if len(set(keys)) < len(keys) or any(s is not None for s in seen):
+            for key, episode, frame in zip(keys, episodes, frames, strict=True):
+                place = first.setdefault(key, (episode, frame))
+                if place[0] != episode:
+                    group = groups.setdefault((episode, place[0], frame - place[1]), [0, frame, frame])
+                    group[0] += 1
+                    group[1], group[2] = min(group[1], frame), max(group[2], frame)
+        else:
+            first.update(zip(keys, zip(episodes, frames, strict=True), strict=True))
+        if len(first) > self.max_kept:
+            self._thin()
+
+    def _thin(self) -> None:
+        while len(self.first) > self.max_kept:
+            self.sample *= 2
+            self.first = {k: v for k, v in self.first.items() if k & (self.sample - 1) == 0}
+
+    def facts(self) -> dict[str, Any]:
+        """Each repeated run (at least two matching windows at one offset) with its frames in both
+        episodes (the span of its kept windows: the run is at least that long)."""
+        runs = [
+            {
+                "episode": e,
+                "of": other,
+                "frames": [lo, hi + self.window - 1],
+                "of_frames": [lo - offset, hi - offset + self.window - 1],
+                "rows": hi - lo + self.window,
+                "windows": n,
+            }
+            for (e, other, offset), (n, lo, hi) in self.groups.items()
+            if n >= 2
+        ]
+        runs.sort(key=lambda r: -r["rows"])
+        return {"runs": runs, "window": self.window, "sample": self.sample}
