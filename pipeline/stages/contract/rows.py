@@ -40,8 +40,14 @@ class Sources:
     explained: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def b_mode(self, feature: Feature) -> str | None:
-        """The mode training will use: B's mapping over A's (LeRobot finetuning keeps the base config)."""
-        return self.b.norm_map.get(feature.type) or self.a.norm_map.get(feature.type)
+        return self.b_mode_of(feature.type)
+
+    def b_mode_of(self, ftype: str) -> str | None:
+        """The mode training will use: B's mapping over A's (LeRobot finetuning keeps the base config),
+        except for a type A's policy normalizes inside its own steps (no mapping reaches those)."""
+        if ftype in (self.a.hints.get("own_normalizer") or {}):
+            return self.a.norm_map.get(ftype)
+        return self.b.norm_map.get(ftype) or self.a.norm_map.get(ftype)
 
     def b_features(self) -> dict[str, Feature]:
         return self.b.features or self.a.features
