@@ -90,7 +90,7 @@ def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str,
                 f"; {s['registry_name']} normalizes {s['own']['mode']} itself" for s in steps if s["own"]
             ),
             expected=modes,
-            actual=[s["norm_map"] for s in steps],
+            actual=steps[0]["norm_map"] if len(steps) == 1 else [s["norm_map"] for s in steps],
             evidence=evidence,
         )
     ]
