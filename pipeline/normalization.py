@@ -45,6 +45,9 @@ ABSENT_MODE = "IDENTITY"
 # the mode it applies, to the STATE and ACTION features (the unpacking step: ACTION only)
 OWN_NORMALIZER_FLAGS: dict[str, str] = {"normalize_min_max": "MIN_MAX"}
 OWN_NORMALIZED_TYPES = {"pre": ("STATE", "ACTION"), "post": ("ACTION",)}
+# LeRobot's IMAGENET_STATS: under `use_imagenet_stats` they replace every camera's mean/std, so image
+# stats equal to these describe ImageNet, not the dataset's cameras
+IMAGENET_STATS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 QUANTILE_LEVELS: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 LEGACY_MODES = {"mean_std": "MEAN_STD", "min_max": "MIN_MAX", "identity": "IDENTITY"}
 

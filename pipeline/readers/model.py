@@ -50,6 +50,8 @@ WINDOW_FIELDS = (
     "n_action_steps",
     "action_horizon",
     "action_chunk_size",
+    "n_action_pred_token",  # VQ-BeT: its action window is n_action_pred_token + action_chunk_size - 1
+    "drop_n_last_frames",  # diffusion: frames at an episode's end never start a sample
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.normalization import IMAGENET_STATS
 from pipeline.readers.frames import FrameReader, ImageStats, probe
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
@@ -49,9 +50,9 @@ def frame_rows(src: Sources) -> list[Check]:
             decoded[key] = Signature(pixels.mean(axis=0), pixels.std(axis=0))
             out += _scale_row(src, key) + _stale_row(src, key, sample)
     base = _signatures(src.a.stats)
-    found = fit(decoded, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
-    tied = ties(base, list(decoded), cfg.min_distance)
-    swaps = _swap_rows(found) if not tied else _tied_swap_rows(src, decoded, tied)
+    generic = _generic_base(base, list(decoded), cfg.min_distance)
+    found = None if generic else fit(decoded, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
+    swaps = _swap_rows(found) if not generic else _own_swap_rows(src, decoded, *generic)
     out += _channel_rows(src, decoded, found) + _key_rows(src, a_cams, cams) + swaps
     return [_informational(src, row) for row in out]
 
@@ -78,21 +79,45 @@ def _informational(src: Sources, row: Check) -> Check:
     return replace(row, severity="soft", message=message, evidence={**row.evidence, "informational": True})
 
 
-def _tied_swap_rows(src: Sources, decoded: dict[str, Signature], tied: list[tuple[str, str]]) -> list[Check]:
-    """The base's image stats do not tell these cameras apart (LeRobot's ImageNet stats replace every
-    camera's): every assignment fits them alike. The dataset's own meta/stats.json per camera, computed
-    from its frames, still does: frames moved after the stats were written no longer fit their key's."""
+def _generic_base(
+    base: dict[str, Signature], keys: list[str], min_distance: float
+) -> tuple[str, list[str]] | None:
+    """Why the base's image stats cannot place these cameras (and which), or None where they can: the
+    same stats for two cameras tie every assignment, and ImageNet's (LeRobot's `use_imagenet_stats`)
+    describe no camera of this dataset, in either channel order."""
+    imagenet = Signature(np.array(IMAGENET_STATS["mean"]), np.array(IMAGENET_STATS["std"]))
+    generic = [k for k in keys if k in base and base[k].distance(imagenet, "RGB") <= 1e-3]
+    if generic:
+        return f"the base's image stats for {', '.join(generic)} are ImageNet's (use_imagenet_stats)", generic
+    tied = ties(base, keys, min_distance)
+    if not tied:
+        return None
+    named = list(dict.fromkeys(k for pair in tied for k in pair))
+    return f"the base's image stats do not tell {', '.join(f'{x} and {y}' for x, y in tied)} apart", named
+
+
+def _own_swap_rows(src: Sources, decoded: dict[str, Signature], why: str, keys: list[str]) -> list[Check]:
+    """The base's image stats do not tell these cameras apart, so every assignment fits them alike. The
+    dataset's own meta/stats.json per camera, computed from its frames, still does: frames moved after
+    the stats were written no longer fit their key's. Where those tie too, the probes decide."""
     cfg = src.cfg.frames
-    own = fit(decoded, _signatures(src.c.stats), cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
-    own_tied = ties(_signatures(src.c.stats), list(decoded), cfg.min_distance)
-    why = f"the base's image stats do not tell {', '.join(f'{x} and {y}' for x, y in tied)} apart"
-    if own is None or own_tied:
-        message = f"{why}, nor do the dataset's own meta/stats.json per camera; the probes decide"
-        evidence = {"tied": tied, "dataset_tied": own_tied}
-        keys = "|".join(dict.fromkeys(k for pair in tied for k in pair))
-        return [LAYOUT("frames.swapped", keys, "unverifiable", message, severity="soft", evidence=evidence)]
+    own_stats = _signatures(src.c.stats)
+    own = fit(decoded, own_stats, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
+    own_tied = ties(own_stats, list(decoded), cfg.min_distance)
+    if len(decoded) > 1 and (own is None or own_tied):
+        message = (
+            f"{why}: they do not tell the cameras apart, nor do the dataset's own meta/stats.json per "
+            "camera; the probes decide"
+        )
+        evidence = {"base_generic": keys, "dataset_tied": own_tied}
+        feature = "|".join(decoded)
+        return [
+            LAYOUT("frames.swapped", feature, "unverifiable", message, severity="soft", evidence=evidence)
+        ]
     rows = _swap_rows(own, "the dataset's own meta/stats.json per camera")
-    return [replace(r, message=f"{why}; {r.message}", evidence={**r.evidence, "tied": tied}) for r in rows]
+    return [
+        replace(r, message=f"{why}; {r.message}", evidence={**r.evidence, "base_generic": keys}) for r in rows
+    ]
 
 
 def _episodes(reader: FrameReader, count: int) -> list[int]:

@@ -9,11 +9,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.readers import ScanOptions, read_dataset, read_model, read_training
 from pipeline.records import Check
 from pipeline.stages.contract import reconcile
+from pipeline.stages.contract.camera_fit import Signature, ties
+from pipeline.stages.contract.frames import _generic_base
 from tests.conftest import DemoCache
 from tests.stages.contract.helpers import STAGE_CFG, edit_stats
 from tests.stages.contract.lerobot_pack import (
@@ -142,9 +145,25 @@ def test_exchanged_cameras_found_from_the_datasets_own_stats(
     clean = contract(camera, demo_dataset)
     assert false_rows(clean) == []
     pair = f"contract.frames.swapped:{CAMERAS[0]}|{CAMERAS[1]}"
-    assert clean[pair].verdict == "match" and "do not tell" in clean[pair].message
+    assert clean[pair].verdict == "match" and "are ImageNet's" in clean[pair].message
     exchanged = contract(camera, exchange_cameras(demo_dataset, tmp_path / "exchanged", *CAMERAS))
     blocking = [c for c in exchanged.values() if c.blocking]
     assert [c.id for c in blocking] == [pair]
     assert "the dataset's own meta/stats.json per camera exchanged" in blocking[0].message
     assert all(key in blocking[0].message for key in CAMERAS)
+
+
+def test_base_stats_that_cannot_place_cameras() -> None:
+    """ImageNet's stats place no camera; two cameras with the same stats tie; distinct stats decide."""
+    imagenet = Signature(np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225]))
+    front, wrist = Signature(np.array([0.3, 0.4, 0.5])), Signature(np.array([0.6, 0.5, 0.2]))
+    assert _generic_base({"a": imagenet}, ["a"], 0.05) == (
+        "the base's image stats for a are ImageNet's (use_imagenet_stats)",
+        ["a"],
+    )
+    assert _generic_base({"a": front, "b": front}, ["a", "b"], 0.05) == (
+        "the base's image stats do not tell a and b apart",
+        ["a", "b"],
+    )
+    assert _generic_base({"a": front, "b": wrist}, ["a", "b"], 0.05) is None
+    assert ties({"a": front, "b": wrist, "c": front}, ["a", "b", "c"], 0.05) == [("a", "c")]

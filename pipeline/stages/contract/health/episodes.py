@@ -39,7 +39,7 @@ def model_horizon(found: dict[str, int]) -> int | None:
     steps = max((v for k, v in found.items() if k in HORIZON_FIELDS), default=None)
     if steps is None and "n_obs_steps" not in found:
         return None
-    steps = steps or 1  # n_obs_steps only: a one-step policy
+    steps = (steps or 1) + found.get("n_action_pred_token", 1) - 1  # n_obs_steps only: a one-step policy
     return steps + found.get("n_obs_steps", 1) - 1
 
 
@@ -57,7 +57,7 @@ def _short(src: Sources, lengths: dict[int, int]) -> Check:
             evidence={"fields": fields},
         )
     short = {e: n for e, n in lengths.items() if n < need}
-    rule = " + ".join(f"{k}={v}" for k, v in fields.items())
+    rule = "from " + ", ".join(f"{k}={v}" for k, v in fields.items())
     message = (
         f"{len(short)} episode(s) shorter than the model's window of {need} frames ({rule}): "
         f"{listed([f'{e} ({n})' for e, n in short.items()])}; the loader pads or drops them"
