@@ -61,19 +61,7 @@ def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str,
         return [
             ROWS(f"reload.processor:{label}", feature, verdict, message, expected=modes, actual=proc["steps"])
         ]
-    problems = []
-    for step in steps:
-        if step["own"] is None and _filled(step["norm_map"], step["features"]) != _filled(
-            modes, step["features"]
-        ):
-            problems.append(
-                f"{step['registry_name']} (step {step['index']}) norm_map {step['norm_map']} "
-                f"vs config.json {modes}"
-            )
-    covered = {k for step in steps for k in step["features"]}
-    missing = [k for k in normalized if k not in covered]
-    if missing:
-        problems.append(f"features missing from the saved steps: {missing}")
+    problems = _step_problems(steps, modes, normalized)
     names = [f"{s['registry_name']} (step {s['index']})" for s in steps]
     evidence = {
         "file": proc["path"],
@@ -111,6 +99,22 @@ def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str,
         return out
     out.append(_state_row(src, label, steps, normalized))
     return out
+
+
+def _step_problems(steps: list[dict[str, Any]], modes: dict[str, str], normalized: list[str]) -> list[str]:
+    """A generic step whose modes differ from config.json's for its features, and the normalized
+    features no step covers (a policy's own normalizing step takes its modes from its flag instead)."""
+    problems = [
+        f"{step['registry_name']} (step {step['index']}) norm_map {step['norm_map']} vs config.json {modes}"
+        for step in steps
+        if step["own"] is None
+        and _filled(step["norm_map"], step["features"]) != _filled(modes, step["features"])
+    ]
+    covered = {k for step in steps for k in step["features"]}
+    missing = [k for k in normalized if k not in covered]
+    if missing:
+        problems.append(f"features missing from the saved steps: {missing}")
+    return problems
 
 
 def _filled(norm_map: dict[str, str], features: dict[str, Any]) -> dict[str, str]:
