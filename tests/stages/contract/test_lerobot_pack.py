@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from pipeline.records import Check
 from pipeline.stages.contract import reconcile
 from pipeline.stages.contract.camera_fit import Signature, ties
 from pipeline.stages.contract.frames import _generic_base
-from tests.conftest import DemoCache
+from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 from tests.stages.contract.helpers import STAGE_CFG, edit_stats
 from tests.stages.contract.lerobot_pack import (
     RECORD,
@@ -167,3 +168,25 @@ def test_base_stats_that_cannot_place_cameras() -> None:
     )
     assert _generic_base({"a": front, "b": wrist}, ["a", "b"], 0.05) is None
     assert ties({"a": front, "b": wrist, "c": front}, ["a", "b", "c"], 0.05) == [("a", "c")]
+
+
+def test_launched_on_act_trained_as_a_user_would(real_data: Path, demo_dataset: Path, tmp_path: Path) -> None:
+    """`stage=contract` with model.path, dataset.path and training.path: clear on act_trained's own
+    dataset; blocked, naming both cameras, where its camera twin meets the copy with exchanged videos."""
+    model = policy_folder(real_data, "act_trained")
+    proc = _launch(tmp_path / "clear", model, demo_dataset)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert gate_of(run_dir_of(tmp_path / "clear", proc))["gate"] == "clear"
+    camera = with_cameras(model, tmp_path / "camera", _shapes())
+    exchanged = exchange_cameras(demo_dataset, tmp_path / "exchanged", *CAMERAS)
+    proc = _launch(tmp_path / "blocked", camera, exchanged)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    reasons = gate_of(run_dir_of(tmp_path / "blocked", proc))["reasons"]
+    assert [r.split(":", 1)[0] for r in reasons] == ["contract.frames.swapped"]
+    assert all(key in reasons[0] for key in CAMERAS)
+
+
+def _launch(cwd: Path, model: Path, dataset: Path) -> subprocess.CompletedProcess[str]:
+    cwd.mkdir()
+    paths = (f"model.path={model}", f"dataset.path={dataset}", f"training.path={model / 'train_config.json'}")
+    return launch(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract", *paths)
