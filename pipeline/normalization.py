@@ -37,6 +37,17 @@ AFFINE: dict[str, tuple[str, str, bool]] = {
     "QUANTILES": ("q01", "q99", True),
     "QUANTILE10": ("q10", "q90", True),
 }
+# LeRobot's normalizer looks a feature's type up in its norm_map and passes the feature through when the
+# type is absent (`norm_map.get(type, IDENTITY)`): an absent type is IDENTITY, not "unknown"
+ABSENT_MODE = "IDENTITY"
+# processor steps that normalize inside themselves instead of through LeRobot's normalizer step (GR00T's
+# `groot_pack_inputs_v3` / `groot_action_unpack_unnormalize_v1`): the config flag that switches it on and
+# the mode it applies, to the STATE and ACTION features (the unpacking step: ACTION only)
+OWN_NORMALIZER_FLAGS: dict[str, str] = {"normalize_min_max": "MIN_MAX"}
+OWN_NORMALIZED_TYPES = {"pre": ("STATE", "ACTION"), "post": ("ACTION",)}
+# LeRobot's IMAGENET_STATS: under `use_imagenet_stats` they replace every camera's mean/std, so image
+# stats equal to these describe ImageNet, not the dataset's cameras
+IMAGENET_STATS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 QUANTILE_LEVELS: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 LEGACY_MODES = {"mean_std": "MEAN_STD", "min_max": "MIN_MAX", "identity": "IDENTITY"}
 
@@ -84,6 +95,16 @@ def placeholder_problems(stats: Mapping[str, Any], mode: str | None = None) -> d
         elif name in ZERO_PLACEHOLDERS and not values.any():
             out[name] = "all zeros"
     return out
+
+
+def lerobot_modes(norm_map: Mapping[str, str], types: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """A LeRobot `normalization_mapping` as its normalizer applies it to these feature types: every
+    type it leaves out is `ABSENT_MODE`. Returns the filled map and the types that were filled in, so a
+    row can say which modes were read and which follow from their absence."""
+    filled = dict(norm_map)
+    absent = [t for t in dict.fromkeys(types) if t not in filled and t != "OTHER"]
+    filled.update(dict.fromkeys(absent, ABSENT_MODE))
+    return filled, absent
 
 
 def is_finite_number(value: Any) -> bool:

@@ -15,7 +15,8 @@ import pytest
 from omegaconf import DictConfig
 
 REPO = Path(__file__).resolve().parents[1]
-REAL_DATA = REPO.parent / "shared" / "data" / "real"
+# ../shared beside the repo; PREFLIGHT_REAL_DATA points elsewhere (a git worktree one level deeper)
+REAL_DATA = Path(os.environ.get("PREFLIGHT_REAL_DATA") or REPO.parent / "shared" / "data" / "real")
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 

@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.normalization import LEGACY_MODES, unflatten_stats
+from pipeline.normalization import (
+    ABSENT_MODE,
+    LEGACY_MODES,
+    OWN_NORMALIZED_TYPES,
+    OWN_NORMALIZER_FLAGS,
+    lerobot_modes,
+    unflatten_stats,
+)
 from pipeline.readers.base import (
     Contract,
     Feature,
@@ -35,6 +42,17 @@ from pipeline.readers.model_formats import apply_mode_option, read_card, read_op
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
 CARD_NAMES = ("contract.yaml", "contract.yml")
+# config.json fields that size a training sample's window (observation steps, action chunk / horizon)
+WINDOW_FIELDS = (
+    "n_obs_steps",
+    "chunk_size",
+    "horizon",
+    "n_action_steps",
+    "action_horizon",
+    "action_chunk_size",
+    "n_action_pred_token",  # VQ-BeT: its action window is n_action_pred_token + action_chunk_size - 1
+    "drop_n_last_frames",  # diffusion: frames at an episode's end never start a sample
+)
 
 
 def read_model(path: str | Path, options: dict[str, Any] | None = None) -> Contract:
@@ -120,44 +138,61 @@ def _detect_openvla(path: Path) -> Path | None:
 
 
 def read_processor(path: Path, root: Path | None = None) -> dict[str, Any]:
-    """One processor JSON: its normalizer-like steps with features, norm_map, eps and their stats.
+    """One processor JSON: its normalizing steps with features, norm_map, eps and their stats.
 
     The step index in the state file name varies per policy, so the state file is taken from the step's
-    own `state_file` field, resolved inside the checkpoint directory.
+    own `state_file` field, resolved inside the checkpoint directory. A step LeRobot could not name from
+    its registry is saved under `class` (the reward classifier's identity step), and is read so too.
     """
     data = read_json(path, "a LeRobot processor pipeline")
     steps = require(data, "steps", path, "a list of processor steps")
     if not isinstance(steps, list):
         raise InputError(f"{path}: field 'steps' must be a list", path=path, field="steps")
-    found = []
+    names, found = [], []
     for index, step in enumerate(steps):
-        name = require(step, "registry_name", path, "a registered step name", f"steps[{index}]")
-        if "normalizer" not in str(name):
-            continue
-        config = step.get("config") or {}
-        entry = {
-            "index": index,
-            "registry_name": name,
-            "eps": config.get("eps"),
-            "features": typed_features(config.get("features"), path, f"steps[{index}].config.features"),
-            "norm_map": norm_map_of(config.get("norm_map"), path, f"steps[{index}].config.norm_map"),
-            "state_file": step.get("state_file"),
-            "stats": None,
-        }
-        if entry["state_file"]:
-            try:
-                state = inside(root or path.parent, entry["state_file"], f"steps[{index}].state_file")
-            except InputError as exc:  # name the processor file whose field points out
-                raise InputError(f"{path}: {exc}", path=path, field=exc.field) from exc
-            if state.exists() or state.is_symlink():
-                entry["stats"] = unflatten_stats(read_safetensors(state))
-        found.append(entry)
-    return {
-        "path": str(path),
-        "name": data.get("name"),
-        "steps": [s.get("registry_name") for s in steps],
-        "normalizers": found,
+        name = step.get("registry_name") or step.get("class") if isinstance(step, dict) else None
+        if not name:
+            require(
+                step, "registry_name", path, "a registered step name, or the step's class", f"steps[{index}]"
+            )
+        names.append(str(name))
+        entry = _normalizing_step(path, root, index, str(name), step)
+        if entry is not None:
+            found.append(entry)
+    return {"path": str(path), "name": data.get("name"), "steps": names, "normalizers": found}
+
+
+def _normalizing_step(
+    path: Path, root: Path | None, index: int, name: str, step: dict[str, Any]
+) -> dict[str, Any] | None:
+    """LeRobot's (un)normalizer step, or a policy's own step that normalizes inside itself (a flag of
+    `OWN_NORMALIZER_FLAGS` in its config: its mode, its feature types fixed by that policy's code)."""
+    config = step.get("config") or {}
+    own = next((mode for flag, mode in OWN_NORMALIZER_FLAGS.items() if config.get(flag) is not None), None)
+    if "normalizer" not in name and own is None:
+        return None
+    where = f"steps[{index}].config"
+    entry: dict[str, Any] = {
+        "index": index,
+        "registry_name": name,
+        "eps": config.get("eps"),
+        "features": typed_features(config.get("features"), path, f"{where}.features"),
+        "norm_map": norm_map_of(config.get("norm_map"), path, f"{where}.norm_map"),
+        "own": None,
+        "state_file": step.get("state_file"),
+        "stats": None,
     }
+    if own is not None and "normalizer" not in name:
+        flag = next(f for f in OWN_NORMALIZER_FLAGS if config.get(f) is not None)
+        entry["own"] = {"flag": flag, "value": config[flag], "mode": own if config[flag] else ABSENT_MODE}
+    if entry["state_file"]:
+        try:
+            state = inside(root or path.parent, entry["state_file"], f"steps[{index}].state_file")
+        except InputError as exc:  # name the processor file whose field points out
+            raise InputError(f"{path}: {exc}", path=path, field=exc.field) from exc
+        if state.exists() or state.is_symlink():
+            entry["stats"] = unflatten_stats(read_safetensors(state))
+    return entry
 
 
 def _read_lerobot(target: Path, options: dict[str, Any]) -> Contract:
@@ -179,15 +214,20 @@ def _read_lerobot(target: Path, options: dict[str, Any]) -> Contract:
         )
     )
     contract.features.update(typed_features(config.get("output_features"), config_path, "output_features"))
-    contract.norm_map = norm_map_of(config.get("normalization_mapping"), config_path, "normalization_mapping")
+    declared = norm_map_of(config.get("normalization_mapping"), config_path, "normalization_mapping")
+    contract.norm_map, absent = lerobot_modes(declared, (f.type for f in contract.features.values()))
     contract.hints["policy_type"] = config.get("type")
+    contract.hints["window"] = window_fields(config)
     contract.hints["config"] = {"features": list(contract.features), "norm_map": dict(contract.norm_map)}
+    if absent:
+        contract.hints["absent_modes"] = absent
     for label in ("pre", "post"):
         proc_path = _processor_file(target, label)
         if proc_path is None:
             contract.notes.append(f"no policy_{label}processor*.json in {target}")
             continue
         _adopt_processor(contract, read_processor(proc_path, target), label)
+    _own_normalizers(contract)
     if not contract.stats:
         weights = target / "model.safetensors"
         if weights.is_file():
@@ -204,6 +244,33 @@ def _processor_file(root: Path, label: str) -> Path | None:
         return exact
     matches = sorted(root.glob(f"*{label}processor*.json"))
     return matches[0] if matches else None
+
+
+def window_fields(config: dict[str, Any]) -> dict[str, int]:
+    """The fields of a policy's config.json that set how many frames one training sample spans (LeRobot
+    builds its `delta_timestamps` from them): observation steps, chunk / horizon, executed steps."""
+    return {k: int(v) for k in WINDOW_FIELDS if isinstance(v := config.get(k), int) and v > 0}
+
+
+def _own_normalizers(contract: Contract) -> None:
+    """Where a policy normalizes inside its own steps (GR00T), those steps decide the mode of the types
+    they handle, whatever `normalization_mapping` says: LeRobot builds them with their flag, not with
+    the mapping. The step gets the features of those types, and A's mode is the step's."""
+    own: dict[str, str] = {}
+    for label in ("pre", "post"):
+        for step in (contract.hints.get(label) or {}).get("normalizers", []):
+            if not step["own"]:
+                continue
+            types = OWN_NORMALIZED_TYPES[label]
+            step["features"] = {k: f for k, f in contract.features.items() if f.type in types}
+            step["norm_map"] = dict.fromkeys(types, step["own"]["mode"])
+            for ftype in types:
+                own.setdefault(
+                    ftype, f"{step['registry_name']} ({step['own']['flag']}: {step['own']['value']})"
+                )
+                contract.norm_map[ftype] = step["own"]["mode"]
+    if own:
+        contract.hints["own_normalizer"] = own
 
 
 def _adopt_processor(contract: Contract, proc: dict[str, Any], label: str) -> None:
@@ -244,6 +311,7 @@ def _read_legacy(target: Path, config: dict[str, Any], options: dict[str, Any]) 
     """Pre-processor-era LeRobot: shapes and modes per feature key, stats as buffers in the weights."""
     path = target / "config.json"
     contract = Contract("A", "lerobot_legacy", str(target))
+    contract.hints["window"] = window_fields(config)
     shapes = {**(config.get("input_shapes") or {}), **(config.get("output_shapes") or {})}
     modes = {
         **(config.get("input_normalization_modes") or {}),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.normalization import lerobot_modes
 from pipeline.readers.base import (
     Contract,
     Feature,
@@ -77,6 +78,12 @@ def _contract(path: Path, data: dict[str, Any], kind: str) -> Contract:
     contract.features.update(typed_features(policy.get("input_features"), path, "policy.input_features"))
     contract.features.update(typed_features(policy.get("output_features"), path, "policy.output_features"))
     contract.norm_map = norm_map_of(policy.get("normalization_mapping"), path, "policy.normalization_mapping")
+    if kind == "lerobot_train_config" and "normalization_mapping" in policy:
+        # the full policy config lerobot-train runs with: a type it leaves out is passed through
+        types = (f.type for f in contract.features.values())
+        contract.norm_map, absent = lerobot_modes(contract.norm_map, types)
+        if absent:
+            contract.hints["absent_modes"] = absent
     _declared_names(contract, data.get("features"), path)
     dataset = data.get("dataset") or {}
     contract.hints["dataset"] = {

@@ -87,6 +87,16 @@ def fit(
     return Fit(assignment, order, round(declared, 4), round(cost, 4), decisive, rounded)
 
 
+def ties(base: dict[str, Signature], keys: list[str], min_distance: float) -> list[tuple[str, str]]:
+    """Pairs of these cameras whose reference stats lie within `min_distance` of each other: no fit can
+    tell which of the two a camera's frames belong to (LeRobot's `use_imagenet_stats` gives every camera
+    ImageNet's mean and std)."""
+    have = [k for k in keys if k in base]
+    return [
+        (x, y) for x, y in itertools.combinations(have, 2) if base[x].distance(base[y], "RGB") <= min_distance
+    ]
+
+
 def _assignments(keys: list[str]) -> list[tuple[str, ...]]:
     if len(keys) <= MAX_PERMUTED:
         return list(itertools.permutations(keys))

@@ -9,16 +9,18 @@ base checkpoint's image stats. Every row carries the episodes and frames it used
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.normalization import IMAGENET_STATS
 from pipeline.readers.frames import FrameReader, ImageStats, probe
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
-from pipeline.stages.contract.camera_fit import Fit, Signature, fit
+from pipeline.stages.contract.camera_fit import Fit, Signature, fit, ties
 from pipeline.stages.contract.rows import NAME, Sources
 
 ROWS = Rows(NAME, "encoding")
@@ -36,8 +38,7 @@ def frame_rows(src: Sources) -> list[Check]:
     if reader is None or not cams or no_videos or not (root / "data").is_dir():
         if not a_cams and not src.c.images:
             return []
-        why = f"{src.c.kind} input at {src.c.path} holds no decodable frames (stats only)"
-        return [LAYOUT("frames.unavailable", "images", "unverifiable", why, severity="soft")]
+        return [_unavailable(src, cams)]
     cfg = src.cfg.frames
     out: list[Check] = []
     decoded: dict[str, Signature] = {}
@@ -48,8 +49,75 @@ def frame_rows(src: Sources) -> list[Check]:
             pixels = sample.reshape(-1, 3) / 255.0
             decoded[key] = Signature(pixels.mean(axis=0), pixels.std(axis=0))
             out += _scale_row(src, key) + _stale_row(src, key, sample)
-    found = fit(decoded, _signatures(src.a.stats), cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
-    return out + _channel_rows(src, decoded, found) + _key_rows(src, a_cams, cams) + _swap_rows(found)
+    base = _signatures(src.a.stats)
+    generic = _generic_base(base, list(decoded), cfg.min_distance)
+    found = None if generic else fit(decoded, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
+    swaps = _swap_rows(found) if not generic else _own_swap_rows(src, decoded, *generic)
+    out += _channel_rows(src, decoded, found) + _key_rows(src, a_cams, cams) + swaps
+    return [_informational(src, row) for row in out]
+
+
+def _unavailable(src: Sources, cams: list[str]) -> Check:
+    """No frames here: unverifiable for the cameras the model reads; where it reads none of them (a
+    state-only policy on a dataset whose videos were never downloaded) nothing it reads is missing."""
+    why = f"{src.c.kind} input at {src.c.path} holds no decodable frames (stats only)"
+    read = src.model_cameras()
+    if read is None or read:
+        return LAYOUT("frames.unavailable", "images", "unverifiable", why, severity="soft")
+    keys = cams or [k for k, f in src.c.features.items() if f.role == "image"]
+    message = f"{why}; the model reads none of these cameras ({keys}): nothing it reads is missing"
+    evidence = {"informational": True, "model_cameras": [], "dataset_cameras": keys}
+    return LAYOUT("frames.unavailable", "images", "match", message, severity="soft", evidence=evidence)
+
+
+def _informational(src: Sources, row: Check) -> Check:
+    """A row about cameras the model does not read decides nothing for it: soft, and said so."""
+    keys = str(row.feature).split("|")
+    if row.feature == "images" or any(src.reads_camera(k) for k in keys):
+        return row
+    message = f"{row.message} (the model does not read {' or '.join(keys)}: informational)"
+    return replace(row, severity="soft", message=message, evidence={**row.evidence, "informational": True})
+
+
+def _generic_base(
+    base: dict[str, Signature], keys: list[str], min_distance: float
+) -> tuple[str, list[str]] | None:
+    """Why the base's image stats cannot place these cameras (and which), or None where they can: the
+    same stats for two cameras tie every assignment, and ImageNet's (LeRobot's `use_imagenet_stats`)
+    describe no camera of this dataset, in either channel order."""
+    imagenet = Signature(np.array(IMAGENET_STATS["mean"]), np.array(IMAGENET_STATS["std"]))
+    generic = [k for k in keys if k in base and base[k].distance(imagenet, "RGB") <= 1e-3]
+    if generic:
+        return f"the base's image stats for {', '.join(generic)} are ImageNet's (use_imagenet_stats)", generic
+    tied = ties(base, keys, min_distance)
+    if not tied:
+        return None
+    named = list(dict.fromkeys(k for pair in tied for k in pair))
+    return f"the base's image stats do not tell {', '.join(f'{x} and {y}' for x, y in tied)} apart", named
+
+
+def _own_swap_rows(src: Sources, decoded: dict[str, Signature], why: str, keys: list[str]) -> list[Check]:
+    """The base's image stats do not tell these cameras apart, so every assignment fits them alike. The
+    dataset's own meta/stats.json per camera, computed from its frames, still does: frames moved after
+    the stats were written no longer fit their key's. Where those tie too, the probes decide."""
+    cfg = src.cfg.frames
+    own_stats = _signatures(src.c.stats)
+    own = fit(decoded, own_stats, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
+    own_tied = ties(own_stats, list(decoded), cfg.min_distance)
+    if len(decoded) > 1 and (own is None or own_tied):
+        message = (
+            f"{why}: they do not tell the cameras apart, nor do the dataset's own meta/stats.json per "
+            "camera; the probes decide"
+        )
+        evidence = {"base_generic": keys, "dataset_tied": own_tied}
+        feature = "|".join(decoded)
+        return [
+            LAYOUT("frames.swapped", feature, "unverifiable", message, severity="soft", evidence=evidence)
+        ]
+    rows = _swap_rows(own, "the dataset's own meta/stats.json per camera")
+    return [
+        replace(r, message=f"{why}; {r.message}", evidence={**r.evidence, "base_generic": keys}) for r in rows
+    ]
 
 
 def _episodes(reader: FrameReader, count: int) -> list[int]:
@@ -287,9 +355,9 @@ def _key_rows(src: Sources, a_cams: list[str], cams: list[str]) -> list[Check]:
     ]
 
 
-def _swap_rows(found: Fit | None) -> list[Check]:
-    """Each pair of cameras: exchanged when, in the best joint fit, each holds the frames the base knows
-    under the other's key."""
+def _swap_rows(found: Fit | None, against: str = "the base's stats") -> list[Check]:
+    """Each pair of cameras: exchanged when, in the best joint fit, each holds the frames the base (or,
+    where it cannot tell, the dataset's own stats) knows under the other's key."""
     if found is None:
         return []
     keys = list(found.assignment)
@@ -298,10 +366,8 @@ def _swap_rows(found: Fit | None) -> list[Check]:
     for i, x in enumerate(keys):
         for y in keys[i + 1 :]:
             bad = found.assignment[x] == y or found.assignment[y] == x
-            exchanged = (
-                f"frames fit the base's stats exchanged ({found.best:.3g} against {found.declared:.3g})"
-            )
-            message = f"{x} and {y}: " + (exchanged if bad else "fit as named")
+            exchanged = f"frames fit {against} exchanged ({found.best:.3g} against {found.declared:.3g})"
+            message = f"{x} and {y}: " + (exchanged if bad else f"fit {against} as named")
             out.append(
                 LAYOUT(
                     f"frames.swapped:{x}|{y}",

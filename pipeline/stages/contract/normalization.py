@@ -34,12 +34,16 @@ def mode_rows(src: Sources) -> list[Check]:
 
 def _mode_row(src: Sources, ftype: str) -> Check:
     a_mode, b_mode = src.a.norm_map.get(ftype), src.b.norm_map.get(ftype)
-    effective = b_mode or a_mode
+    own = (src.a.hints.get("own_normalizer") or {}).get(ftype)
+    effective = src.b_mode_of(ftype)
     evidence: dict[str, Any] = {
         "A.source": src.a.hints.get("mode_source", src.a.path),
         "B.source": src.b.path,
         "B.inherits": b_mode is None,
     }
+    notes = _mode_notes(src, ftype, own, b_mode)
+    if notes:
+        evidence["read_as"] = notes
     check_id = f"normalization.mode:{ftype}"
     if a_mode is None:
         message = (
@@ -47,7 +51,9 @@ def _mode_row(src: Sources, ftype: str) -> Check:
             "contract card or model.normalization_mapping"
         )
         return ROWS(check_id, ftype, "unverifiable", message, configured=effective, evidence=evidence)
-    message = f"{ftype}: base built with {a_mode}, training uses {effective}"
+    message = f"{ftype}: base built with {a_mode}, training uses {effective}" + "".join(
+        f" ({n})" for n in notes
+    )
     if effective != a_mode:
         message += " (an override contradicting the base's design saturates or clips its inputs/targets)"
         quantiles = _has_quantiles(src, ftype)
@@ -65,6 +71,22 @@ def _mode_row(src: Sources, ftype: str) -> Check:
         actual=_c_supports(src, ftype),
         evidence=evidence,
     )
+
+
+def _mode_notes(src: Sources, ftype: str, own: str | None, b_mode: str | None) -> list[str]:
+    """How a mode was read when no mapping entry names it: a type LeRobot's normalizer passes through
+    because the mapping leaves it out, or a policy step that normalizes it itself."""
+    notes = []
+    if own:
+        declared = (src.a.hints.get("config") or {}).get("norm_map", {}).get(ftype)
+        notes.append(
+            f"normalized inside {own}; the config's normalization_mapping "
+            f"({declared}, B: {b_mode}) is not applied to it"
+        )
+    for label, contract in (("A", src.a), ("B", src.b)):
+        if ftype in (contract.hints.get("absent_modes") or ()):
+            notes.append(f"{label}'s normalization_mapping has no {ftype} entry: LeRobot passes it through")
+    return notes
 
 
 def _features_of_type(src: Sources, ftype: str) -> list[str]:

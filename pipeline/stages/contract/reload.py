@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.normalization import NEEDS, placeholder_problems
+from pipeline.normalization import ABSENT_MODE, NEEDS, placeholder_problems
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.rows import NAME, Sources
 
@@ -46,33 +46,26 @@ def processor_rows(src: Sources) -> list[Check]:
 
 
 def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str, Any]) -> list[Check]:
+    """Every normalizing step of one saved pipeline against config.json: LeRobot may split features over
+    several normalizer steps (the reward classifier), and a policy may normalize in its own step."""
     steps = proc["normalizers"]
     feature = f"policy_{label}processor"
-    if not steps:
-        return [
-            ROWS(
-                f"reload.processor:{label}",
-                feature,
-                "mismatch",
-                f"{proc['path']}: no normalizer step (steps: {proc['steps']})",
-                expected="a normalizer step",
-                actual=proc["steps"],
-            )
-        ]
-    step = steps[0]
     want = [k for k in config.get("features", []) if label == "pre" or src.a.features[k].role == "action"]
-    problems = []
-    if step["norm_map"] != config.get("norm_map"):
-        problems.append(f"norm_map {step['norm_map']} vs config.json {config.get('norm_map')}")
-    missing = [k for k in want if k not in step["features"]]
-    if missing:
-        problems.append(f"features missing from the saved step: {missing}")
+    modes = config.get("norm_map") or {}
+    normalized = [k for k in want if modes.get(src.a.features[k].type, ABSENT_MODE) != ABSENT_MODE]
+    if not steps:
+        message = f"{proc['path']}: no normalizer step (steps: {proc['steps']})"
+        if not normalized:
+            message += f"; none is needed: config.json's norm_map {modes} normalizes none of {want}"
+        verdict = "mismatch" if normalized else "match"
+        return [
+            ROWS(f"reload.processor:{label}", feature, verdict, message, expected=modes, actual=proc["steps"])
+        ]
+    problems = _step_problems(steps, modes, normalized)
+    names = [f"{s['registry_name']} (step {s['index']})" for s in steps]
     evidence = {
         "file": proc["path"],
-        "step": step["index"],
-        "registry_name": step["registry_name"],
-        "state_file": step["state_file"],
-        "eps": step["eps"],
+        "steps": [{k: s[k] for k in ("index", "registry_name", "state_file", "eps", "own")} for s in steps],
     }
     out = [
         ROWS(
@@ -80,54 +73,82 @@ def _step_rows(src: Sources, label: str, proc: dict[str, Any], config: dict[str,
             feature,
             "mismatch" if problems else "match",
             "; ".join(problems)
-            or f"{step['registry_name']} (step {step['index']}) encodes config.json's features and norm_map",
-            expected=config.get("norm_map"),
-            actual=step["norm_map"],
+            or f"{', '.join(names)} encode config.json's features and modes"
+            + "".join(
+                f"; {s['registry_name']} normalizes {s['own']['mode']} itself" for s in steps if s["own"]
+            ),
+            expected=modes,
+            actual=steps[0]["norm_map"] if len(steps) == 1 else [s["norm_map"] for s in steps],
             evidence=evidence,
         )
     ]
-    if step["stats"] is None:
+    absent = [s["state_file"] for s in steps if s["stats"] is None]
+    if absent:
+        message = f"state file(s) {absent} not in {src.a.path}; the reloaded stats cannot be read"
         out.append(
             ROWS(
                 f"reload.state:{label}",
                 feature,
                 "unverifiable",
-                f"state file {step['state_file']} is not in {src.a.path}; the reloaded stats cannot be read",
-                expected=step["state_file"],
+                message,
+                expected=absent,
                 actual=None,
                 evidence=evidence,
             )
         )
         return out
-    out.append(_state_row(src, label, step, want))
+    out.append(_state_row(src, label, steps, normalized))
     return out
 
 
-def _state_row(src: Sources, label: str, step: dict[str, Any], want: list[str]) -> Check:
+def _step_problems(steps: list[dict[str, Any]], modes: dict[str, str], normalized: list[str]) -> list[str]:
+    """A generic step whose modes differ from config.json's for its features, and the normalized
+    features no step covers (a policy's own normalizing step takes its modes from its flag instead)."""
+    problems = [
+        f"{step['registry_name']} (step {step['index']}) norm_map {step['norm_map']} vs config.json {modes}"
+        for step in steps
+        if step["own"] is None
+        and _filled(step["norm_map"], step["features"]) != _filled(modes, step["features"])
+    ]
+    covered = {k for step in steps for k in step["features"]}
+    missing = [k for k in normalized if k not in covered]
+    if missing:
+        problems.append(f"features missing from the saved steps: {missing}")
+    return problems
+
+
+def _filled(norm_map: dict[str, str], features: dict[str, Any]) -> dict[str, str]:
+    """A norm_map as LeRobot's normalizer applies it to these features (an absent type: IDENTITY)."""
+    return {f.type: norm_map.get(f.type, ABSENT_MODE) for f in features.values()}
+
+
+def _state_row(src: Sources, label: str, steps: list[dict[str, Any]], want: list[str]) -> Check:
     problems = {}
+    stats = {k: v for step in steps for k, v in step["stats"].items()}
     for key in want:
-        feature = src.a.features[key]
-        mode = step["norm_map"].get(feature.type, "IDENTITY")
-        have = step["stats"].get(key, {})
-        missing = [s for s in NEEDS.get(mode, ()) if s not in have]
+        ftype = src.a.features[key].type
+        step = next((s for s in steps if key in s["features"]), steps[0])
+        mode = step["norm_map"].get(ftype, ABSENT_MODE)
+        missing = [s for s in NEEDS.get(mode, ()) if s not in stats.get(key, {})]
         if missing:
             problems[key] = f"{mode} needs {missing}: eval passes it through"
     pre = (src.a.hints.get("pre") or {}).get("normalizers") or [{}]
     if label == "post" and pre[0].get("stats"):
-        for key, stats in step["stats"].items():
-            for stat, value in stats.items():
+        for key, values in stats.items():
+            for stat, value in values.items():
                 other = pre[0]["stats"].get(key, {}).get(stat)
                 if other is not None and (other.shape != value.shape or not np.allclose(other, value)):
                     problems[f"{key}.{stat}"] = "postprocessor stats differ from the preprocessor's"
+    files = [s["state_file"] for s in steps]
     return ROWS(
         f"reload.state:{label}",
         f"policy_{label}processor",
         "mismatch" if problems else "match",
         "; ".join(f"{k}: {v}" for k, v in problems.items())
-        or f"{step['state_file']} holds every stat the saved norm_map needs",
+        or f"{', '.join(files)} hold every stat the saved modes need",
         expected="stats per normalized feature",
-        actual=sorted(step["stats"]),
-        evidence={"problems": problems, "keys": {k: sorted(v) for k, v in step["stats"].items()}},
+        actual=sorted(stats),
+        evidence={"problems": problems, "keys": {k: sorted(v) for k, v in stats.items()}},
     )
 
 

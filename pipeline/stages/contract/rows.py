@@ -15,6 +15,8 @@ from pipeline.readers.base import Contract, DatasetContract, Feature
 from pipeline.stages.contract.config import ContractConfig
 
 NAME = "contract"
+# A's formats whose files list every input the model reads (LeRobot's input_features / input_shapes)
+DECLARES_INPUTS = ("lerobot", "lerobot_legacy", "lerobot_processor")
 
 
 @dataclass
@@ -40,8 +42,27 @@ class Sources:
     explained: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def b_mode(self, feature: Feature) -> str | None:
-        """The mode training will use: B's mapping over A's (LeRobot finetuning keeps the base config)."""
-        return self.b.norm_map.get(feature.type) or self.a.norm_map.get(feature.type)
+        return self.b_mode_of(feature.type)
+
+    def b_mode_of(self, ftype: str) -> str | None:
+        """The mode training will use: B's mapping over A's (LeRobot finetuning keeps the base config),
+        except for a type A's policy normalizes inside its own steps (no mapping reaches those)."""
+        if ftype in (self.a.hints.get("own_normalizer") or {}):
+            return self.a.norm_map.get(ftype)
+        return self.b.norm_map.get(ftype) or self.a.norm_map.get(ftype)
+
+    def model_cameras(self) -> list[str] | None:
+        """The dataset's camera keys the model reads (A's image input_features, through B's rename map),
+        or None where A's format does not declare its inputs (then every camera counts as read)."""
+        if self.a.kind not in DECLARES_INPUTS:
+            return None
+        rename = self.b.hints.get("rename_map") or {}
+        read = {k for k, f in self.a.features.items() if f.role == "image"}
+        return [k for k, f in self.c.features.items() if f.role == "image" and rename.get(k, k) in read]
+
+    def reads_camera(self, key: str) -> bool:
+        cams = self.model_cameras()
+        return cams is None or key in cams
 
     def b_features(self) -> dict[str, Feature]:
         return self.b.features or self.a.features

@@ -173,6 +173,9 @@ def _gripper_ranges(a_stats: dict | None, rec: dict, d: int, c_dim: int) -> dict
     }
 
 
+ACTION_MODES = ("absolute", "delta")  # what `infer_action_mode` can tell from the data
+
+
 def action_mode_rows(src: Sources) -> list[Check]:
     """Absolute vs delta actions, from consecutive rows, against what A or B declares."""
     evidence = infer_action_mode(src)
@@ -181,6 +184,8 @@ def action_mode_rows(src: Sources) -> list[Check]:
         src.b.hints.setdefault("_action_mode_inferred", evidence)
         return []
     inferred = evidence.get("mode")
+    if str(declared).lower() not in ACTION_MODES:
+        return [_action_space_row(src, str(declared), evidence)]
     if inferred in (None, "unclear"):
         message = f"declared {declared}, but the data does not say: {evidence.get('reason', 'no pairing')}"
         return [
@@ -210,6 +215,34 @@ def action_mode_rows(src: Sources) -> list[Check]:
             evidence=evidence,
         )
     ]
+
+
+def _action_space_row(src: Sources, declared: str, evidence: dict) -> Check:
+    """A declared `action_mode` outside absolute/delta names the policy's action space in its own
+    vocabulary (XVLA: `ee6d` = end-effector xyz + 6D rotation + gripper per arm). The files do not say
+    how that space lays out the dims, so the stage cannot prove a mismatch; what it can show is the
+    action the data holds (its names and width), for the user to confirm: soft."""
+    action = next((f for f in src.c.features.values() if f.role == "action"), None)
+    names = list(action.names or []) if action else []
+    message = (
+        f"declared action_mode {declared!r} is the policy's own action-space name, not absolute/delta; "
+        f"the dataset's action is {action.dim if action else '?'}-d"
+        + (f" ({', '.join(map(str, names[:8]))})" if names else "")
+        + f", and looks {evidence.get('mode')} (corr with next state {evidence.get('corr_next_state')}): "
+        "confirm the policy's action space is meant for these dims (the files do not say how "
+        f"{declared!r} lays them out, so this is not proven a mismatch)"
+    )
+    return ROWS(
+        "units.action_mode",
+        "action",
+        "mismatch",
+        message,
+        severity="soft",
+        expected=src.a.hints.get("action_mode"),
+        configured=declared,
+        actual={"mode": evidence.get("mode"), "dims": action.dim if action else None, "names": names},
+        evidence=evidence,
+    )
 
 
 def infer_action_mode(src: Sources) -> dict:

@@ -18,7 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REAL = Path(__file__).resolve().parents[4] / "shared" / "data" / "real"
+from tests.conftest import REAL_DATA
+
+REAL = REAL_DATA
 DATASETS = {
     "v2.1": REAL / "YifanTian07__G1-policy-train",
     "v3.0": REAL / "SamueleSandrini__record-test",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.readers.base import Contract, Feature
+from pipeline.readers import read_model
+from pipeline.readers.base import Contract
 from pipeline.readers.dataset import read_dataset
 from pipeline.records import Check
 from pipeline.stages.contract.config import ContractConfig
@@ -23,11 +24,18 @@ pytestmark = pytest.mark.skipif(
 CHUNK = 50  # the model's chunk_size: a planted 20-frame episode is too short for it
 
 
-def health(dataset: Path, tmp_path: Path, config: ContractConfig | None = None) -> dict[str, Check]:
+def health(
+    dataset: Path, tmp_path: Path, config: ContractConfig | None = None, cameras: tuple[str, ...] = ()
+) -> dict[str, Check]:
+    """The health rows for a LeRobot model that reads the state (and these cameras), read from its
+    config.json by the model reader."""
     model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text(json.dumps({"chunk_size": CHUNK, "n_obs_steps": 1}))
-    a = Contract("A", "lerobot", str(model), {"observation.state": Feature("observation.state", "state")})
+    model.mkdir(parents=True, exist_ok=True)
+    inputs = {"observation.state": {"type": "STATE", "shape": [6]}}
+    inputs |= {k: {"type": "VISUAL", "shape": [3, 480, 640]} for k in cameras}
+    config_json = {"type": "act", "chunk_size": CHUNK, "n_obs_steps": 1, "input_features": inputs}
+    (model / "config.json").write_text(json.dumps(config_json))
+    a = read_model(model)
     config = config or ContractConfig()
     options = {"rank_error": 0.001, "dynamics_rows": 1000, "health_episodes": 1000}
     c = read_dataset(str(dataset), {**options, "health_gap_factor": config.health.gap_factor})
@@ -43,7 +51,17 @@ def test_a_clean_copy_gives_no_hard_health_row(version: str, tmp_path: Path) -> 
     assert {p: p.read_bytes() for p in dataset.rglob("*") if p.is_file()} == before  # nothing modified
     assert not [r.id for r in rows.values() if r.blocking], [r.message for r in rows.values() if r.blocking]
     assert rows["contract.health.episodes"].verdict == "match"
-    assert rows["contract.health.videos"].verdict == "unverifiable"  # the real copies ship no videos
+    # the real copies ship no videos: nothing missing for a state-only model, unverifiable for a camera one
+    assert rows["contract.health.videos"].verdict == "match"
+    assert "nothing it reads is missing" in rows["contract.health.videos"].message
+    cameras = tuple(
+        k
+        for k, f in read_dataset(str(dataset), {"rank_error": 0.1, "dynamics_rows": 10}).features.items()
+        if f.role == "image"
+    )
+    if cameras:
+        reading = health(dataset, tmp_path / "cam", cameras=cameras[:1])
+        assert reading["contract.health.videos"].verdict == "unverifiable"
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))

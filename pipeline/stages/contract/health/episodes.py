@@ -9,19 +9,17 @@ content digest per episode (exact) and a coarse signature (near), never by compa
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.readers.base import read_json
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check
 from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed
 from pipeline.stages.contract.rows import Sources
 
-HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon")
+HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon", "action_chunk_size")
 
 
 def episode_rows(src: Sources, facts: dict[str, Any], data: LeRobotData | None) -> list[Check]:
@@ -35,32 +33,19 @@ def episode_rows(src: Sources, facts: dict[str, Any], data: LeRobotData | None) 
     ]
 
 
-def model_horizon(path: str | None) -> tuple[int | None, dict[str, int]]:
-    """(frames one training sample spans, the config fields it came from) from the model's config.json."""
-    if not path:
-        return None, {}
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
-    config = folder / "config.json"
-    if not config.is_file():
-        return None, {}
-    try:
-        data = read_json(config, "model config.json")
-    except InputError:
-        return None, {}
-    if not isinstance(data, dict):
-        return None, {}
-    found = {
-        k: int(v) for k in (*HORIZON_FIELDS, "n_obs_steps") if isinstance(v := data.get(k), int) and v > 0
-    }
-    steps = max((found[k] for k in HORIZON_FIELDS if k in found), default=None)
+def model_horizon(found: dict[str, int]) -> int | None:
+    """Frames one training sample spans, from the window fields the model reader read off config.json
+    (`readers.model.window_fields`): the longest chunk/horizon plus the observation steps before it."""
+    steps = max((v for k, v in found.items() if k in HORIZON_FIELDS), default=None)
     if steps is None and "n_obs_steps" not in found:
-        return None, found
-    steps = steps or 1  # n_obs_steps only: a one-step policy
-    return steps + found.get("n_obs_steps", 1) - 1, found
+        return None
+    steps = (steps or 1) + found.get("n_action_pred_token", 1) - 1  # n_obs_steps only: a one-step policy
+    return steps + found.get("n_obs_steps", 1) - 1
 
 
 def _short(src: Sources, lengths: dict[int, int]) -> Check:
-    need, fields = model_horizon(src.a.path)
+    fields = dict(src.a.hints.get("window") or {})
+    need = model_horizon(fields)
     if need is None:
         message = f"the model's config.json ({src.a.path}) gives no chunk_size/horizon: length not judged"
         return ROWS(
@@ -72,7 +57,7 @@ def _short(src: Sources, lengths: dict[int, int]) -> Check:
             evidence={"fields": fields},
         )
     short = {e: n for e, n in lengths.items() if n < need}
-    rule = " + ".join(f"{k}={v}" for k, v in fields.items())
+    rule = "from " + ", ".join(f"{k}={v}" for k, v in fields.items())
     message = (
         f"{len(short)} episode(s) shorter than the model's window of {need} frames ({rule}): "
         f"{listed([f'{e} ({n})' for e, n in short.items()])}; the loader pads or drops them"

@@ -44,7 +44,7 @@ def meta_rows(src: Any, data: LeRobotData | None) -> list[Check]:
         _columns(data, schema),
         _types(schema),
         _stray(data),
-        *_videos(data, [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]),
+        *_videos(src, data, [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]),
     ]
 
 
@@ -158,49 +158,44 @@ def _stray(data: LeRobotData) -> Check:
     )
 
 
-def _videos(data: LeRobotData, episodes: list[int]) -> list[Check]:
+def _videos(src: Any, data: LeRobotData, episodes: list[int]) -> list[Check]:
+    """Camera videos per episode. Some missing breaks the loader (hard). None present at all is a
+    dataset downloaded without its videos (LeRobot allows it): unverifiable where the model reads a
+    camera, nothing missing for a model that reads none (a state-only policy)."""
     keys = data.video_keys()
     if not keys or not episodes:
         return []
     missing: dict[str, list[int]] = {}
-    total = 0
     for key in keys:
         for episode in episodes:
-            total += 1
             try:
                 path, _, _ = data.video_location(key, episode)
             except InputError:
                 path = None
             if path is None or not Path(path).is_file():
                 missing.setdefault(key, []).append(episode)
-    count = sum(len(v) for v in missing.values())
+    total, count = len(keys) * len(episodes), sum(len(v) for v in missing.values())
+    read = [k for k in missing if src.reads_camera(k)]
+    evidence = {
+        "missing": missing,
+        "episodes": sorted({e for v in missing.values() for e in v}),
+        "read": read,
+    }
     if count == total:
         message = (
             f"no camera video is present ({len(keys)} camera(s) x {len(episodes)} episode(s)): "
             "frames not checked; every vector check ran"
         )
-        return [
-            ROWS(
-                "health.videos",
-                "videos",
-                "unverifiable",
-                message,
-                severity="soft",
-                evidence={"cameras": keys, "episodes": []},
-            )
-        ]
+        verdict = "unverifiable" if read else "match"
+        if not read:
+            message += f"; the model reads none of {keys}: nothing it reads is missing"
+        evidence = {"cameras": keys, "episodes": [], "read": read, "informational": not read}
+        return [ROWS("health.videos", "videos", verdict, message, severity="soft", evidence=evidence)]
     message = (
         f"{count} of {total} camera video(s) missing: "
         f"{listed([f'{k} episode(s) {listed(v, 5)}' for k, v in missing.items()])}; the loader fails on them"
         if missing
         else f"every camera video is present ({len(keys)} camera(s) x {len(episodes)} episode(s))"
     )
-    return [
-        ROWS(
-            "health.videos",
-            "videos",
-            "mismatch" if missing else "match",
-            message,
-            evidence={"missing": missing, "episodes": sorted({e for v in missing.values() for e in v})},
-        )
-    ]
+    verdict = "mismatch" if missing else "match"
+    return [ROWS("health.videos", "videos", verdict, message, evidence=evidence)]
