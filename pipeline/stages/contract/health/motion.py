@@ -231,14 +231,15 @@ def _frozen(src: Sources, facts: dict[str, Any], key: str) -> Check:
 def _held(src: Sources, facts: dict[str, Any], key: str) -> Check:
     """A dim at exactly one value for a whole episode while it moves in most other episodes: unlike a
     frozen stretch (a gripper held shut for a while, everywhere in real data), nothing in the task
-    holds a joint or a command still from the first frame to the last in one episode only."""
+    holds a continuous joint or command still from the first frame to the last in one episode only.
+    Discrete dims (mostly at their limits, a gripper's open / close) are left out."""
     cfg = src.cfg.health
     ids, lo = per_episode(facts, key, "lo")
     _, hi = per_episode(facts, key, "hi")
     if not ids:
         return ROWS(f"health.held:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
     spread = np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)
-    held = (spread == 0) & (column(facts, "rows") >= cfg.frozen_frames)[:, None]
+    held = (spread == 0) & (column(facts, "rows") >= cfg.frozen_frames)[:, None] & ~_discrete(facts, key)
     found: dict[int, dict[str, Any]] = {}
     for d in range(spread.shape[1]):
         rows, others = np.flatnonzero(held[:, d]), spread[~held[:, d], d]
@@ -251,6 +252,13 @@ def _held(src: Sources, facts: dict[str, Any], key: str) -> Check:
                 "spread_elsewhere": float(np.median(others[others > 0])),
             }
     return _held_row(src, key, found)
+
+
+def _discrete(facts: dict[str, Any], key: str) -> np.ndarray:
+    """Dims that sit at their min or max in most rows: a discrete command (a gripper's open / close),
+    which may stay at one level for a whole episode by design (a grasp that never happened)."""
+    at_limits = np.asarray(facts["low"][key]["count"]) + np.asarray(facts["high"][key]["count"])
+    return at_limits / max(int(facts["rows"]), 1) >= 0.5
 
 
 def _held_row(src: Sources, key: str, found: dict[int, dict[str, Any]]) -> Check:
