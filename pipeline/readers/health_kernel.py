@@ -117,8 +117,7 @@ def _motion_loop(  # type: ignore[no-untyped-def]
             row_cur = row_cur + 1 if all_same else 0
             if row_cur > row_longest[k]:
                 row_longest[k] = row_cur
-        for d in range(dim):
-            run[k, d] = cur[d]
+        run[k, :] = cur
         row_run[k] = row_cur
 
 
