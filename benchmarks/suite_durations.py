@@ -39,6 +39,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "rendering": (r"EvalRenderer", r"\brender\w*\(", r"mujoco", r"\bencode\w*\("),
 }
 UNIT = "pure unit"
+Groups = dict[str, tuple[int, float]]  # key -> (tests, seconds)
 
 
 @dataclass(frozen=True)
@@ -162,14 +163,14 @@ def kind_of(nodeid: str) -> str:
     return UNIT
 
 
-def grouped(run: list[Timed], key: str) -> dict[str, tuple[int, float]]:
+def grouped(run: list[Timed], key: str) -> Groups:
     out: dict[str, list[float]] = defaultdict(list)
     for t in run:
         out[t.file if key == "file" else kind_of(t.nodeid)].append(t.seconds)
     return {k: (len(v), sum(v)) for k, v in out.items()}
 
 
-def table(title: str, after: dict[str, tuple[int, float]], before: dict[str, tuple[int, float]] | None) -> str:
+def table(title: str, after: Groups, before: Groups | None) -> str:
     rows = sorted(set(after) | set(before or {}), key=lambda k: -max(after.get(k, (0, 0))[1], 0))
     total = sum(s for _, s in after.values())
     head = f"{title:<58} {'tests':>5} {'seconds':>8} {'share':>6}"
@@ -191,7 +192,8 @@ def table(title: str, after: dict[str, tuple[int, float]], before: dict[str, tup
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("run", type=Path)
     parser.add_argument("before", type=Path, nargs="?")
     parser.add_argument("--top", type=int, default=15, help="the slowest tests listed (0: none)")
