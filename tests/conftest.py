@@ -3,6 +3,7 @@ would (a subprocess in a scratch directory), and the local Slurm cluster."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -13,6 +14,9 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
+
+from tests import build_ledger
+from tests.build_ledger import LEDGER
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = REPO.parent / "shared" / "data" / "real"
@@ -72,14 +76,17 @@ def launch(
     the launch reuses it as a second launch in the same folder would: built once per session and
     settings, not once per test (with cameras a build is ~35 s). `seed_demo=False` leaves the folder
     empty for tests of the build itself."""
-    if seed_demo and SESSION_DEMOS is not None and not any(o.startswith(NO_SEED) for o in overrides):
+    seeded = seed_demo and SESSION_DEMOS is not None and not any(o.startswith(NO_SEED) for o in overrides)
+    if seeded:
+        assert SESSION_DEMOS is not None
         SESSION_DEMOS.seed(cwd, *overrides)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
         "COLUMNS": "200",
     }
-    return subprocess.run(
+    started = build_ledger.now()
+    proc = subprocess.run(
         [sys.executable, "-m", "pipeline.launch", *overrides],
         cwd=cwd,
         env=env,
@@ -88,6 +95,13 @@ def launch(
         timeout=timeout,
         check=False,
     )
+    for digest, variant in build_ledger.launch_builds(cwd / "preflight", started):
+        LEDGER.record(digest, variant, f"launch {' '.join(overrides)}")
+        if seeded:  # the seed was built for nothing: `demo_config` composed other settings than the launch
+            LEDGER.duplicates.append(
+                f"{LEDGER.current}: the launch rebuilt the {variant} demo the session seeded"
+            )
+    return proc
 
 
 def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:
@@ -133,7 +147,10 @@ class DemoCache:
         wanted = settings(cfg)
         variant = str(wanted["variant"])
         built = self.root / f"{variant}-{digest(wanted)}"
-        demo.ensure(cfg, built)  # a no-op once built
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f".{variant}.lock", "w") as lock:  # xdist workers share the cache: one builds
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            demo.ensure(cfg, built)  # a no-op once built
         target = cwd / "preflight" / "demo" / variant
         if not target.exists():
             shutil.copytree(built / variant, target)
@@ -145,12 +162,59 @@ SESSION_DEMOS: DemoCache | None = None  # set for the session by `_session_demos
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoCache]:
+    """Under pytest-xdist the workers' base folders share a parent: one cache for all of them."""
     global SESSION_DEMOS
-    SESSION_DEMOS = DemoCache(tmp_path_factory.mktemp("demo_cache"))
+    base = tmp_path_factory.getbasetemp()
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    SESSION_DEMOS = DemoCache(base.parent / "demo_cache" if shared else tmp_path_factory.mktemp("demo_cache"))
+    undo = build_ledger.install(lambda: LEDGER)
     yield SESSION_DEMOS
+    undo()
     SESSION_DEMOS = None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture of the test is set up: its builds (module fixtures' too) are its own."""
+    LEDGER.current = item.nodeid
+    item.stash[_SEEN] = len(LEDGER.duplicates)
+
+
+_SEEN = pytest.StashKey[int]()
+
+
+@pytest.fixture(autouse=True)
+def _no_duplicate_demo_build(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails the test during which a demo was built that this session had already built (see
+    tests/build_ledger.py): the same settings built twice cost a build each time, and it adds up."""
+    yield
+    found = LEDGER.taken_since(request.node.stash.get(_SEEN, len(LEDGER.duplicates)))
+    if found:
+        pytest.fail(
+            "a demo built twice in one session (share the session's: tests/conftest.py DemoCache):\n"
+            + "\n".join(found)
+        )
 
 
 @pytest.fixture(scope="session")
 def demo_cache(_session_demos: DemoCache) -> DemoCache:
     return _session_demos
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests on the local Slurm cluster run on one xdist worker (tests/xdist_scope.py)."""
+    from tests.xdist_scope import SLURM_GROUP
+
+    for item in items:
+        if item.get_closest_marker("slurm") or "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadgroup` splits by the scopes of tests/xdist_scope.py; any other mode is xdist's own."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from tests.xdist_scope import scheduler
+
+    return scheduler(config, log)
