@@ -50,6 +50,10 @@ class BuildLedger:
 
 
 LEDGER = BuildLedger()
+# the session's `DemoCache` (tests/conftest.py), held here and not in the conftest: pytest imports that as
+# `conftest` while test modules import `tests.conftest`, two module objects, and a global set in one of
+# them was never seen by `launch` in the other (so no launch was ever seeded: each built its own demo)
+SESSION_DEMOS: Any = None
 
 
 def install(ledger: Callable[[], BuildLedger]) -> Callable[[], None]:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,8 @@ def other_stages(*keep: str) -> str:
 
 
 # overrides after which a launch builds no demo where the session's would be copied (its inputs are given,
-# or its output root is elsewhere)
-NO_SEED = ("dataset.path=", "model.path=", "training.path=", "output_root=")
+# its output root is elsewhere, or `~demo` removed the demo)
+NO_SEED = ("dataset.path=", "model.path=", "training.path=", "output_root=", "~demo")
 
 
 def launch(
@@ -76,10 +77,10 @@ def launch(
     the launch reuses it as a second launch in the same folder would: built once per session and
     settings, not once per test (with cameras a build is ~35 s). `seed_demo=False` leaves the folder
     empty for tests of the build itself."""
-    seeded = seed_demo and SESSION_DEMOS is not None and not any(o.startswith(NO_SEED) for o in overrides)
+    cache = build_ledger.SESSION_DEMOS
+    seeded = seed_demo and cache is not None and not any(o.startswith(NO_SEED) for o in overrides)
     if seeded:
-        assert SESSION_DEMOS is not None
-        SESSION_DEMOS.seed(cwd, *overrides)
+        cache.seed(cwd, *overrides)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
@@ -102,6 +103,23 @@ def launch(
                 f"{LEDGER.current}: the launch rebuilt the {variant} demo the session seeded"
             )
     return proc
+
+
+@dataclass(frozen=True)
+class Launched:
+    """One launch in its own folder, shared by the tests that read different parts of it."""
+
+    cwd: Path
+    proc: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="session")
+def piped_container_check(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """A clear local launch of container_check alone, run id p1, its output piped: the progress lines it
+    printed (test_progress) and the status table of its run (test_status_table) read the same run."""
+    cwd = tmp_path_factory.mktemp("piped_container_check")
+    overrides = ("launcher=local", "~demo", "min_free_mb=1", "run_id=p1", other_stages("container_check"))
+    return Launched(cwd, launch(cwd, *overrides))
 
 
 def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:
@@ -157,20 +175,17 @@ class DemoCache:
         return target
 
 
-SESSION_DEMOS: DemoCache | None = None  # set for the session by `_session_demos`; `launch` seeds from it
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _session_demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoCache]:
     """Under pytest-xdist the workers' base folders share a parent: one cache for all of them."""
-    global SESSION_DEMOS
     base = tmp_path_factory.getbasetemp()
     shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
-    SESSION_DEMOS = DemoCache(base.parent / "demo_cache" if shared else tmp_path_factory.mktemp("demo_cache"))
+    cache = DemoCache(base.parent / "demo_cache" if shared else tmp_path_factory.mktemp("demo_cache"))
+    build_ledger.SESSION_DEMOS = cache
     undo = build_ledger.install(lambda: LEDGER)
-    yield SESSION_DEMOS
+    yield cache
     undo()
-    SESSION_DEMOS = None
+    build_ledger.SESSION_DEMOS = None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -5,7 +5,6 @@ import os
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
@@ -13,19 +12,11 @@ import pytest
 
 from pipeline import audit
 from pipeline.records import SCHEMA_PATH
-from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.conftest import Launched, gate_of, launch, other_stages, run_dir_of
 from tests.sif_images import build_image
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 CRASH = ("~demo", "plugins=[preflight_crash_stage]", other_stages("container_check"))
-
-
-@dataclass(frozen=True)
-class Launched:
-    """One launch in its own folder, shared by the tests that read different parts of it."""
-
-    cwd: Path
-    proc: subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="module")
