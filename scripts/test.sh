@@ -4,9 +4,17 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+started=${SECONDS}
+# the total, setup and cluster included (CI's budget is 12 minutes on two cores), even when a test fails
+finish() {
+    local rc=$?
+    scripts/slurm_local.sh down || true
+    echo "test.sh: total $((SECONDS - started)) s wall (setup, cluster, lint, pytest), exit ${rc}"
+    exit "${rc}"
+}
 scripts/setup.sh
+trap finish EXIT
 scripts/slurm_local.sh up
-trap 'scripts/slurm_local.sh down' EXIT
 eval "$(scripts/slurm_local.sh env)"
 export MUJOCO_GL=${MUJOCO_GL:-egl}
 

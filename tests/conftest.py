@@ -3,16 +3,21 @@ would (a subprocess in a scratch directory), and the local Slurm cluster."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
+
+from tests import build_ledger
+from tests.build_ledger import LEDGER
 
 REPO = Path(__file__).resolve().parents[1]
 # ../shared beside the repo; PREFLIGHT_REAL_DATA points elsewhere (a git worktree one level deeper)
@@ -60,8 +65,8 @@ def other_stages(*keep: str) -> str:
 
 
 # overrides after which a launch builds no demo where the session's would be copied (its inputs are given,
-# or its output root is elsewhere)
-NO_SEED = ("dataset.path=", "model.path=", "training.path=", "output_root=")
+# its output root is elsewhere, or `~demo` removed the demo)
+NO_SEED = ("dataset.path=", "model.path=", "training.path=", "output_root=", "~demo")
 
 
 def launch(
@@ -73,14 +78,17 @@ def launch(
     the launch reuses it as a second launch in the same folder would: built once per session and
     settings, not once per test (with cameras a build is ~35 s). `seed_demo=False` leaves the folder
     empty for tests of the build itself."""
-    if seed_demo and SESSION_DEMOS is not None and not any(o.startswith(NO_SEED) for o in overrides):
-        SESSION_DEMOS.seed(cwd, *overrides)
+    cache = build_ledger.SESSION_DEMOS
+    seeded = seed_demo and cache is not None and not any(o.startswith(NO_SEED) for o in overrides)
+    if seeded:
+        cache.seed(cwd, *overrides)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
         "COLUMNS": "200",
     }
-    return subprocess.run(
+    started = build_ledger.now()
+    proc = subprocess.run(
         [sys.executable, "-m", "pipeline.launch", *overrides],
         cwd=cwd,
         env=env,
@@ -89,6 +97,30 @@ def launch(
         timeout=timeout,
         check=False,
     )
+    for digest, variant in build_ledger.launch_builds(cwd / "preflight", started):
+        LEDGER.record(digest, variant, f"launch {' '.join(overrides)}")
+        if seeded:  # the seed was built for nothing: `demo_config` composed other settings than the launch
+            LEDGER.duplicates.append(
+                f"{LEDGER.current}: the launch rebuilt the {variant} demo the session seeded"
+            )
+    return proc
+
+
+@dataclass(frozen=True)
+class Launched:
+    """One launch in its own folder, shared by the tests that read different parts of it."""
+
+    cwd: Path
+    proc: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="session")
+def piped_container_check(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """A clear local launch of container_check alone, run id p1, its output piped: the progress lines it
+    printed (test_progress) and the status table of its run (test_status_table) read the same run."""
+    cwd = tmp_path_factory.mktemp("piped_container_check")
+    overrides = ("launcher=local", "~demo", "min_free_mb=1", "run_id=p1", other_stages("container_check"))
+    return Launched(cwd, launch(cwd, *overrides))
 
 
 def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:
@@ -134,24 +166,71 @@ class DemoCache:
         wanted = settings(cfg)
         variant = str(wanted["variant"])
         built = self.root / f"{variant}-{digest(wanted)}"
-        demo.ensure(cfg, built)  # a no-op once built
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f".{variant}.lock", "w") as lock:  # xdist workers share the cache: one builds
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            demo.ensure(cfg, built)  # a no-op once built
         target = cwd / "preflight" / "demo" / variant
         if not target.exists():
             shutil.copytree(built / variant, target)
         return target
 
 
-SESSION_DEMOS: DemoCache | None = None  # set for the session by `_session_demos`; `launch` seeds from it
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _session_demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoCache]:
-    global SESSION_DEMOS
-    SESSION_DEMOS = DemoCache(tmp_path_factory.mktemp("demo_cache"))
-    yield SESSION_DEMOS
-    SESSION_DEMOS = None
+    """Under pytest-xdist the workers' base folders share a parent: one cache for all of them."""
+    base = tmp_path_factory.getbasetemp()
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    cache = DemoCache(base.parent / "demo_cache" if shared else tmp_path_factory.mktemp("demo_cache"))
+    build_ledger.SESSION_DEMOS = cache
+    undo = build_ledger.install(lambda: LEDGER)
+    yield cache
+    undo()
+    build_ledger.SESSION_DEMOS = None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture of the test is set up: its builds (module fixtures' too) are its own."""
+    LEDGER.current = item.nodeid
+    item.stash[_SEEN] = len(LEDGER.duplicates)
+
+
+_SEEN = pytest.StashKey[int]()
+
+
+@pytest.fixture(autouse=True)
+def _no_duplicate_demo_build(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails the test during which a demo was built that this session had already built (see
+    tests/build_ledger.py): the same settings built twice cost a build each time, and it adds up."""
+    yield
+    found = LEDGER.taken_since(request.node.stash.get(_SEEN, len(LEDGER.duplicates)))
+    if found:
+        pytest.fail(
+            "a demo built twice in one session (share the session's: tests/conftest.py DemoCache):\n"
+            + "\n".join(found)
+        )
 
 
 @pytest.fixture(scope="session")
 def demo_cache(_session_demos: DemoCache) -> DemoCache:
     return _session_demos
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests on the local Slurm cluster run on one xdist worker (tests/xdist_scope.py)."""
+    from tests.xdist_scope import SLURM_GROUP
+
+    for item in items:
+        if item.get_closest_marker("slurm") or "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadgroup` splits by the scopes of tests/xdist_scope.py; any other mode is xdist's own."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from tests.xdist_scope import scheduler
+
+    return scheduler(config, log)

@@ -12,14 +12,29 @@ import pytest
 
 from pipeline import audit
 from pipeline.records import SCHEMA_PATH
-from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.conftest import Launched, gate_of, launch, other_stages, run_dir_of
 from tests.sif_images import build_image
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
+CRASH = ("~demo", "plugins=[preflight_crash_stage]", other_stages("container_check"))
 
 
-def test_local_run_is_clear_and_leaves_every_record(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "~demo", other_stages("container_check"))
+@pytest.fixture(scope="module")
+def clear_run(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """A clear local launch of container_check alone (~20 s): its records and its status share it."""
+    cwd = tmp_path_factory.mktemp("clear")
+    return Launched(cwd, launch(cwd, "launcher=local", "~demo", other_stages("container_check")))
+
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """A local launch whose plugin stage crashes: its record, and the local half of local vs debug."""
+    cwd = tmp_path_factory.mktemp("crash")
+    return Launched(cwd, launch(cwd, "launcher=local", *CRASH))
+
+
+def test_local_run_is_clear_and_leaves_every_record(clear_run):
+    tmp_path, proc = clear_run.cwd, clear_run.proc
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     gate = gate_of(run_dir)
@@ -33,16 +48,10 @@ def test_local_run_is_clear_and_leaves_every_record(tmp_path):
     assert not (tmp_path / "outputs").exists() and not list(tmp_path.glob("*.log"))
 
 
-def test_crashing_stage_is_an_error_and_blocks_with_exit_3(tmp_path):
-    proc = launch(
-        tmp_path,
-        "launcher=local",
-        "~demo",
-        "plugins=[preflight_crash_stage]",
-        other_stages("container_check"),
-    )
+def test_crashing_stage_is_an_error_and_blocks_with_exit_3(crash_run):
+    proc = crash_run.proc
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    gate = gate_of(run_dir_of(tmp_path, proc))
+    gate = gate_of(run_dir_of(crash_run.cwd, proc))
     crash = next(s for s in gate["stages"] if s["stage"] == "crash")
     assert crash["status"] == "error"
     assert "planted crash" in crash["checks"][0]["message"]
@@ -50,33 +59,11 @@ def test_crashing_stage_is_an_error_and_blocks_with_exit_3(tmp_path):
     assert gate["gate"] == "blocked" and any(r.startswith("crash.error") for r in gate["reasons"])
 
 
-def test_debug_executor_gives_the_same_record_as_local(tmp_path):
-    local = (
-        launch(
-            tmp_path / "a",
-            "launcher=local",
-            "~demo",
-            "plugins=[preflight_crash_stage]",
-            other_stages("container_check"),
-        )
-        if (tmp_path / "a").mkdir() is None
-        else None
-    )
-    debug = (
-        launch(
-            tmp_path / "b",
-            "launcher=debug",
-            "~demo",
-            "plugins=[preflight_crash_stage]",
-            other_stages("container_check"),
-        )
-        if (tmp_path / "b").mkdir() is None
-        else None
-    )
+def test_debug_executor_gives_the_same_record_as_local(crash_run, tmp_path):
+    local = crash_run.proc
+    debug = launch(tmp_path, "launcher=debug", *CRASH)
     assert local.returncode == debug.returncode == 3, debug.stdout + debug.stderr
-    assert summary(gate_of(run_dir_of(tmp_path / "a", local))) == summary(
-        gate_of(run_dir_of(tmp_path / "b", debug))
-    )
+    assert summary(gate_of(run_dir_of(crash_run.cwd, local))) == summary(gate_of(run_dir_of(tmp_path, debug)))
 
 
 def summary(gate: dict) -> tuple:
@@ -191,12 +178,11 @@ def test_container_apptainer_wraps_every_job_fake_apptainer(tmp_path, monkeypatc
     assert gate["stages"][0]["fingerprints"]["container"].startswith("sha256:")
 
 
-def test_status_shows_the_stage_states_of_a_run(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "~demo", other_stages("container_check"))
-    run_dir = run_dir_of(tmp_path, proc)
+def test_status_shows_the_stage_states_of_a_run(clear_run):
+    run_dir = run_dir_of(clear_run.cwd, clear_run.proc)
     out = subprocess.run(
         [sys.executable, "-m", "pipeline.status", run_dir.name],
-        cwd=tmp_path,
+        cwd=clear_run.cwd,
         capture_output=True,
         text=True,
         check=True,

@@ -51,8 +51,8 @@ def test_follow_in_a_pipe_writes_one_line_per_state_change_then_the_table(tmp_pa
     assert "run r1" in lines[len(changes)]  # the whole table follows the lines
 
 
-def test_piped_local_launch_shows_running_before_completed(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "~demo", "min_free_mb=1", other_stages("container_check"))
+def test_piped_local_launch_shows_running_before_completed(piped_container_check):
+    proc = piped_container_check.proc  # launcher=local ~demo min_free_mb=1, container_check alone
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     running = re.search(r"^\d\d:\d\d:\d\d container_check RUNNING job \d+$", out, re.M)

@@ -48,11 +48,11 @@ def wait_for(predicate, what: str, timeout_s: float = 600) -> None:
         time.sleep(0.2)
 
 
-def test_status_in_a_pipe_is_not_cut_to_80_columns(tmp_path):
-    proc = launch(tmp_path, *BASE, "run_id=p1", other_stages("container_check"))
+def test_status_in_a_pipe_is_not_cut_to_80_columns(piped_container_check):
+    proc = piped_container_check.proc  # BASE, run_id=p1, container_check alone (tests/conftest.py)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    out = status(tmp_path, "p1", env)
+    out = status(piped_container_check.cwd, "p1", env)
     assert "…" not in out, out
     assert row_of(out, "container_check")[0] == "container_check"
     assert row_of(out, "gate")[2] == "afterany:container_check" and row_of(out, "gate")[-1] == "clear"

@@ -133,10 +133,12 @@ def test_plant_faults_runs_one_clock_back_and_records_one_episode_twice() -> Non
 
 
 def test_ensure_builds_once_and_rebuilds_on_change(tmp_path: Path) -> None:
-    first = ensure(SMALL, tmp_path)
+    # settings of its own (SMALL is the module's, built once): one short episode and no cameras
+    tiny = {**SMALL, "episodes": 1, "steps": 20, "cameras": {"size": 0}}
+    first = ensure(tiny, tmp_path)
     marker = Path(first["model"]).parent / "demo.json"
     stamp = marker.stat().st_mtime_ns
-    assert ensure(SMALL, tmp_path) == first and marker.stat().st_mtime_ns == stamp
-    changed = ensure({**SMALL, "train_steps": 5}, tmp_path)
+    assert ensure(tiny, tmp_path) == first and marker.stat().st_mtime_ns == stamp
+    changed = ensure({**tiny, "train_steps": 5}, tmp_path)
     assert changed == first and json.loads(marker.read_text())["settings"]["train_steps"] == 5
     assert [p.name for p in tmp_path.iterdir()] == ["default"]  # no scratch directories left behind
