@@ -3,9 +3,15 @@
 A run that fills its quota on day three dies at a checkpoint save, or leaves a truncated file that the
 resume then loads (reference 004). This stage runs as a job, so it sees `checkpoint_dir` as a compute
 node sees it (mounts, free space, the user's quota there), estimates one checkpoint's size (an explicit
-size, else the largest checkpoint already in that folder's manifest, else parameter count x dtype from
-the model's safetensors headers, read through the validated header reader), multiplies by the number
-kept, and compares with free space and quota headroom. Not fitting warns or blocks (`severity`).
+size, else the largest checkpoint already in that folder's manifest, else the files of a whole checkpoint
+a training wrote, else parameter count x dtype from the model's safetensors headers, read through the
+validated header reader), multiplies by the number kept, and compares with free space and quota
+headroom. Not fitting warns or blocks (`severity`).
+
+A training checkpoint is more than the weights: LeRobot writes `checkpoints/<step>/pretrained_model/`
+and `training_state/` beside it, whose optimizer state (Adam's two moments) is ~2x the weights; a
+user's ACT budgeted from its weights (207 MB) saved 413 MB more. Where such a folder exists (model.path
+inside one, or earlier ones in checkpoint_dir) its files are measured, never the weights alone.
 """
 
 from __future__ import annotations
@@ -109,6 +115,9 @@ def estimate(conf: CheckpointStorageConfig, folder: Path, model: Path | None) ->
                 actual=max(sizes),
                 evidence={"source": "manifest", "checkpoints": len(sizes)},
             )
+    measured = _measured(folder, model)
+    if measured is not None:
+        return measured
     files = _safetensors(model) if model else []
     if not files:
         return None, rows.judge(
@@ -145,6 +154,78 @@ def estimate(conf: CheckpointStorageConfig, folder: Path, model: Path | None) ->
             "stored_bytes": stored,
         },
     )
+
+
+STATE = "training_state"  # LeRobot: optimizer, scheduler, rng and step, beside pretrained_model/
+
+
+def _measured(folder: Path, model: Path | None) -> tuple[int, Check] | None:
+    """The largest whole training checkpoint already in checkpoint_dir, else the one holding model.path
+    (the model folder, a file in it, or the step folder itself), measured from its files; None where
+    there is none."""
+    saved, source = [_files(step) for step in _steps(folder)], "checkpoint_dir"
+    if not saved and model is not None:
+        around = [step for step in (model, model.parent, model.parent.parent) if _is_step(step)]
+        saved, source = [_files(step) for step in around[:1]], "model.path"
+    if not saved:
+        return None
+    step, size, parts, count = max(saved, key=lambda found: found[1])
+    split = ", ".join(f"{name}: {n} bytes" for name, n in sorted(parts.items()))
+    which = (
+        f"the largest of {len(saved)} in checkpoint_dir"
+        if source == "checkpoint_dir"
+        else "holding model.path"
+    )
+    return size, rows(
+        "size",
+        "checkpoint_size",
+        "match",
+        f"{size} bytes: the training checkpoint {step} ({which}) measured from its {count} files ({split})",
+        actual=size,
+        evidence={
+            "source": "files",
+            "found_from": source,
+            "folder": str(step),
+            "parts": parts,
+            "files": count,
+            "checkpoints": len(saved),
+        },
+    )
+
+
+def _is_step(step: Path) -> bool:
+    """A folder a training wrote one checkpoint into: `training_state/` beside a model folder
+    (LeRobot's `checkpoints/<step>/`); links (LeRobot's `checkpoints/last`) are left out."""
+    state = step / STATE
+    if step.is_symlink() or not state.is_dir() or state.is_symlink():
+        return False
+    return any(p.is_dir() and p.name != STATE for p in step.iterdir())
+
+
+def _steps(parent: Path) -> list[Path]:
+    """The training checkpoints under `parent` or its `checkpoints/`."""
+    return [
+        step
+        for base in (parent, parent / "checkpoints")
+        if base.is_dir()
+        for step in sorted(base.iterdir())
+        if step.is_dir() and _is_step(step)
+    ]
+
+
+def _files(step: Path) -> tuple[Path, int, dict[str, int], int]:
+    """Bytes of every regular file under `step` (links not followed), by top-level entry."""
+    parts: dict[str, int] = {}
+    count = 0
+    for root, _, names in os.walk(step):
+        for name in names:
+            path = Path(root) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            top = path.relative_to(step).parts[0]
+            parts[top] = parts.get(top, 0) + path.stat().st_size
+            count += 1
+    return step, sum(parts.values()), parts, count
 
 
 def _safetensors(model: Path) -> list[Path]:

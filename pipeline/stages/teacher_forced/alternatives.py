@@ -32,7 +32,9 @@ class Alternative:
     batch, or the targets (N, H, D)). `control`: what it must fit better than to be kept. A dim
     xpi/180 is almost that dim zeroed, so it "fits better" whenever the model ignores the dim or
     predicts ~0 for it (a weak or blind dim, an out-of-range input); only beating the zeroed dim
-    says that the values are radians."""
+    says that the values are radians. `dims`: the action dims a target alternative changes, the only
+    ones where it and its control differ, so the only ones they are compared on (empty: an input
+    alternative, whose predictions may change in every dim)."""
 
     part: str
     wording: str
@@ -40,6 +42,7 @@ class Alternative:
     inputs: Callable[[Batch], Batch] | None = None
     target: Callable[[np.ndarray], np.ndarray] | None = None
     control: Alternative | None = None
+    dims: tuple[int, ...] = ()
 
 
 def _channels_reversed(key: str) -> Callable[[Batch], Batch]:
@@ -132,8 +135,9 @@ def targets(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Altern
             "target",
             target=_target_scaled(d, 1 / DEG),
             control=Alternative(
-                f"target.zeroed:{at}", f"{said} zeroed", "target", target=_target_scaled(d, 0.0)
+                f"target.zeroed:{at}", f"{said} zeroed", "target", target=_target_scaled(d, 0.0), dims=(d,)
             ),
+            dims=(d,),
         )
         yield Alternative(
             f"target.x180/pi:{at}",

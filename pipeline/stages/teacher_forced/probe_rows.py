@@ -73,7 +73,8 @@ def _level(tf: Any, step: dict[str, Any]) -> str:
     )
     control = step.get("control")
     if control:
-        said += f"; {sig(-100 * control['change'], 3)} % below its control, {control['wording']}"
+        on = "" if control.get("dims", "all") == "all" else " (on that dim's error, where they differ)"
+        said += f"; {sig(-100 * control['change'], 3)} % below its control, {control['wording']}{on}"
     return said
 
 

@@ -37,6 +37,30 @@ def check_seeds(estimator: Sequence[int], artifacts: Mapping[str, Sequence[int]]
             )
 
 
+def same_outputs(first: np.ndarray, second: np.ndarray) -> dict[str, Any]:
+    """Two runs' whole outputs (B, chunk, D), every chunk step: identical, or where and by how much not.
+    A chunk model's outputs are compared whole, never against a copy already cut to the scored horizon."""
+    shapes = [list(first.shape), list(second.shape)]
+    if first.shape != second.shape:
+        return {"identical": False, "shape": shapes, "differs": f"output shapes {shapes[0]} vs {shapes[1]}"}
+    identical = bool(np.array_equal(first, second, equal_nan=True))
+    out: dict[str, Any] = {"identical": identical, "shape": shapes[0]}
+    if identical:
+        return out
+    diff = np.abs(first.astype(np.float64) - second)
+    diff[np.isnan(first) & np.isnan(second)] = 0.0
+    diff[np.isnan(diff)] = np.inf  # NaN under one seed only
+    changed = diff > 0  # (B, chunk, D): models.infer returns every output as a chunk
+    steps = np.flatnonzero(changed.any(axis=(0, 2))).tolist()
+    out |= {
+        "max_abs_diff": float(diff.max()),
+        "chunk_steps_differing": steps[:20],
+        "samples_differing": int(changed.any(axis=(1, 2)).sum()),
+    }
+    out["differs"] = f"max |diff| {out['max_abs_diff']:.3g} at {len(steps)} chunk step(s), first {steps[:1]}"
+    return out
+
+
 def split_half(matrix: np.ndarray) -> dict[str, Any]:
     """matrix (K seeds, N samples) of per-sample errors -> how alike the two halves rank the samples."""
     from scipy.stats import kendalltau, spearmanr  # ~0.8 s to import: not when a launch loads the stage
