@@ -265,7 +265,7 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder
     for stage in chosen:
         missing = missing_keys(stage, cfg)
         if missing:
-            jobs.append(skipped_job(stage, missing))
+            jobs.append(skipped_job(stage, missing, resources(cfg, stage.name)))
             continue
         both = input_fingerprints(plain, stage.declared_inputs, plain["stages"].get(stage.name), hasher)
         prints = both[0]
@@ -310,12 +310,14 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder
     return jobs
 
 
-def skipped_job(stage: Stage, missing: tuple[str, ...]) -> JobSpec:
+def skipped_job(stage: Stage, missing: tuple[str, ...], res: dict[str, Any]) -> JobSpec:
     """A stage left out for want of input: no job, and a `skipped` result naming the keys that would run
     it (written at launch), so the record shows it as skipped, never as passed."""
     reason = skip_reason(stage, missing)
     result = StageResult(stage.name, "skipped", provenance={"reason": reason, "needs": list(missing)})
-    return JobSpec(stage.name, "stage", stage.name, reused=True, skipped=reason, earlier=result)
+    return JobSpec(
+        stage.name, "stage", stage.name, resources=res, reused=True, skipped=reason, earlier=result
+    )
 
 
 def plan_document(jobs: list[JobSpec], **extra: Any) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def test_a_users_inputs_get_skipped_rows_and_no_demo_anywhere(tmp_path, demo_cac
     assert by_stage["render_cache"]["provenance"]["needs"] == ["release.path", "cache.path"]
     assert "stages.teacher_forced.models" in by_stage["teacher_forced"]["provenance"]["reason"]
     assert not any(by_stage[n]["checks"] for n in ("render_cache", "determinism", "teacher_forced"))
-    assert gate["gate"] == "clear" and by_stage["contract"]["status"] == "pass"
+    assert gate["gate"] == "clear" and by_stage["contract"]["status"] in ("pass", "warn")
     record = next((cwd / "audit_logs").glob("*_audit.md"))
     text = record.read_text()
     assert "_mine_mine_" in record.name, record.name  # "model", "dataset": generic names, skipped
