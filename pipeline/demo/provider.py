@@ -80,7 +80,17 @@ def _render_cache(cfg: DictConfig) -> None:
 
 
 def _teacher_forced(cfg: DictConfig, root: Path) -> None:
-    """The demo's models (its `teacher_forced/models.json`), paths made absolute and kept inside it."""
+    """The demo's models in stages.teacher_forced (and its baseline, unless one is configured)."""
+    models, baseline = teacher_forced_models(root)
+    tf = cfg.stages.teacher_forced
+    tf.models = models
+    if not tf.get("baseline"):
+        tf.baseline = baseline
+
+
+def teacher_forced_models(root: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The demo's models (its `teacher_forced/models.json` under the demo folder `root`), paths made
+    absolute and kept inside `root`, and the baseline's name."""
     from pipeline.demo.teacher_forced import FOLDER
 
     listing = root / FOLDER / "models.json"
@@ -102,10 +112,7 @@ def _teacher_forced(cfg: DictConfig, root: Path) -> None:
                     )
                 spec[attr] = str(full)
         models.append(spec)
-    tf = cfg.stages.teacher_forced
-    tf.models = models
-    if not tf.get("baseline"):
-        tf.baseline = data.get("baseline")
+    return models, data.get("baseline")
 
 
 def _determinism(cfg: DictConfig) -> None:
