@@ -8,6 +8,7 @@ exit 2 naming them, and the record is named after the model and dataset it judge
 from __future__ import annotations
 
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -145,3 +146,32 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
+
+
+def test_model_path_is_scored_with_the_loader_its_config_names(tmp_path):
+    """A LeRobot policy type -> load_lerobot (exit 2 at launch where lerobot is missing); another type
+    names no loader: the stage is skipped, naming stages.teacher_forced.models."""
+    import importlib.util
+
+    from pipeline.stages.teacher_forced import LEROBOT_LOADER, model_loader, model_specs
+
+    act, mine = tmp_path / "act", tmp_path / "mine"
+    for folder, kind in ((act, "act"), (mine, "my_mlp")):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"type": kind}))
+    assert model_loader(act) == LEROBOT_LOADER and model_loader(mine) is None
+    cfg = OmegaConf.create({"model": {"path": str(act), "name": None}})
+    (spec,) = model_specs(cfg, stages.get("teacher_forced").config())
+    assert spec.loader == LEROBOT_LOADER and spec.path == str(act)
+    given = {"model": {"path": str(mine)}, "dataset": {"path": "/d"}, "stages": {"teacher_forced": {}}}
+    missing = stages.missing_keys(stages.get("teacher_forced"), OmegaConf.create(given))
+    assert missing and missing[0].startswith("stages.teacher_forced.models")
+    if importlib.util.find_spec("lerobot") is None:
+        from tests.malformed.triple import make_triple
+
+        data = make_triple(tmp_path / "triple").dataset
+        proc = launch(
+            tmp_path, "stage=teacher_forced", "launcher=local", f"model.path={act}", f"dataset.path={data}"
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "model.path" in proc.stdout and "['lerobot']" in proc.stdout, proc.stdout
