@@ -83,9 +83,29 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "none"
 
 
+# path components that name a checkpoint's place in a training run, not the model: a LeRobot checkpoint
+# is `<run>/checkpoints/<step>/pretrained_model`, so its record is named after `<run>` (and the step)
+GENERIC_PARTS = frozenset(
+    ("pretrained_model", "checkpoints", "checkpoint", "last", "model", "data", "dataset")
+)
+
+
+def path_name(path: str) -> str:
+    """The name a path gives a model or dataset: its last component that is not a generic one (a step
+    number is kept after the run's name: `act_run-000020`)."""
+    parts = [p for p in Path(path).parts if p not in ("/", "")]
+    step = ""
+    for part in reversed(parts):
+        if part.isdigit() and not step:
+            step = part
+        elif part.lower() not in GENERIC_PARTS and not part.isdigit():
+            return f"{part}-{step}" if step else part
+    return parts[-1] if parts else "none"
+
+
 def label(section: DictConfig | dict[str, Any]) -> str:
-    """A file-name-safe name for a model or dataset: its `name`, else its path's last component."""
-    name = section.get("name") or (Path(str(section.get("path"))).name if section.get("path") else "none")
+    """A file-name-safe name for a model or dataset: its `name`, else what its path says it is."""
+    name = section.get("name") or (path_name(str(section.get("path"))) if section.get("path") else "none")
     return safe_name(str(name))
 
 

@@ -226,6 +226,8 @@ def _stage_row(result: StageResult) -> str:
     status = result.status
     if prov.get("reused_from"):
         status += f" · reused from run {prov['reused_from']}"
+    if result.status == "skipped" and prov.get("reason"):
+        status += f" · {prov['reason']}"
     cells = (result.stage, status, prov.get("host", ""))
     return (
         "| " + " | ".join(cell(c) for c in cells) + f" | {_jobs_cell(prov)} | {_wall_cell(result.timings)} |"

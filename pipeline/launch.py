@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline import launch_inputs, stages
+from pipeline.demo import provider
 from pipeline.errors import (
     FULL_ERRNOS,
     ConfigError,
@@ -40,11 +41,10 @@ from pipeline.plan import (
     build_plan,
     history_notes,
     plan_document,
-    selected_stages,
     write_reused,
 )
 from pipeline.readers.sif import sha256_file
-from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder, demo_dir
+from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder
 from pipeline.runguard import run_lock, validate_run_folders
 from pipeline.stages import container_image
 from pipeline.status import build_table
@@ -83,9 +83,8 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         out.checkpoint_dir = str(Path(cfg.checkpoint_dir or run_dir / "checkpoints").resolve())
         if out.gate.get("junit"):  # relative to where the user launched, not to the gate job's cwd
             out.gate.junit = str(Path(out.gate.junit).expanduser().resolve())
-        _fill_demo_paths(out)
-        container_image.prepare(out, run_dir)  # absolute image/record paths; demo=faulty's stale record
-        _pin_demo_image(out)
+        container_image.prepare(out)  # absolute image/record paths
+        provider.provide(out, load_registry(out))  # the demo's inputs, only when the launch named none
         out.launcher.name = executor
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good", "release", "cache"):
@@ -95,56 +94,16 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
     return out
 
 
-def _pin_demo_image(cfg: DictConfig) -> None:
-    """The demo's own image (`python -m pipeline.demo image`), unpinned: pinned by its promotion record
-    (demo=faulty has pinned a stale one by now)."""
-    con = cfg.get("container")
-    if not con or not con.get("image") or con.get("promotion_record") or con.get("expect_sha256"):
+def unrunnable(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None:
+    """`stage=<name>` whose inputs were not given is refused (exit 2) naming the keys that would run it;
+    under `stage=full` such a stage is planned as skipped instead (`plan.skipped_job`)."""
+    if cfg.stage.name == "full":
         return
-    from pipeline.demo.image import IMAGE_NAME, record_of
-
-    record = record_of(Path(str(con.image)))
-    if Path(str(con.image)).name == IMAGE_NAME and record.is_file():
-        con.promotion_record = str(record)
-
-
-def _fill_demo_paths(cfg: DictConfig) -> None:
-    """Null model/dataset/training paths mean the embedded demo: build it once under output_root/demo,
-    for the sections the selected stages read (their declared inputs) and only those, so
-    `stage=teacher_forced dataset.path=...` neither builds the demo nor names its model in the record."""
-    _fill_render_demo(cfg)
-    read = {i.key.split(".")[0] for s in selected_stages(cfg, load_registry(cfg)) for i in s.declared_inputs}
-    wanted = [k for k in ("model", "dataset", "training") if k in read]
-    if not cfg.get("demo") or all(cfg[k].get("path") for k in wanted):
-        return
-    from pipeline import demo
-
-    built = demo.ensure(cfg.demo, demo_dir(cfg.output_root))
-    for key, path in built.items():
-        if key in wanted and not cfg[key].get("path"):
-            cfg[key].path = str(path)
-
-
-def _fill_render_demo(cfg: DictConfig) -> None:
-    """Null release/cache paths, with render_cache selected, mean the render_cache demo (built once);
-    its budgets and sizes then go into stages.render_cache, since the demo's cache is what is checked."""
-    selected = cfg.stage.name == "render_cache" or (
-        cfg.stage.name == "full" and "render_cache" not in (cfg.get("skip") or ())
-    )
-    if (
-        not cfg.get("demo")
-        or not selected
-        or all((cfg.get(k) or {}).get("path") for k in ("release", "cache"))
-    ):
-        return
-    from pipeline.demo import render_cache as render_demo
-
-    section = OmegaConf.to_container(cfg.demo.get("render_cache") or OmegaConf.create({}), resolve=True)
-    settings = {**section, "variant": cfg.demo.get("variant", "default")}
-    built = render_demo.ensure(settings, demo_dir(cfg.output_root))
-    for key in ("release", "cache"):
-        cfg[key] = {"path": (cfg.get(key) or {}).get("path") or built[key]}
-    cfg.stages.render_cache = OmegaConf.merge(cfg.stages.render_cache, render_demo.stage_overrides(settings))
+    stage = registry.get(cfg.stage.name)
+    missing = stages.missing_keys(stage, cfg) if stage else ()
+    if missing:
+        keys = ", ".join(k.replace("|", " or ") for k in missing)
+        raise ConfigError(missing[0].split("|")[0], f"stage={stage.name} has no input to judge: set {keys}")
 
 
 def git_sha() -> str | None:
@@ -180,10 +139,16 @@ def launch(cfg: DictConfig) -> int:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
     audit_key(cfg)  # a bad audit.key_file is one line now, not a gate that cannot seal its record
     launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
+    if provider.named_inputs(cfg, registry) or not cfg.get("demo"):
+        unrunnable(cfg, registry)  # no demo will fill anything: refused now, before anything is built
     rcfg = resolved_config(cfg, executor)
     folder = RunFolder(Path(rcfg.run_dir))
     launch_inputs.check_inputs(rcfg, registry)  # again with the demo's paths filled in
+    unrunnable(rcfg, registry)
     jobs = build_plan(rcfg, registry, folder)  # fingerprints: only inputs that passed their checks
+    for job in jobs:
+        if job.skipped:
+            _say(job.skipped)
     extra = {
         "history": history_notes(rcfg),
         "run_id": rcfg.run_id,
@@ -242,6 +207,9 @@ def dry_run(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder) -> int:
     ids = {job.name: f"JOBID_{job.name}" for job in jobs if not job.reused}
     for job in jobs:
         deps = ", ".join(f"{kind}:{name}" for name, kind in job.deps) or "none"
+        if job.skipped:
+            print(f"# {job.skipped}")
+            continue
         if job.reused:
             where = f" from run {job.reused_from}" if job.reused_from else ""
             print(f"# {job.name}: result reused{where} (inputs unchanged), not submitted")

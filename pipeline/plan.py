@@ -33,7 +33,7 @@ from pipeline.fingerprint import Fingerprinter, input_fingerprints
 from pipeline.hashcache import HashCache
 from pipeline.records import Check, StageResult
 from pipeline.runfolder import RunFolder
-from pipeline.stages import Stage
+from pipeline.stages import Stage, missing_keys, skip_reason
 from pipeline.stages.config import RESOURCE_KEYS, typed
 
 GATE = "gate"
@@ -56,6 +56,9 @@ class JobSpec:
     array: int = 0  # > 0: one Slurm job array of this many tasks (sbatch --array=0-<array-1>)
     reused_from: str | None = None  # the earlier run (from the audit history) whose result stands
     basis: dict[str, str] = field(default_factory=dict)  # how each fingerprint was measured
+    # why no job runs for this stage (its inputs were not given); `reused` is then true too: this launch
+    # runs nothing for it, and `write_reused` writes its `skipped` result
+    skipped: str | None = None
     # that run's result, written into this run folder by `write_reused` (not part of plan.json)
     earlier: StageResult | None = field(default=None, repr=False, compare=False)
     twin: history.Twin | None = field(default=None, repr=False, compare=False)
@@ -145,6 +148,9 @@ def write_reused(folder: RunFolder, jobs: list[JobSpec]) -> list[Path]:
     written = []
     for job in jobs:
         if job.earlier is None or job.stage is None:
+            continue
+        if job.skipped:
+            written.append(folder.write_result(job.stage, job.earlier))
             continue
         earlier = job.earlier
         created = str(earlier.provenance.get("reused_created") or "")
@@ -257,6 +263,10 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder
     jobs: list[JobSpec] = []
     live: set[str] = set()  # stage main jobs that will actually run
     for stage in chosen:
+        missing = missing_keys(stage, cfg)
+        if missing:
+            jobs.append(skipped_job(stage, missing, resources(cfg, stage.name)))
+            continue
         both = input_fingerprints(plain, stage.declared_inputs, plain["stages"].get(stage.name), hasher)
         prints = both[0]
         res = resources(cfg, stage.name)
@@ -298,6 +308,16 @@ def build_plan(cfg: DictConfig, registry: Mapping[str, Stage], folder: RunFolder
     gate_deps = tuple((name, "afterany") for name in sorted(live, key=[s.name for s in chosen].index))
     jobs.append(JobSpec(GATE, "gate", None, None, gate_deps, resources(cfg, GATE)))
     return jobs
+
+
+def skipped_job(stage: Stage, missing: tuple[str, ...], res: dict[str, Any]) -> JobSpec:
+    """A stage left out for want of input: no job, and a `skipped` result naming the keys that would run
+    it (written at launch), so the record shows it as skipped, never as passed."""
+    reason = skip_reason(stage, missing)
+    result = StageResult(stage.name, "skipped", provenance={"reason": reason, "needs": list(missing)})
+    return JobSpec(
+        stage.name, "stage", stage.name, resources=res, reused=True, skipped=reason, earlier=result
+    )
 
 
 def plan_document(jobs: list[JobSpec], **extra: Any) -> dict[str, Any]:

@@ -83,6 +83,8 @@ def build_table(folder: RunFolder, rows: list[dict[str, Any]], title: str) -> Ta
 def reused_state(spec: dict[str, Any]) -> str:
     """`REUSED` (inputs unchanged since an earlier launch of this run id) or `REUSED from <run>` (an
     earlier clear run in the audit history)."""
+    if spec.get("skipped"):
+        return "SKIPPED"  # no input to judge: no job ran (`JobSpec.skipped` says which keys would run it)
     return f"REUSED from {spec['reused_from']}" if spec.get("reused_from") else "REUSED"
 
 

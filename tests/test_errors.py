@@ -61,7 +61,11 @@ def test_unreadable_input_is_named_by_its_path(tmp_path):
     with pytest.raises(InputError) as info:
         digest_path(data)
     assert info.value.path == str(data / "gone.parquet")
-    proc = launch(tmp_path, "launcher=local", "~demo", other_stages("contract"), f"dataset.path={data}")
+    from tests.malformed.triple import make_triple
+
+    t = make_triple(tmp_path / "triple")  # a model and training config, so the contract stage runs
+    paths = (f"model.path={t.model}", f"training.path={t.training}", f"dataset.path={data}")
+    proc = launch(tmp_path, "launcher=local", "~demo", other_stages("contract"), *paths)
     assert_one_line(proc, str(data / "gone.parquet"))
     assert not (tmp_path / "preflight").exists()
 

@@ -10,7 +10,7 @@ placeholder bytes, not OpenPGP). The image has no Python: the stand-in runtime
 (`containers/standin/apptainer`) binds the host's interpreter and the project into it.
 
 `ensure` builds the demo's image once and writes its promotion record beside it; `demo=faulty` pins a
-stale record instead (`pipeline.stages.container_image.prepare`).
+stale record instead (`pipeline.demo.provider`).
 """
 
 from __future__ import annotations

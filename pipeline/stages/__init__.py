@@ -86,6 +86,13 @@ class Stage:
     # array(typed config) -> number of tasks of one Slurm job array (part "task", run_part per task;
     # ctx.part is "task-XXXX"); 1 or None: no array. Decided at launch, e.g. budgets x shards.
     array: Callable[[Any], int] | None = None
+    # The config keys without which the stage has nothing to judge ("a|b": either will do): a launch
+    # that sets none of them skips the stage under stage=full (a `skipped` row naming them) and refuses
+    # `stage=<name>` with exit 2, so a record never passes a stage that had no input to read.
+    needs: tuple[str, ...] = ()
+    # More keys the stage still lacks given what was set (e.g. a model whose loader cannot be told from
+    # its files), as `needs` names them; None: `needs` says it all.
+    unmet: Callable[[Any], tuple[str, ...]] | None = None
 
     @property
     def rows(self) -> Rows:
@@ -158,6 +165,30 @@ def get(name: str) -> Stage:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise InputError(f"stage: unknown stage {name!r}; registered: {known}", field="stage") from None
+
+
+def is_set(cfg: Any, key: str) -> bool:
+    """Whether dotted `key` holds a value in `cfg` (None, "" and empty lists or mappings do not)."""
+    node = cfg
+    for part in key.split("."):
+        node = node.get(part) if hasattr(node, "get") else None
+        if node is None:
+            return False
+    return node not in ("", [], {}) and not (hasattr(node, "__len__") and len(node) == 0)
+
+
+def missing_keys(stage: Stage, cfg: Any) -> tuple[str, ...]:
+    """The `needs` entries `cfg` leaves unset, then the stage's own `unmet` ones: empty when it can run.
+    The reason a stage is skipped names these, so the user knows which keys would run it."""
+    missing = tuple(n for n in stage.needs if not any(is_set(cfg, k) for k in n.split("|")))
+    if missing or stage.unmet is None:
+        return missing
+    return tuple(stage.unmet(cfg))
+
+
+def skip_reason(stage: Stage, missing: tuple[str, ...]) -> str:
+    keys = ", ".join(k.replace("|", " or ") for k in missing)
+    return f"{stage.name} skipped: no input to judge; set {keys} to run it"
 
 
 def error_check(stage: str, exc: BaseException, category: str = "container") -> Check:

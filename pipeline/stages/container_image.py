@@ -11,7 +11,6 @@ process runs inside it (Apptainer's `/.singularity.d/labels.json` is read from t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -24,7 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.errors import ConfigError, InputError
-from pipeline.readers.promotion import read_promotion, write_promotion
+from pipeline.readers.promotion import read_promotion
 from pipeline.readers.sif import SifImage, normalize_sha256, partition_sha256, read_sif, sha256_file
 from pipeline.records import Check, Rows
 
@@ -351,9 +350,9 @@ def validate(cfg: DictConfig) -> None:
         )
 
 
-def prepare(cfg: DictConfig, run_dir: Path) -> None:
+def prepare(cfg: DictConfig) -> None:
     """At launch, in the resolved config: absolute paths for the image and the record (jobs may start in
-    another directory), and demo=faulty's planted fault, a promotion record of a rebuilt image."""
+    another directory)."""
     con = cfg.get("container")
     if con is None:
         return
@@ -361,10 +360,6 @@ def prepare(cfg: DictConfig, run_dir: Path) -> None:
         for key in ("image", "promotion_record"):
             if con.get(key):
                 con[key] = str(Path(str(con[key])).resolve())
-        faults = ((cfg.get("demo") or {}).get("faults") or {}) if cfg.get("demo") else {}
-        pinned = con.get("promotion_record") or con.get("expect_sha256")
-        if faults.get("stale_promotion") and con.get("image") and not pinned:
-            con["promotion_record"] = str(_stale_promotion(Path(con.image), run_dir.parent.parent / "demo"))
 
 
 def make_bind_sources(cfg: DictConfig) -> None:
@@ -372,21 +367,3 @@ def make_bind_sources(cfg: DictConfig) -> None:
     if _section(cfg).get("kind") == "apptainer":
         for key in ("run_dir", "audit_dir", "checkpoint_dir"):
             Path(str(cfg[key])).mkdir(parents=True, exist_ok=True)
-
-
-def _stale_promotion(image: Path, folder: Path) -> Path:
-    """demo=faulty: the record of an image promoted under the same name, before it was rebuilt."""
-    try:
-        labels = read_sif(image).labels()
-    except InputError:
-        labels = {}
-    record = {
-        "image": str(image),
-        "sha256": hashlib.sha256(
-            b"demo=faulty: the image promoted before the rebuild " + bytes(image)
-        ).hexdigest(),
-        "labels": labels,
-        "date": "2026-01-01",
-        "who": "demo=faulty (planted: the image was rebuilt after promotion)",
-    }
-    return write_promotion(record, folder / "stale-promotion.yaml")

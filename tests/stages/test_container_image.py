@@ -139,11 +139,14 @@ def test_pins_without_an_image_and_required_promotion_are_unverifiable(image, in
 
 
 def test_demo_faulty_plants_a_stale_promotion_record(image, inside, tmp_path, monkeypatch):
+    from pipeline.demo.provider import pin_image
+
     config = cfg(Path(image.path).name)
     config.demo = {"faults": {"stale_promotion": True}}
-    run_dir = tmp_path / "out" / "runs" / "r1"
+    config.output_root = str(tmp_path / "out")
     monkeypatch.chdir(image.path.parent)
-    container_image.prepare(config, run_dir)
+    container_image.prepare(config)
+    pin_image(config)  # the demo provider's part: demo=faulty's planted record
     assert config.container.image == str(image.path)
     assert config.container.promotion_record == str(tmp_path / "out" / "demo" / "stale-promotion.yaml")
     _rows, result = checks(config, inside)

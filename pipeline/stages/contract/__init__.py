@@ -83,8 +83,7 @@ def _path(cfg: DictConfig, name: str) -> str:
     path = (cfg.get(name) or {}).get("path")
     if not path:
         raise InputError(
-            f"{name}.path is not set (expected the {name} to audit, or leave all three null "
-            "for the embedded demo)",
+            f"{name}.path is not set (expected the {name} to audit)",
             field=f"{name}.path",
         )
     return str(path)
@@ -319,6 +318,7 @@ register(
         name=NAME,
         run=run,
         inputs=("model", "training", "dataset", Input("known_good.path", "model", whole=True)),
+        needs=("model.path", "training.path", "dataset.path"),
         category="normalization",
         config=ContractConfig,
         description="base checkpoint (A) vs training config (B) vs dataset (C): normalization, "

@@ -221,6 +221,12 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
 def reload_checks(cfg: DictConfig, config: DeterminismConfig, twin: Outcome) -> list[Check]:
     if not config.reload.enabled:
         return []
+    if not config.reload.loader:
+        message = (
+            f"no reload loader (stages.{NAME}.reload.loader: module:function(checkpoint_dir, dataset_dir), "
+            "the code eval reloads with): the train -> eval round trip was not checked"
+        )
+        return [ROWS("reload.loader", "reload.loader", "unverifiable", message, severity="soft")]
     if twin.problem:
         message = f"no smoke checkpoint to reload: {twin.part} {twin.problem}"
         return [ROWS("reload.checkpoint", "reload.checkpoint", "error", message)]
@@ -292,6 +298,7 @@ register(
         config=DeterminismConfig,
         inputs=("model", "training", "dataset", Input("stages.determinism.reload.dataset", "dataset")),
         category="determinism",
+        needs=(f"stages.{NAME}.train_cmd",),
         description="same-seed twins bit-identical, control differs, DDP ranks agree, reload round trip",
     )
 )

@@ -21,14 +21,6 @@ SEVERITIES = ("hard", "soft")
 _EVENT_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-def _train_cmd() -> list[str]:
-    return [
-        "{python}", "-m", "pipeline.demo.reference_trainer", "--seed", "{seed}", "--steps", "{steps}",
-        "--out", "{out}", "--dataset", "{dataset}", "--model", "{model}", "--training", "{training}",
-        "--fault", "{fault}", "--save-normalization-stats", "{save_normalization_stats}",
-    ]  # fmt: skip
-
-
 def _env() -> dict[str, str | None]:
     return {
         "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
@@ -42,7 +34,9 @@ class ReloadConfig:
     """The train -> eval reload round trip of twin A's checkpoint."""
 
     enabled: bool = True
-    loader: str = "pipeline.demo.reload:load_demo"  # module:function(checkpoint_dir, dataset_dir)
+    # module:function(checkpoint_dir, dataset_dir) -> pipeline.trainlog.Reloaded, the code eval reloads
+    # with; None: the round trip is one soft `unverifiable` row naming this key
+    loader: str | None = None
     dataset: str | None = None  # the dataset eval re-injects stats from; default dataset.path
     save_normalization_stats: bool = False  # the smoke save strips the stats; the reload must re-inject them
     norm_key_pattern: str = r"(^|\.)(un)?normalize_[^.]*\.buffer_"  # normalization keys inside model weights
@@ -50,8 +44,9 @@ class ReloadConfig:
     stats_atol: float = 0.0  # re-injected stats must equal training's exactly
 
     def validate(self, key: str) -> None:
-        module, _, function = self.loader.partition(":")
-        require(bool(module and function), f"{key}.loader", "module:function", self.loader)
+        if self.loader is not None:
+            module, _, function = self.loader.partition(":")
+            require(bool(module and function), f"{key}.loader", "module:function", self.loader)
         for name in ("norm_key_pattern", "norm_file_pattern"):
             try:
                 re.compile(getattr(self, name))
@@ -70,12 +65,14 @@ class DeterminismConfig(StageConfig):
     seed: int = 0  # the twins' seed
     control_seed: int = 1  # must make the stream differ, or the check is unverifiable
     steps: int = 6  # optimizer steps per smoke run
-    # The smoke training as an argv list (never a shell string); placeholders are substituted per element:
-    # {python} {seed} {steps} {out} {dataset} {model} {training} {fault} {save_normalization_stats}.
+    # The user's smoke training as an argv list (never a shell string); placeholders are substituted per
+    # element: {python} {seed} {steps} {out} {dataset} {model} {training} {fault} {save_normalization_stats}.
     # The command must write <out>/<metrics_file> (pipeline.trainlog does it in two lines) and save its
-    # checkpoint to <out>/<checkpoint_subdir>. Typed Any so that a shell string reaches the runner, which
-    # refuses it with a message naming the key.
-    train_cmd: Any = field(default_factory=_train_cmd)
+    # checkpoint to <out>/<checkpoint_subdir>. Empty: the stage has nothing to run and is skipped (it
+    # never trains some other policy on the user's checkpoint); README "Determinism" ships one for
+    # lerobot-train (pipeline.trainers.lerobot_train). Typed Any so that a shell string reaches the
+    # runner, which refuses it with a message naming the key.
+    train_cmd: Any = field(default_factory=list)
     metrics_file: str = "metrics.jsonl"
     checkpoint_subdir: str = "checkpoint"
     timeout_s: float = 900.0  # per run; a run past it is killed (with its torchrun workers) and is an error
@@ -83,8 +80,7 @@ class DeterminismConfig(StageConfig):
     env: dict[str, str | None] = field(default_factory=_env)
     deterministic_algorithms: bool = True  # torch.use_deterministic_algorithms in each run
     warn_only: bool = False  # true: deterministic algorithms that warn instead of raising; ops hit are listed
-    fault: str = "auto"  # auto (demo=faulty plants unseeded_shuffle) | none | unseeded_shuffle | clock_seed
-    demo_variant: str | None = "${oc.select:demo.variant,null}"  # part of the fingerprint (fault: auto)
+    fault: str = "none"  # none | unseeded_shuffle | clock_seed: a nondeterminism planted in the run ({fault})
     ddp_procs: int = 1  # > 1: one more job runs the command under torchrun --nproc_per_node=N
     ddp_cmd: Any = None  # argv list overriding the derived torchrun command ({nproc} + the placeholders)
     reload: ReloadConfig = field(default_factory=ReloadConfig)

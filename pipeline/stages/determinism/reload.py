@@ -7,8 +7,8 @@ with the keys and values as evidence.
 
 The reload goes through a loader named in the config (`module:function`), so a team points it at the
 same code eval uses. A loader is `load(checkpoint_dir, dataset_dir) -> Reloaded`
-(`pipeline.trainlog.Reloaded`); `pipeline.demo.reload:load_demo` is the one for the embedded demo's
-policy format (a stage never imports the demo: it is named in config). Saved and reloaded stats are
+(`pipeline.trainlog.Reloaded`); the stage imports none: it is named in config, and unset the round
+trip is an `unverifiable` row. Saved and reloaded stats are
 judged by the shared placeholder rule (`pipeline.normalization.placeholder_problems`), the same one
 the contract stage applies to a base checkpoint.
 """

@@ -61,14 +61,11 @@ def stage_config(cfg: DictConfig, given: Any = None) -> DeterminismConfig:
 
 
 def fault_for(cfg: DictConfig, config: DeterminismConfig | None = None) -> str:
-    """`fault: auto` plants the demo's nondeterminism only for `demo=faulty`; anything else is explicit."""
-    fault = (config or stage_config(cfg)).fault or "auto"
-    if fault == "auto":
-        variant = (cfg.get("demo") or {}).get("variant")
-        return "unseeded_shuffle" if variant == "faulty" else "none"
+    """The `{fault}` placeholder: a nondeterminism the command is asked to plant (none by default)."""
+    fault = (config or stage_config(cfg)).fault or "none"
     if fault not in FAULTS:
         raise InputError(
-            f"stages.{NAME}.fault: {fault!r} is not one of auto, {', '.join(FAULTS)}",
+            f"stages.{NAME}.fault: {fault!r} is not one of {', '.join(FAULTS)}",
             field=f"stages.{NAME}.fault",
         )
     return fault

@@ -45,8 +45,8 @@ def _config(cfg: DictConfig, ctx: StageContext) -> RenderCacheConfig:
 
 
 def configured(cfg: Any) -> bool:
-    """Neither `release.path` nor `cache.path` set (and no demo filled them): this run trains on no frame
-    cache, so the stage has nothing to audit and is skipped rather than blocking the gate."""
+    """Neither `release.path` nor `cache.path` set: this run trains on no frame cache, so the stage has
+    nothing to audit and is skipped rather than blocking the gate (launch plans no job for it then)."""
     return any((cfg.get(key) or {}).get("path") for key in ("release", "cache"))
 
 
@@ -162,6 +162,7 @@ register(
         run=run,
         run_part=run_part,
         inputs=("release", "cache"),
+        needs=("release.path", "cache.path"),
         category="cache",
         config=RenderCacheConfig,
         array=lambda scfg: scfg.tasks(),

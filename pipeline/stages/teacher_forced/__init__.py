@@ -11,15 +11,16 @@ through the frame reader, the task text, past frames), and the baseline is asked
 camera and vector convention fits it best (probes.py: BGR, x255, /255, exchanged cameras; a vector
 input's dims exchanged, sign-flipped or in other angle units; the targets in other units).
 
-`stages.teacher_forced.models` lists the models; empty means the demo's (`teacher_forced/models.json`
-beside the demo's dataset). No models and no demo: the stage is skipped (nothing to compare).
+`stages.teacher_forced.models` lists the models; empty means `model.path` alone, loaded with the loader
+its own `config.json` calls for (a LeRobot policy type: `load_lerobot`). Nothing beside the dataset
+decides what is scored. Neither a listed model nor a `model.path` with a known loader: the stage is
+skipped, naming the keys that would run it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.inputs import Input
+from pipeline.readers.files import parse_json, read_text
 from pipeline.records import StageResult
 from pipeline.stages import Stage, StageContext, register, stage_config
 from pipeline.stages.config import Resources, StageConfig
@@ -35,7 +37,13 @@ from pipeline.stages.teacher_forced.repeatability import check_seeds
 
 NAME = "teacher_forced"
 SEVERITIES = ("hard", "soft")
-DEMO_MODELS = Path("teacher_forced") / "models.json"
+LEROBOT_LOADER = "pipeline.stages.teacher_forced.models:load_lerobot"
+# the policy types lerobot 0.4.4 registers (`PreTrainedConfig` choices): their config.json `type` names
+# the loader. A model of another type names its loader in stages.teacher_forced.models.
+LEROBOT_POLICY_TYPES = frozenset(
+    ("act", "diffusion", "groot", "pi0", "pi05", "pi0_fast", "reward_classifier", "sac", "sarm", "smolvla",
+     "tdmpc", "vqbet", "wall_x", "xvla")
+)  # fmt: skip
 
 
 @dataclass
@@ -58,8 +66,8 @@ class TeacherForcedConfig(StageConfig):
     """Thresholds and choices; the defaults follow the Coffee Nominal investigation (96 paired samples)."""
 
     resources: Resources = field(default_factory=lambda: Resources(time_min=30, gpus_per_node=0))
-    models: list[ModelSpec] = field(default_factory=list)  # empty: the demo's models
-    baseline: str | None = None  # the reference model's name; None: the demo's or the first listed
+    models: list[ModelSpec] = field(default_factory=list)  # empty: model.path, by its config.json's type
+    baseline: str | None = None  # the reference model's name; None: the first listed
     action_key: str = "action"
     samples: int = 96
     seed: int = 0  # sample selection
@@ -151,46 +159,54 @@ def loader_installed(loader: str, key: str) -> None:
         raise ConfigError(key, f"{loader!r} needs the package(s) {missing}, not installed here")
 
 
-def demo_models(dataset: str | None) -> tuple[list[ModelSpec], dict[str, Any]]:
-    """The demo's models (beside its dataset), paths resolved and kept inside the demo folder."""
-    if not dataset:
-        return [], {}
-    root = Path(dataset).resolve().parent
-    listing = root / DEMO_MODELS
-    if not listing.is_file():
-        return [], {}
+def model_loader(path: str | Path) -> str | None:
+    """The loader a model folder's own `config.json` calls for (its `type` a LeRobot policy type), or
+    None when the files do not say (no config.json, another type)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None
+    data = parse_json(read_text(config, "a model config"), config, "a model config")
+    kind = data.get("type") if isinstance(data, dict) else None
+    return LEROBOT_LOADER if kind in LEROBOT_POLICY_TYPES else None
+
+
+def model_specs(cfg: Any, tf: TeacherForcedConfig) -> list[ModelSpec]:
+    """`stages.teacher_forced.models`, else `model.path` as the one (baseline) model, or none."""
+    if tf.models:
+        return list(tf.models)
+    path = (cfg.get("model") or {}).get("path")
+    loader = model_loader(path) if path else None
+    if not path or not loader:
+        return []
+    name = str((cfg.get("model") or {}).get("name") or "model")
+    return [ModelSpec(name=name, path=str(path), loader=loader)]
+
+
+def unmet(cfg: Any) -> tuple[str, ...]:
+    """At launch: a `model.path` whose files name no loader leaves the stage nothing it can load (it is
+    skipped); one whose loader needs a package not installed here (lerobot) is exit 2, as a listed
+    model's is (`loader_installed`)."""
+    if ((cfg.get("stages") or {}).get(NAME) or {}).get("models"):
+        return ()
+    path = (cfg.get("model") or {}).get("path")
+    if not path or not Path(str(path)).is_dir():
+        return ()  # launch_inputs names a missing path; the run names one that is not a folder
     try:
-        data = json.loads(listing.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{listing}: unreadable demo model list: {exc}", path=listing) from exc
-    specs = []
-    for i, raw in enumerate(data.get("models") or []):
-        spec = ModelSpec(**raw)
-        for attr in ("path", "manifest"):
-            value = getattr(spec, attr)
-            if value:
-                full = (listing.parent / value).resolve()
-                if not full.is_relative_to(root):
-                    raise InputError(
-                        f"{listing}: models[{i}].{attr} {value!r} leaves {root}", path=listing, field=attr
-                    )
-                setattr(spec, attr, str(full))
-        specs.append(spec)
-    return specs, data
-
-
-def demo_models_dir(dataset: str) -> str | None:
-    """The demo's model folder beside its dataset, which the stage reads when no model is configured."""
-    listing = Path(dataset).parent / DEMO_MODELS
-    return str(listing.parent) if listing.is_file() else None
+        found = model_loader(str(path))
+    except InputError:
+        return ()  # an unreadable config.json: the stage's run records it as an error row
+    if found is None:
+        return (f"stages.{NAME}.models (model.path's config.json names no known loader)",)
+    loader_installed(found, "model.path")
+    return ()
 
 
 INPUTS = (
     "dataset",
+    "model",
     Input("stages.teacher_forced.models[*].path", "checkpoint", whole=True),
     Input("stages.teacher_forced.models[*].manifest", "file", whole=True),
     Input("stages.teacher_forced.sample_manifest", "optional", whole=True),
-    Input("dataset.path", "optional", whole=True, name="demo_models", derive=demo_models_dir),
 )
 
 
@@ -200,20 +216,18 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     tf = ctx.config if isinstance(ctx.config, TeacherForcedConfig) else stage_config(cfg, NAME)
     assert isinstance(tf, TeacherForcedConfig)
     dataset = (cfg.get("dataset") or {}).get("path")
-    specs, extra = (tf.models, {}) if tf.models else demo_models(dataset)
+    specs = model_specs(cfg, tf)
     if not specs:
-        return StageResult(
-            NAME, "skipped", provenance={"reason": "no models configured (stages.teacher_forced.models)"}
-        )
+        reason = f"no model to score: set stages.{NAME}.models, or model.path to a LeRobot policy folder"
+        return StageResult(NAME, "skipped", provenance={"reason": reason})
     if not dataset:
         raise InputError("dataset.path: the teacher-forced stage needs a dataset", field="dataset.path")
     try:
         check_seeds(tf.estimator_seeds, {m.name: m.seeds for m in specs}, f"stages.{NAME}")
     except ConfigError as exc:
         raise InputError(str(exc), field=exc.key) from exc
-    baseline = tf.baseline or extra.get("baseline") or specs[0].name
-    groups = tf.subset_episodes or dict(extra.get("subset_episodes") or {})
-    return evaluate(tf, specs, baseline, groups, Path(dataset), ctx)
+    baseline = tf.baseline or specs[0].name
+    return evaluate(tf, specs, baseline, dict(tf.subset_episodes), Path(dataset), ctx)
 
 
 register(
@@ -223,9 +237,11 @@ register(
         inputs=INPUTS,
         category="diagnostics",
         config=TeacherForcedConfig,
+        needs=(f"model.path|stages.{NAME}.models", "dataset.path"),
+        unmet=unmet,
         description="checkpoint provenance, paired teacher-forced action error across models, "
         "repeatability of stochastic models",
     )
 )
 
-__all__ = ["ModelSpec", "TeacherForcedConfig", "run", "demo_models"]
+__all__ = ["ModelSpec", "TeacherForcedConfig", "model_loader", "model_specs", "run"]

@@ -8,6 +8,19 @@ import sys
 from pathlib import Path
 
 TINY_TRAINER = Path(__file__).resolve().parent / "tiny_trainer.py"
+# The demo's reference trainer and reload, named as a user names theirs: the stage has no default trainer
+REFERENCE_CMD = [
+    "{python}", "-m", "pipeline.demo.reference_trainer", "--seed", "{seed}", "--steps", "{steps}",
+    "--out", "{out}", "--dataset", "{dataset}", "--model", "{model}", "--training", "{training}",
+    "--fault", "{fault}", "--save-normalization-stats", "{save_normalization_stats}",
+]  # fmt: skip
+REFERENCE_LOADER = "pipeline.demo.reload:load_demo"
+
+
+def reference_overrides() -> tuple[str, str]:
+    """Hydra overrides naming the reference trainer and its reload loader as the user's."""
+    cmd = "stages.determinism.train_cmd=[" + ",".join(f"'{i}'" for i in REFERENCE_CMD) + "]"
+    return cmd, f"stages.determinism.reload.loader={REFERENCE_LOADER}"
 
 
 def tiny_cmd(*extra: str) -> str:
@@ -79,6 +92,7 @@ def stage_cfg(dataset: Path | None = None, extra: dict | None = None, **changes:
         }
     )
     cfg = OmegaConf.merge(cfg, extra or {})
+    cfg.stages.determinism.train_cmd, cfg.stages.determinism.reload.loader = REFERENCE_CMD, REFERENCE_LOADER
     for key, value in changes.items():
         OmegaConf.update(cfg, f"stages.determinism.{key}", value, merge=False)
     return cfg

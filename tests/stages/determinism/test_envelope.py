@@ -23,6 +23,7 @@ from pipeline.stages.determinism.config import DeterminismConfig
 from pipeline.storage import atomic_write_json
 from pipeline.trainlog import MetricsLog
 from tests.conftest import gate_of, launch, run_dir_of
+from tests.stages.determinism.helpers import reference_overrides
 
 PRINTS = {"training": "sha256:train", "model": "sha256:model", "config": "sha256:c", "container": "sha256:e"}
 BASE = [1.0, 0.8, 0.65, 0.55, 0.5]
@@ -139,6 +140,7 @@ def test_the_real_stage_finds_its_curve_outside_earlier_runs_and_keeps_it(tmp_pa
         "~demo",
         "launcher.poll_s=0.2",
         f"dataset.path={tiny_dataset}",
+        *reference_overrides(),
         "stages.determinism.steps=3",
         "stages.determinism.job_pair=false",
         "stages.determinism.reload.enabled=false",

@@ -65,25 +65,20 @@ def test_child_env_sets_determinism_switches_and_records_them():
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and "PATH" in env
 
 
-def test_fault_auto_follows_the_demo_variant():
-    cfg = OmegaConf.create({"demo": {"variant": "faulty"}, "stages": {"determinism": {"fault": "auto"}}})
+def test_fault_is_explicit_and_none_by_default():
+    cfg = OmegaConf.create({"demo": {"variant": "faulty"}, "stages": {"determinism": {}}})
+    assert runner.fault_for(cfg) == "none"  # the stage never reads the demo's variant
+    cfg.stages.determinism.fault = "unseeded_shuffle"
     assert runner.fault_for(cfg) == "unseeded_shuffle"
-    cfg.demo.variant = "default"
-    assert runner.fault_for(cfg) == "none"
-    cfg.stages.determinism.fault = "sometimes"
-    with pytest.raises(InputError, match="stages.determinism.fault"):
-        runner.fault_for(cfg)
+    for bad in ("sometimes", "auto"):
+        cfg.stages.determinism.fault = bad
+        with pytest.raises(InputError, match="stages.determinism.fault"):
+            runner.fault_for(cfg)
 
 
-def test_defaults_come_from_the_dataclass_and_the_demo_variant_interpolation_resolves():
+def test_defaults_name_no_trainer_and_no_loader():
     config = settings()
-    assert config.train_cmd[:3] == ["{python}", "-m", "pipeline.demo.reference_trainer"]
-    assert config.reload.loader == "pipeline.demo.reload:load_demo"
-    assert config.demo_variant is None  # ${oc.select:demo.variant,null} with no demo section
-    cfg = OmegaConf.create(
-        {"demo": {"variant": "faulty"}, "stages": {"determinism": OmegaConf.structured(DeterminismConfig)}}
-    )
-    assert OmegaConf.to_container(cfg, resolve=True)["stages"]["determinism"]["demo_variant"] == "faulty"
+    assert config.train_cmd == [] and config.reload.loader is None and config.fault == "none"
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import gate_of, launch, run_dir_of
+from tests.stages.determinism.helpers import reference_overrides
 from tests.test_slurm import final, jobs_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
@@ -19,6 +20,7 @@ def test_twins_are_separate_overlapping_jobs_and_the_gate_is_clear(tmp_path, tin
         "stage=determinism",
         "~demo",
         f"dataset.path={tiny_dataset}",
+        *reference_overrides(),
         "stages.determinism.steps=3",
         "launcher.poll_s=0.5",
     )

@@ -16,9 +16,16 @@ from pipeline.errors import InputError
 from pipeline.stages import StageContext, determinism
 from pipeline.stages.determinism.config import DeterminismConfig
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
-from tests.stages.determinism.helpers import tiny_cmd
+from tests.stages.determinism.helpers import REFERENCE_CMD, REFERENCE_LOADER, reference_overrides, tiny_cmd
 
-BASE = ("launcher=local", "stage=determinism", "~demo", "stages.determinism.steps=3", "launcher.poll_s=0.2")
+BASE = (
+    "launcher=local",
+    "stage=determinism",
+    "~demo",
+    "stages.determinism.steps=3",
+    "launcher.poll_s=0.2",
+    *reference_overrides(),
+)
 
 
 def checks(run_dir: Path) -> dict[str, dict]:
@@ -127,6 +134,7 @@ def stage_config(tmp_path: Path, dataset: Path, **changes) -> DictConfig:
             "stages": {"determinism": OmegaConf.structured(DeterminismConfig)},
         }
     )
+    cfg.stages.determinism.train_cmd, cfg.stages.determinism.reload.loader = REFERENCE_CMD, REFERENCE_LOADER
     for key, value in changes.items():
         OmegaConf.update(cfg, f"stages.determinism.{key}", value)
     return cfg

@@ -14,7 +14,13 @@ from pipeline.stages.teacher_forced import TeacherForcedConfig, run
 
 
 def run_stage(dataset: str, run_dir: Path, **overrides: Any) -> StageResult:
-    """The stage exactly as a job runs it: typed config in the context, the dataset path in cfg."""
+    """The stage exactly as a job runs it: typed config in the context, the dataset path in cfg. Without
+    `models`, the demo's (beside a demo dataset), named as the demo provider names them at launch."""
+    if "models" not in overrides and (Path(dataset).parent / "teacher_forced" / "models.json").is_file():
+        from pipeline.demo.provider import teacher_forced_models
+
+        overrides["models"], baseline = teacher_forced_models(Path(dataset).parent)
+        overrides.setdefault("baseline", baseline)
     config = typed(TeacherForcedConfig, overrides, "stages.teacher_forced")
     cfg = OmegaConf.create({"dataset": {"path": dataset}, "stages": {}})
     return run(cfg, StageContext(run_dir=run_dir, stage="teacher_forced", config=config))

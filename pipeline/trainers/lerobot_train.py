@@ -1,0 +1,106 @@
+"""`lerobot-train` as the determinism stage's smoke training: N steps, one seed, the exact loss per step.
+
+lerobot-train prints its loss to three decimals every `log_freq` steps, which hides every drift below
+that; so this wrapper runs lerobot's own `lerobot_train.main()` in this process (same parser, same
+config file, same code path as the console script) and wraps its `update_policy` to write each step's
+loss, grad norm and a parameter digest through `pipeline.trainlog` (floats as hex: bits compared, not
+digits). The user's `train_config.json` (what `lerobot-train` saved beside its checkpoint) is the run's
+configuration; only what a smoke run must change is overridden: seed, steps, output folder, dataset
+root, logging, saving, no eval and no wandb. The last checkpoint's `pretrained_model/` is copied to
+`<out>/checkpoint`, where the stage's reload round trip reads it.
+
+    stages.determinism.train_cmd: ["{python}", "-m", "pipeline.trainers.lerobot_train", "--seed", "{seed}",
+      "--steps", "{steps}", "--out", "{out}", "--config", "{training}", "--dataset", "{dataset}"]
+
+Anything after `--` goes to lerobot-train as is (e.g. `--policy.device=cuda`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+LEROBOT_OUT = "lerobot"  # lerobot-train's output_dir inside <out>; it must not exist beforehand
+
+
+def lerobot_argv(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
+    """The lerobot-train command line: the user's config, then the smoke run's overrides."""
+    argv = [
+        "lerobot-train",
+        f"--config_path={args.config}",
+        f"--seed={args.seed}",
+        f"--steps={args.steps}",
+        f"--output_dir={args.out / LEROBOT_OUT}",
+        f"--save_freq={args.steps}",
+        "--log_freq=1",
+        "--eval_freq=0",
+        "--wandb.enable=false",
+        "--policy.push_to_hub=false",
+    ]
+    if args.dataset:
+        argv.append(f"--dataset.root={args.dataset}")
+    return [*argv, *extra]
+
+
+def logged_update(original: Any, log: Any) -> Any:
+    """lerobot's `update_policy`, plus one trainlog line per optimizer step: the exact loss and grad norm
+    (its tracker keeps them as meters whose `val` is this step's `loss.item()`)."""
+    count = {"step": 0}
+
+    def update_policy(train_metrics: Any, policy: Any, *rest: Any, **kwargs: Any) -> Any:
+        metrics, output = original(train_metrics, policy, *rest, **kwargs)
+        count["step"] += 1
+        loss, grad_norm = (float(getattr(m, "val", m)) for m in (metrics.loss, metrics.grad_norm))
+        log.step(count["step"], loss=loss, grad_norm=grad_norm, model=policy)
+        return metrics, output
+
+    return update_policy
+
+
+def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from lerobot.scripts import lerobot_train
+
+    from pipeline import trainlog
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = trainlog.MetricsLog(args.out)  # applies the stage's determinism settings before training
+    original = lerobot_train.update_policy
+    lerobot_train.update_policy = logged_update(original, log)
+    saved_argv = sys.argv
+    sys.argv = lerobot_argv(args, extra)
+    try:
+        lerobot_train.main()
+    finally:
+        sys.argv, lerobot_train.update_policy = saved_argv, original
+        log.close()
+    last = args.out / LEROBOT_OUT / "checkpoints" / "last" / "pretrained_model"
+    if not last.is_dir():
+        print(f"lerobot-train left no checkpoint at {last}", file=sys.stderr)
+        return 1
+    shutil.copytree(last.resolve(), args.out / args.checkpoint_subdir, dirs_exist_ok=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    extra = raw[raw.index("--") + 1 :] if "--" in raw else []
+    ours = raw[: raw.index("--")] if "--" in raw else raw
+    parser = argparse.ArgumentParser(prog="python -m pipeline.trainers.lerobot_train")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--config", type=Path, required=True, help="the run's train_config.json")
+    parser.add_argument("--dataset", default="", help="the dataset root (default: the config's)")
+    parser.add_argument("--checkpoint-subdir", default="checkpoint")
+    args = parser.parse_args(ours)
+    if not args.config.is_file():
+        parser.error(f"--config {args.config}: no such file (expected lerobot's train_config.json)")
+    return run(args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
