@@ -128,6 +128,11 @@ def estimate(conf: CheckpointStorageConfig, folder: Path, model: Path | None) ->
             f"*.safetensors under model.path ({model}); set stages.{NAME}.size_bytes",
             evidence={"model": str(model) if model else None},
         )
+    return _from_weights(conf, files)
+
+
+def _from_weights(conf: CheckpointStorageConfig, files: list[Path]) -> tuple[int, Check]:
+    """The weights' size from their safetensors headers (no checkpoint folder to measure)."""
     params, stored = 0, 0
     for path in files:
         for name, info in safetensors_header(path).items():
