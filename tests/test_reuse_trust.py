@@ -135,7 +135,10 @@ def test_a_teacher_forced_model_resaved_at_its_path_reruns_and_its_pin_blocks(tm
     weights = checkpoint(tmp_path / "tf")
     pin = hashlib.sha256(weights.read_bytes()).hexdigest()
     spec = {"name": "policy", "path": str(weights), "loader": "x:y", "expected_sha256": pin}
-    cfg = config(tmp_path, stages={"teacher_forced": {"models": [spec]}})
+    data = tmp_path / "data"  # teacher_forced runs only with a dataset to score on (its `needs`)
+    (data / "meta").mkdir(parents=True)
+    (data / "meta" / "info.json").write_text('{"codebase_version": "v3.0", "features": {}}')
+    cfg = config(tmp_path, stages={"teacher_forced": {"models": [spec]}}, dataset={"path": str(data)})
     registry = {
         "container_check": REGISTRY["container_check"],
         "teacher_forced": stages.get("teacher_forced"),

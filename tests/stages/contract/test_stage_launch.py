@@ -131,7 +131,12 @@ def _bad_model(cwd: Path, name: str) -> Path:
 def test_malformed_inputs_give_an_error_row_and_a_gate_record(cwd: Path, corrupt: str, expected: str) -> None:
     model = _bad_model(cwd, f"bad-{corrupt}")
     state = model / "policy_preprocessor_step_2_normalizer_processor.safetensors"
-    overrides = [f"model.path={model}"]
+    demo = cwd / "preflight" / "demo" / "default"  # a named model turns the demo off: name all three
+    overrides = [
+        f"model.path={model}",
+        f"training.path={demo / 'training.yaml'}",
+        f"dataset.path={demo / 'dataset'}",
+    ]
     if corrupt == "truncate":
         state.write_bytes(state.read_bytes()[:-16])
     elif corrupt == "header":

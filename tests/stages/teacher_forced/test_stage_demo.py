@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError
 from tests.stages.teacher_forced.helpers import by_id, run_stage
 
 DEMO_LOADER = "pipeline.demo.teacher_forced:load_policy"
@@ -141,7 +141,8 @@ def test_lerobot_style_chunk_api_scores_every_step_inside_the_episode(demo, tmp_
 
 
 def test_demo_model_seeds_overlapping_the_estimator_seeds_are_refused(demo, tmp_path):
-    with pytest.raises(InputError, match=r"seeds \[3\] are also seeds of compared artifact 'base'"):
+    # the models are configuration now (the demo's filled in as a user's would be): refused as such
+    with pytest.raises(ConfigError, match=r"seeds \[3\] are also seeds of compared artifact 'base'"):
         run_stage(demo["dataset"], tmp_path, estimator_seeds=[3, 10, 11, 12])
 
 
