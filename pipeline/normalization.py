@@ -132,3 +132,12 @@ def unflatten_stats(flat: Mapping[str, Any], sep: str = ".") -> dict[str, dict[s
         if feature:
             out.setdefault(feature, {})[stat] = np.asarray(value, dtype=np.float64)
     return out
+
+
+def stats_shift(mean_a: Any, std_a: Any, mean_b: Any, std_b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """How far stats B sit from stats A, per dim: |mean_B - mean_A| in units of A's std, and
+    std_B / std_A (both with a small floor, so a constant dim does not divide by 0)."""
+    mean_a, std_a = np.asarray(mean_a, dtype=float).ravel(), np.asarray(std_a, dtype=float).ravel()
+    mean_b, std_b = np.asarray(mean_b, dtype=float).ravel(), np.asarray(std_b, dtype=float).ravel()
+    floor = 1e-6 + 1e-3 * float(np.max(std_a)) if std_a.size else 1e-6
+    return np.abs(mean_b - mean_a) / (std_a + floor), (std_b + floor) / (std_a + floor)

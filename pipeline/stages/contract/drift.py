@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.normalization import QUANTILE_LEVELS
+from pipeline.normalization import QUANTILE_LEVELS, stats_shift
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.config import StaleConfig
 from pipeline.stages.contract.rows import (
@@ -250,9 +250,7 @@ def shift_rows(src: Sources, pair: Pair) -> list[Check]:
     perm = src.permutations.get(pair.a.key, {})
     order = np.array([perm.get(i, i) for i in range(mean_a.size)])
     mean_c, std_c = vec(rec, "mean")[order], vec(rec, "std")[order]
-    floor = 1e-6 + 1e-3 * float(np.max(std_a)) if std_a.size else 1e-6
-    z = np.abs(mean_c - mean_a) / (std_a + floor)
-    ratio = (std_c + floor) / (std_a + floor)
+    z, ratio = stats_shift(mean_a, std_a, mean_c, std_c)
     explained = src.explained.get(pair.a.key, {})
     cfg = src.cfg.shift
     off = (z > cfg.soft_z) | (ratio > cfg.std_ratio) | (ratio < 1 / cfg.std_ratio)

@@ -11,13 +11,14 @@ samples alone (that would make the broken model look better): it is a finding of
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from pipeline.records import Check, Rows
-from pipeline.stages.teacher_forced import metrics
+from pipeline.stages.teacher_forced import dims, metrics
 
 ROWS = Rows("teacher_forced", "diagnostics")
 
@@ -45,13 +46,14 @@ def per_sample(scored: metrics.Scored, steps: int) -> np.ndarray:
     return np.where(bad, np.inf, out)
 
 
-def compare(tf: Any, runs: Mapping[str, Any], baseline: str) -> list[Check]:
+def compare(tf: Any, runs: Mapping[str, Any], baseline: str, names: Sequence[str] = ()) -> list[Check]:
     if baseline not in runs:
         return []
-    return [_one(tf, name, run, baseline, runs[baseline]) for name, run in runs.items() if name != baseline]
+    others = [(name, run) for name, run in runs.items() if name != baseline]
+    return [_one(tf, name, run, baseline, runs[baseline], names) for name, run in others]
 
 
-def _one(tf: Any, name: str, run: Any, baseline: str, base: Any) -> Check:
+def _one(tf: Any, name: str, run: Any, baseline: str, base: Any, names: Sequence[str]) -> Check:
     steps = common_steps(run.scored, base.scored)
     h_run, h_base = run.scored.l1_norm.shape[1], base.scored.l1_norm.shape[1]
     where = f"on the same {{n}} samples, chunk step(s) 1-{steps}"
@@ -67,7 +69,17 @@ def _one(tf: Any, name: str, run: Any, baseline: str, base: Any) -> Check:
         message = f"{name} vs {baseline} {where.format(n=len(a))}: identical predictions"
         return ROWS(row_id, name, "match", message, severity="soft", evidence={"steps": steps})
     result = metrics.paired(a, b, tf.bootstrap_resamples, tf.confidence, tf.seed)
-    return _judged(tf, row_id, name, baseline, where.format(n=result["n"]), result, unverified, a, b)
+    row = _judged(tf, row_id, name, baseline, where.format(n=result["n"]), result, unverified, a, b)
+    return _which_dims(tf, row, run, base, steps, names) if row.verdict == "mismatch" else row
+
+
+def _which_dims(tf: Any, row: Check, run: Any, base: Any, steps: int, names: Sequence[str]) -> Check:
+    """A worse model's row says where its extra error sits and whether its normalizer differs."""
+    found = dims.excess(run.scored.l1_norm[:, :steps], base.scored.l1_norm[:, :steps], names)
+    stats = dims.normalizer(run.spec.path, base.spec.path, tf.action_key)
+    words = dims.text(found, stats, names)
+    evidence = {**row.evidence, "dims": found, "normalizer_dims": stats}
+    return replace(row, message=f"{row.message}; {words}" if words else row.message, evidence=evidence)
 
 
 def _judged(

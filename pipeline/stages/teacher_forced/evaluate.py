@@ -111,7 +111,7 @@ def evaluate(
             checks.append(model_error(spec, exc, "scoring"))
             continue
         checks += found
-    checks += compare.compare(tf, runs, baseline)
+    checks += compare.compare(tf, runs, baseline, shared.names)
     checks += _probes(tf, runs, baseline, shared)
     artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
     return _result(checks, artifacts)

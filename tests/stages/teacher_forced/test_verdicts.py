@@ -66,6 +66,23 @@ def test_a_weights_only_refusal_is_one_line_naming_the_file_and_what_to_do(demo,
     assert str(pickled) in message and rows["l1.base"].verdict == "match"
 
 
+def test_a_worse_model_names_the_dims_its_exchanged_normalizer_stats_spoil(demo, tmp_path):
+    swapped = tmp_path / "swapped"
+    shutil.copytree(demo["model"], swapped)
+    for state in swapped.glob("policy_*processor_step_*.safetensors"):
+        tensors = load_file(str(state))
+        for name in [n for n in tensors if n.startswith("action.") and tensors[n].ndim == 1]:
+            tensors[name] = tensors[name][[0, 2, 1, *range(3, len(tensors[name]))]].contiguous()
+        save_file(tensors, str(state))
+    models = [model("base", demo["model"]), model("swapped", str(swapped))]
+    rows = by_id(run_stage(demo["dataset"], tmp_path / "run", models=models, samples=96))
+    row = rows["compare.swapped_vs_base"]
+    assert row.verdict == "mismatch" and row.evidence["dims"]["dims"] == [1, 2], row.message
+    assert "of the extra error is in dim(s) 1 (" in row.message and ", 2 (" in row.message, row.message
+    assert row.evidence["normalizer_dims"]["dims"] == [1, 2], row.evidence["normalizer_dims"]
+    assert "normalizer stats differ from the baseline's in dim(s) 1 (" in row.message, row.message
+
+
 def test_nan_outputs_are_counted_hard_and_never_make_the_model_look_better(demo, tmp_path):
     models = [model("base", demo["model"]), model("nan", demo["model"], f"{PLUG}:nans")]
     rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64))
