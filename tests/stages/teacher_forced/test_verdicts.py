@@ -66,21 +66,49 @@ def test_a_weights_only_refusal_is_one_line_naming_the_file_and_what_to_do(demo,
     assert str(pickled) in message and rows["l1.base"].verdict == "match"
 
 
-def test_a_worse_model_names_the_dims_its_exchanged_normalizer_stats_spoil(demo, tmp_path):
-    swapped = tmp_path / "swapped"
-    shutil.copytree(demo["model"], swapped)
-    for state in swapped.glob("policy_*processor_step_*.safetensors"):
+MEAN = [0.0, 0.0, 2.0, 0.0, -1.0]  # action normalizer stats that tell dims 2 and 4 apart
+STD = [1.0, 1.0, 3.0, 1.0, 0.5]
+
+
+def _mean_std_copy(source: str, target: Path, exchanged: tuple[int, int] | None = None) -> str:
+    """The demo model re-expressed with a MEAN_STD action normalizer (MEAN, STD; its last layer
+    rescaled so that it predicts exactly what the original does), with two action dims' normalizer
+    stats exchanged if asked: the fault a hand-edited or re-ordered stats file plants."""
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    config["normalization_mapping"]["ACTION"] = "MEAN_STD"
+    (target / "config.json").write_text(json.dumps(config))
+    mean, std = torch.tensor(MEAN), torch.tensor(STD)
+    order = list(range(5))
+    if exchanged:
+        order[exchanged[0]], order[exchanged[1]] = exchanged[1], exchanged[0]
+    for state in target.glob("policy_*processor_step_*.safetensors"):
         tensors = load_file(str(state))
-        for name in [n for n in tensors if n.startswith("action.") and tensors[n].ndim == 1]:
-            tensors[name] = tensors[name][[0, 2, 1, *range(3, len(tensors[name]))]].contiguous()
-        save_file(tensors, str(state))
-    models = [model("base", demo["model"]), model("swapped", str(swapped))]
+        if "action.q01" in tensors:  # the original unnormalizer: y * half + mid (QUANTILES)
+            half = (tensors["action.q99"] - tensors["action.q01"]) / 2
+            mid = (tensors["action.q99"] + tensors["action.q01"]) / 2
+            tensors["action.mean"], tensors["action.std"] = mean[order].clone(), std[order].clone()
+            save_file(tensors, str(state))
+    weights = load_file(str(target / "model.safetensors"))
+    weights["net.4.weight"] = (weights["net.4.weight"] * (half / std)[:, None]).contiguous()
+    weights["net.4.bias"] = (weights["net.4.bias"] * half / std + (mid - mean) / std).contiguous()
+    save_file(weights, str(target / "model.safetensors"))
+    return str(target)
+
+
+def test_a_worse_model_names_the_dims_its_exchanged_normalizer_stats_spoil(demo, tmp_path):
+    base = _mean_std_copy(demo["model"], tmp_path / "base")
+    swapped = _mean_std_copy(demo["model"], tmp_path / "swapped", exchanged=(2, 4))
+    models = [model("base", base), model("swapped", swapped)]
     rows = by_id(run_stage(demo["dataset"], tmp_path / "run", models=models, samples=96))
     row = rows["compare.swapped_vs_base"]
-    assert row.verdict == "mismatch" and row.evidence["dims"]["dims"] == [1, 2], row.message
-    assert "of the extra error is in dim(s) 1 (" in row.message and ", 2 (" in row.message, row.message
-    assert row.evidence["normalizer_dims"]["dims"] == [1, 2], row.evidence["normalizer_dims"]
-    assert "normalizer stats differ from the baseline's in dim(s) 1 (" in row.message, row.message
+    # the extra error sits in the exchanged dims (most of it in the gripper's, the larger in dataset
+    # units), and the normalizer comparison names both
+    assert row.verdict == "mismatch" and row.evidence["dims"]["dims"] in ([2, 4], [4]), row.message
+    assert "of the extra error is in dim(s) " in row.message, row.message
+    assert row.evidence["normalizer_dims"]["dims"] == [2, 4], row.evidence["normalizer_dims"]
+    assert "2 (effector.dz), 4 (gripper.cmd)" in row.message, row.message
+    assert "normalizer stats differ from the baseline's in dim(s) 2 (" in row.message, row.message
 
 
 def test_nan_outputs_are_counted_hard_and_never_make_the_model_look_better(demo, tmp_path):
