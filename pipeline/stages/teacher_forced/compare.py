@@ -46,14 +46,17 @@ def per_sample(scored: metrics.Scored, steps: int) -> np.ndarray:
     return np.where(bad, np.inf, out)
 
 
-def compare(tf: Any, runs: Mapping[str, Any], baseline: str, names: Sequence[str] = ()) -> list[Check]:
+def compare(
+    tf: Any, runs: Mapping[str, Any], baseline: str, names: Sequence[str] = (), data: Any = None
+) -> list[Check]:
+    """Every model against the baseline; `data` is the scored action column's own mean and std."""
     if baseline not in runs:
         return []
     others = [(name, run) for name, run in runs.items() if name != baseline]
-    return [_one(tf, name, run, baseline, runs[baseline], names) for name, run in others]
+    return [_one(tf, name, run, baseline, runs[baseline], (names, data)) for name, run in others]
 
 
-def _one(tf: Any, name: str, run: Any, baseline: str, base: Any, names: Sequence[str]) -> Check:
+def _one(tf: Any, name: str, run: Any, baseline: str, base: Any, context: tuple) -> Check:
     steps = common_steps(run.scored, base.scored)
     h_run, h_base = run.scored.l1_norm.shape[1], base.scored.l1_norm.shape[1]
     where = f"on the same {{n}} samples, chunk step(s) 1-{steps}"
@@ -70,13 +73,14 @@ def _one(tf: Any, name: str, run: Any, baseline: str, base: Any, names: Sequence
         return ROWS(row_id, name, "match", message, severity="soft", evidence={"steps": steps})
     result = metrics.paired(a, b, tf.bootstrap_resamples, tf.confidence, tf.seed)
     row = _judged(tf, row_id, name, baseline, where.format(n=result["n"]), result, unverified, a, b)
-    return _which_dims(tf, row, run, base, steps, names) if row.verdict == "mismatch" else row
+    return _which_dims(tf, row, run, base, steps, context) if row.verdict == "mismatch" else row
 
 
-def _which_dims(tf: Any, row: Check, run: Any, base: Any, steps: int, names: Sequence[str]) -> Check:
+def _which_dims(tf: Any, row: Check, run: Any, base: Any, steps: int, context: tuple) -> Check:
     """A worse model's row says where its extra error sits and whether its normalizer differs."""
+    names, data = context
     found = dims.excess(run.scored.l1_norm[:, :steps], base.scored.l1_norm[:, :steps], names)
-    stats = dims.normalizer(run.spec.path, base.spec.path, tf.action_key)
+    stats = dims.normalizer(run.spec.path, base.spec.path, tf.action_key, data)
     words = dims.text(found, stats, names)
     evidence = {**row.evidence, "dims": found, "normalizer_dims": stats}
     return replace(row, message=f"{row.message}; {words}" if words else row.message, evidence=evidence)

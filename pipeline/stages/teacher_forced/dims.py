@@ -4,8 +4,9 @@ A comparison row that only says "30x worse" leaves the user to find the cause. W
 sits in a few dims (two dims' normalizer stats exchanged, one dim in other units), those dims are the
 lead: the smallest set of dims that holds `EXCESS_SHARE` of the model's extra error is named when it is
 at most half of the dims. And when the model's own normalizer stats for the action differ from the
-baseline's in some dims (in units of the baseline's std, the contract's shift measure,
-`normalization.stats_shift`), the row says which: exchanged stats show up as two dims shifted both ways.
+baseline's, or from the scored data's own mean and std, in some dims (in units of the other's std, the
+contract's shift measure, `normalization.stats_shift`), the row says which: exchanged stats show up as
+two dims shifted both ways.
 """
 
 from __future__ import annotations
@@ -54,20 +55,31 @@ def excess(run: np.ndarray, base: np.ndarray, names: Sequence[str]) -> dict[str,
     }
 
 
-def normalizer(path: str | None, base_path: str | None, key: str) -> dict[str, Any] | None:
-    """Dims whose action normalizer stats (mean/std) differ between the model and the baseline; None
-    when either checkpoint's stats cannot be read or compared."""
+def normalizer(
+    path: str | None, base_path: str | None, key: str, data: dict[str, np.ndarray] | None = None
+) -> dict[str, Any] | None:
+    """Dims whose action normalizer stats (mean/std) differ between the model and the baseline, and
+    between the model and the data it is scored on (`data`: the action column's own mean and std);
+    None when the model's stats cannot be read."""
     try:
         mine, theirs = (read_model(p).stats.get(key) if p else None for p in (path, base_path))
     except PreflightError:
         return None
-    if not mine or not theirs or not all(s in d for d in (mine, theirs) for s in ("mean", "std")):
+    if not _has_moments(mine):
         return None
-    if np.shape(mine["mean"]) != np.shape(theirs["mean"]):
-        return None
-    z, ratio = stats_shift(theirs["mean"], theirs["std"], mine["mean"], mine["std"])
-    off = (z > SHIFT_Z) | (ratio > STD_RATIO) | (ratio < 1 / STD_RATIO)
-    return {"dims": [int(d) for d in np.flatnonzero(off)], "z_mean": z.round(3).tolist()}
+    return {"dims": _differ(mine, theirs), "data_dims": _differ(mine, data)}
+
+
+def _has_moments(stats: dict[str, Any] | None) -> bool:
+    return bool(stats) and all(s in stats for s in ("mean", "std"))  # type: ignore[operator]
+
+
+def _differ(mine: dict[str, Any], other: dict[str, Any] | None) -> list[int]:
+    """Dims where `mine` sits > SHIFT_Z of `other`'s std from its mean, or has a std STD_RATIO off."""
+    if not _has_moments(other) or np.shape(mine["mean"]) != np.shape(other["mean"]):  # type: ignore[index]
+        return []
+    z, ratio = stats_shift(other["mean"], other["std"], mine["mean"], mine["std"])  # type: ignore[index]
+    return [int(d) for d in np.flatnonzero((z > SHIFT_Z) | (ratio > STD_RATIO) | (ratio < 1 / STD_RATIO))]
 
 
 def text(found: dict[str, Any], stats: dict[str, Any] | None, names: Sequence[str]) -> str:
@@ -77,10 +89,11 @@ def text(found: dict[str, Any], stats: dict[str, Any] | None, names: Sequence[st
         parts.append(f"{found['share']:.0%} of the extra error is in dim(s) {', '.join(found['labels'])}")
     elif found["share"] is None and any(v > 0 for v in found["per_dim"]):
         parts.append(f"the extra error is spread over the dims (no {EXCESS_SHARE:.0%} in half of them)")
-    if stats and stats["dims"]:
-        shown = ", ".join(label(names, d) for d in stats["dims"])
-        parts.append(
-            f"its action normalizer stats differ from the baseline's in dim(s) {shown} (> {SHIFT_Z} "
-            f"baseline std, or std x{STD_RATIO})"
-        )
+    for field, whose in (("dims", "the baseline's"), ("data_dims", "the data's")):
+        if stats and stats.get(field):
+            shown = ", ".join(label(names, d) for d in stats[field])
+            parts.append(
+                f"its action normalizer stats differ from {whose} in dim(s) {shown} (> {SHIFT_Z} std "
+                f"apart, or std x{STD_RATIO})"
+            )
     return "; ".join(parts)

@@ -111,7 +111,9 @@ def evaluate(
             checks.append(model_error(spec, exc, "scoring"))
             continue
         checks += found
-    checks += compare.compare(tf, runs, baseline, shared.names)
+    action = shared.frames.columns[tf.action_key].astype(np.float64)
+    data = {"mean": action.mean(axis=0), "std": action.std(axis=0)}
+    checks += compare.compare(tf, runs, baseline, shared.names, data)
     checks += _probes(tf, runs, baseline, shared)
     artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
     return _result(checks, artifacts)

@@ -108,6 +108,7 @@ def test_a_worse_model_names_the_dims_its_exchanged_normalizer_stats_spoil(demo,
     assert "of the extra error is in dim(s) " in row.message, row.message
     assert row.evidence["normalizer_dims"]["dims"] == [2, 4], row.evidence["normalizer_dims"]
     assert "2 (effector.dz), 4 (gripper.cmd)" in row.message, row.message
+    assert 4 in row.evidence["normalizer_dims"]["data_dims"], row.evidence  # and from the data's own
     assert "normalizer stats differ from the baseline's in dim(s) 2 (" in row.message, row.message
 
 
