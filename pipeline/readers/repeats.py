@@ -18,7 +18,6 @@ starts) are never kept: a run that repeats must move.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -28,24 +27,6 @@ SAMPLE = 4  # one window hash in SAMPLE kept
 MAX_KEPT = 2_000_000  # window hashes held (~100 MB with the dict's overhead) before SAMPLE doubles
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _BASE = np.uint64(0x100000001B3)
-
-
-def row_hashes(columns: list[np.ndarray]) -> np.ndarray:
-    """One 64-bit hash per row of the [n, dim] matrices (their float64 bits), for callers that do not
-    have the health kernel's (`health_kernel`'s `rowh`, the same idea on the stored bits)."""
-    h, used = np.zeros(len(columns[0]), dtype=np.uint64), 0
-    with np.errstate(over="ignore"):
-        for column in columns:
-            x = np.asarray(column, dtype=np.float64).reshape(len(column), -1)
-            h += x.view(np.uint64) @ _weights(used + x.shape[1])[used:]
-            used += x.shape[1]
-    return h
-
-
-@functools.lru_cache(maxsize=8)
-def _weights(width: int) -> np.ndarray:
-    """Odd 64-bit multipliers, one per column, the same in every block and run."""
-    return np.random.default_rng(20261204).integers(1, 2**63, size=width, dtype=np.uint64) | np.uint64(1)
 
 
 class RepeatScan:

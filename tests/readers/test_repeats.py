@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.readers.repeats import RepeatScan, row_hashes
+from pipeline.readers.repeats import RepeatScan
+
+
+def row_hashes(columns: list[np.ndarray]) -> np.ndarray:
+    """One 64-bit hash per row of the matrices' float64 bits: what the health kernel's `rowh` gives the
+    scan in the stage, computed here so the scan is tested on its own."""
+    x = np.concatenate([np.asarray(c, dtype=np.float64) for c in columns], axis=1)
+    weights = np.random.default_rng(0).integers(1, 2**63, size=x.shape[1], dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        return x.view(np.uint64) @ weights
 
 
 def _episodes(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -53,10 +53,10 @@ def compare(
     if baseline not in runs:
         return []
     others = [(name, run) for name, run in runs.items() if name != baseline]
-    return [_one(tf, name, run, baseline, runs[baseline], (names, data)) for name, run in others]
+    return [_one(tf, name, run, baseline, runs[baseline], names, data) for name, run in others]
 
 
-def _one(tf: Any, name: str, run: Any, baseline: str, base: Any, context: tuple) -> Check:
+def _one(tf: Any, name: str, run: Any, baseline: str, base: Any, names: Sequence[str], data: Any) -> Check:
     steps = common_steps(run.scored, base.scored)
     h_run, h_base = run.scored.l1_norm.shape[1], base.scored.l1_norm.shape[1]
     where = f"on the same {{n}} samples, chunk step(s) 1-{steps}"
@@ -73,12 +73,15 @@ def _one(tf: Any, name: str, run: Any, baseline: str, base: Any, context: tuple)
         return ROWS(row_id, name, "match", message, severity="soft", evidence={"steps": steps})
     result = metrics.paired(a, b, tf.bootstrap_resamples, tf.confidence, tf.seed)
     row = _judged(tf, row_id, name, baseline, where.format(n=result["n"]), result, unverified, a, b)
-    return _which_dims(tf, row, run, base, steps, context) if row.verdict == "mismatch" else row
+    if row.verdict != "mismatch":
+        return row
+    return _which_dims(tf, row, run, base, steps, names, data)
 
 
-def _which_dims(tf: Any, row: Check, run: Any, base: Any, steps: int, context: tuple) -> Check:
+def _which_dims(
+    tf: Any, row: Check, run: Any, base: Any, steps: int, names: Sequence[str], data: Any
+) -> Check:
     """A worse model's row says where its extra error sits and whether its normalizer differs."""
-    names, data = context
     found = dims.excess(run.scored.l1_norm[:, :steps], base.scored.l1_norm[:, :steps], names)
     stats = dims.normalizer(run.spec.path, base.spec.path, tf.action_key, data)
     words = dims.text(found, stats, names)
