@@ -3,15 +3,14 @@ failure instead of a silent half minute (with cameras a full demo build is ~35 s
 
 Every in-process build goes through `pipeline.demo.build._build_parts` (module fixtures, the session's
 `DemoCache`), which `install` wraps; a launch's own build (a subprocess) is read back from the marker it
-leaves (`demo.json` newer than the launch). A second build of the same settings digest in one session is
-a duplicate: the test during whose setup or call it happened fails, naming both builders. Tests of the
-build itself that must build fresh use settings of their own, or `allow_rebuild`.
+leaves (a `demo.json` new or rewritten during the launch). A second build of the same settings digest in
+one session is a duplicate: the test during whose setup or call it happened fails, naming both builders.
+Tests of the build itself that must build fresh use settings of their own, or `allow_rebuild`.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -74,20 +73,22 @@ def install(ledger: Callable[[], BuildLedger]) -> Callable[[], None]:
     return undo
 
 
-def launch_builds(output_root: Path, started: float) -> list[tuple[str, str]]:
-    """(digest, variant) of every demo a launch under `output_root` built after `started`."""
+def markers(output_root: Path) -> dict[Path, int]:
+    """Each demo marker under `output_root` and its mtime in ns: what a launch found before it started."""
+    return {m: m.stat().st_mtime_ns for m in sorted((output_root / "demo").glob("*/demo.json"))}
+
+
+def launch_builds(output_root: Path, before: dict[Path, int]) -> list[tuple[str, str]]:
+    """(digest, variant) of every demo a launch under `output_root` built: a marker that was not there
+    before it (`markers`), or was rewritten. A seed copied just before the launch keeps its marker
+    unchanged, however close in time the copy was (a tiny demo copies within the mtime's rounding)."""
     out = []
-    for marker in sorted((output_root / "demo").glob("*/demo.json")):
-        if marker.stat().st_mtime < started:
-            continue  # seeded from the session's cache (copied with its time) or an earlier launch's
+    for marker, mtime in markers(output_root).items():
+        if before.get(marker) == mtime:
+            continue
         try:
             data = json.loads(marker.read_text())
         except (OSError, ValueError):
             continue
         out.append((str(data.get("digest")), str(data.get("settings", {}).get("variant"))))
     return out
-
-
-def now() -> float:
-    """A time comparable with file mtimes (a little before, as filesystems round them)."""
-    return time.time() - 0.01

@@ -87,7 +87,7 @@ def launch(
         "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]),
         "COLUMNS": "200",
     }
-    started = build_ledger.now()
+    before = build_ledger.markers(cwd / "preflight")
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.launch", *overrides],
         cwd=cwd,
@@ -97,7 +97,7 @@ def launch(
         timeout=timeout,
         check=False,
     )
-    for digest, variant in build_ledger.launch_builds(cwd / "preflight", started):
+    for digest, variant in build_ledger.launch_builds(cwd / "preflight", before):
         LEDGER.record(digest, variant, f"launch {' '.join(overrides)}")
         if seeded:  # the seed was built for nothing: `demo_config` composed other settings than the launch
             LEDGER.duplicates.append(

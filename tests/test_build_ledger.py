@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 from pipeline.demo.build import build, digest, settings
@@ -41,11 +40,12 @@ def test_a_launch_build_is_told_from_a_seeded_copy(tmp_path: Path) -> None:
     source = tmp_path / "built"
     with LEDGER.allow_rebuild():
         build(TINY_CFG, source / "default")
-    earlier = time.time() - 60  # the session's demos are built before the launches they are seeded into
-    os.utime(source / "default" / "demo.json", (earlier, earlier))
     root = tmp_path / "preflight"
-    started = build_ledger.now()
-    shutil.copytree(source / "default", root / "demo" / "default")  # a seed keeps the marker's time
-    assert build_ledger.launch_builds(root, started) == []
-    (root / "demo" / "default" / "demo.json").touch()  # what a launch's own build leaves
-    assert build_ledger.launch_builds(root, started) == [(digest(settings(TINY_CFG)), "default")]
+    # seeded just before the launch, within the mtime's rounding of the build (a tiny demo copies fast)
+    shutil.copytree(source / "default", root / "demo" / "default")
+    before = build_ledger.markers(root)
+    assert build_ledger.launch_builds(root, before) == []
+    marker = root / "demo" / "default" / "demo.json"
+    marker.write_text(marker.read_text())  # what a launch's own build leaves: the marker rewritten
+    os.utime(marker, ns=(before[marker] + 1, before[marker] + 1))  # the mtime moved, even within its rounding
+    assert build_ledger.launch_builds(root, before) == [(digest(settings(TINY_CFG)), "default")]
