@@ -19,4 +19,5 @@ eval "$(scripts/slurm_local.sh env)"
 export MUJOCO_GL=${MUJOCO_GL:-egl}
 
 .venv/bin/ruff check pipeline tests benchmarks
-.venv/bin/python -m pytest -q -ra --durations=15 "$@"
+# every test's time kept for benchmarks/suite_durations.py (by file and by kind)
+.venv/bin/python -m pytest -q -ra --durations=15 --junitxml=build/test-junit.xml "$@"

@@ -6,8 +6,9 @@ To avoid reinstalling torch & co., the fresh venv sees this venv's site-packages
 line; `.pth` files inside that folder are not processed from there, so this checkout's editable install
 does not leak in (asserted: `pipeline` imports from the fresh venv).
 
-The full run uses the render_cache stage's tiny demo sizes (as its own launch tests do) and 3 smoke
-steps: what the wheel must prove is that every stage runs from the install, not how big the demo is.
+The full run uses a small demo (4 episodes of 60 steps, a narrower policy; it clears as the full-size
+one does), the render_cache stage's tiny demo sizes (as its own launch tests do) and 3 smoke steps: what
+the wheel must prove is that every stage runs from the install, not how big the demo is.
 """
 
 import json
@@ -21,7 +22,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = {"preflight-launch": "pipeline.launch:cli", "preflight-status": "pipeline.status:main"}
-SMALL = (  # the render_cache launch tests' tiny demo (their local run clears with it), 3 smoke steps
+SMALL = (  # a small demo, the render_cache launch tests' tiny one (their local run clears with it), 3 steps
+    "demo.episodes=4",
+    "demo.steps=60",
+    "demo.train_steps=150",
+    "demo.hidden=32",
+    "demo.seed=3",
     "demo.render_cache.episodes=2",
     "demo.render_cache.steps=4",
     "demo.render_cache.budgets=[1,2]",
