@@ -19,7 +19,7 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     pip install "torch==2.13.0"
 fi
-if ! .venv/bin/python -c "import pipeline, pytest, jsonschema" 2>/dev/null \
+if ! .venv/bin/python -c "import pipeline, pytest, jsonschema, xdist" 2>/dev/null \
         || [[ pyproject.toml -nt .venv/.preflight-installed ]]; then
     pip install -e ".[test]"
     touch .venv/.preflight-installed

@@ -19,5 +19,6 @@ eval "$(scripts/slurm_local.sh env)"
 export MUJOCO_GL=${MUJOCO_GL:-egl}
 
 .venv/bin/ruff check pipeline tests benchmarks
-# every test's time kept for benchmarks/suite_durations.py (by file and by kind)
-.venv/bin/python -m pytest -q -ra --durations=15 --junitxml=build/test-junit.xml "$@"
+# two workers, split by scope (tests/xdist_scope.py; `-n 0` after it runs in one process); every test's
+# time kept for benchmarks/suite_durations.py (by file and by kind)
+.venv/bin/python -m pytest -q -ra --durations=15 -n 2 --dist loadgroup --junitxml=build/test-junit.xml "$@"
