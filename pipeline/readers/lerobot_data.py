@@ -64,6 +64,7 @@ class LeRobotData:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._episode_cache: dict[str, dict[str, list[Any]]] = {}  # v3.0 video locations, per camera
+        self._episode_rows: dict[str, dict[Any, int]] = {}  # per camera: episode index -> its row there
 
     def file(self, relative: str | Path, what: str = "path") -> Path:
         """`root / relative`, resolved and refused if it leaves the root (the one containment rule), or
@@ -225,9 +226,14 @@ class LeRobotData:
                 path=where,
                 field=missing[0],
             )
-        if episode not in cols["episode_index"]:
+        rows = self._episode_rows.get(key)
+        if rows is None:  # episode -> row, built once per camera: a list scan per episode is O(episodes^2)
+            rows = self._episode_rows.setdefault(key, {})
+            for i, ep in enumerate(cols["episode_index"]):
+                rows.setdefault(ep, i)  # the first listing, as list.index would find it
+        row = rows.get(episode)
+        if row is None:
             raise InputError(f"{where}: episode {episode} not listed", path=where, field="episode_index")
-        row = cols["episode_index"].index(episode)
         chunk, number = (int(cols[prefix + c][row]) for c in ("chunk_index", "file_index"))
         rel = str(template).format(video_key=key, chunk_index=chunk, file_index=number)
         start, end = (float(cols[prefix + c][row]) for c in ("from_timestamp", "to_timestamp"))

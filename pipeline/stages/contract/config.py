@@ -182,7 +182,9 @@ class FramesConfig:
     swap_ratio: float = 0.5  # cameras: exchanged assignment < ratio x as-named distance -> swapped
     stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale
     fps_tolerance: float = 0.01  # video fps vs info.json fps
-    span_files: int = 500  # video files whose headers are read for every episode's span (no decoding)
+    # video files whose headers are read (in parallel) for every episode's span, nothing decoded; beyond,
+    # the frames.health row says how many of how many were read
+    span_files: int = 5000
 
     def validate(self, key: str) -> None:
         require(self.episodes >= 1, f"{key}.episodes", "an episode count >= 1", self.episodes)
