@@ -289,9 +289,24 @@ class LeRobotData:
         out = read_columns(files, self._dims(columns), limit)
         return out if dtype is None else {k: v.astype(dtype, copy=False) for k, v in out.items()}
 
-    def blocks(self, dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
-        """Row groups of every data file as `{feature: [n, dim], "episode_index": [n]}` (bounded memory)."""
-        return stream(self.data_files(), dims)
+    def blocks(
+        self, dims: Mapping[str, int], files: Sequence[Path] | None = None
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Row groups of every data file (or of `files`, an array task's share, in that order) as
+        `{feature: [n, dim], "episode_index": [n]}` (bounded memory)."""
+        return stream(self.data_files() if files is None else files, dims)
+
+    def file_rows(self) -> list[int]:
+        """Rows of every data file from its parquet footer (no row read): how an array splits them."""
+        out = []
+        for path in self.data_files():
+            try:
+                out.append(int(pq.ParquetFile(path).metadata.num_rows))
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise InputError(
+                    f"{path}: not a readable parquet file: {exc}", path=path, field="footer"
+                ) from exc
+        return out
 
 
 def _episodes_table(path: Path) -> pa.Table:

@@ -261,6 +261,9 @@ class ContractConfig(StageConfig):
         0.001  # recomputed quantiles: at most 0.1 % of the rows between reported and true rank
     )
     dynamics_rows: int = 50000  # consecutive rows kept for the absolute-vs-delta action check (bounded)
+    # above this many rows (info.json total_frames, read at launch) the data pass runs as one Slurm job
+    # array, a task per this many rows (whole data files, at most one task per file); 0: never
+    shard_rows: int = 4_000_000
     # info.json total_frames/episodes vs what the parquet holds (LeRobot indexes by them)
     frames_severity: str = "hard"
     degenerate: DegenerateConfig = field(default_factory=DegenerateConfig)
@@ -278,6 +281,7 @@ class ContractConfig(StageConfig):
         super().validate(key)
         require(0 < self.rank_error <= 0.5, f"{key}.rank_error", "a rank error in (0, 0.5]", self.rank_error)
         require(self.dynamics_rows >= 1, f"{key}.dynamics_rows", "a row count >= 1", self.dynamics_rows)
+        require(self.shard_rows >= 0, f"{key}.shard_rows", "a row count >= 0 (0: no array)", self.shard_rows)
         _severity(self.frames_severity, f"{key}.frames_severity")
         for name in (
             "degenerate",
