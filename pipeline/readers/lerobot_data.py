@@ -65,6 +65,7 @@ class LeRobotData:
         self.root = Path(root)
         self._episode_cache: dict[str, dict[str, list[Any]]] = {}  # v3.0 video locations, per camera
         self._episode_rows: dict[str, dict[Any, int]] = {}  # per camera: episode index -> its row there
+        self._video_paths: dict[tuple[str, int, int], Path] = {}  # (camera, chunk, file) -> its path
 
     def file(self, relative: str | Path, what: str = "path") -> Path:
         """`root / relative`, resolved and refused if it leaves the root (the one containment rule), or
@@ -235,9 +236,12 @@ class LeRobotData:
         if row is None:
             raise InputError(f"{where}: episode {episode} not listed", path=where, field="episode_index")
         chunk, number = (int(cols[prefix + c][row]) for c in ("chunk_index", "file_index"))
-        rel = str(template).format(video_key=key, chunk_index=chunk, file_index=number)
         start, end = (float(cols[prefix + c][row]) for c in ("from_timestamp", "to_timestamp"))
-        return self.file(rel, f"video of {key} episode {episode}"), start, end
+        path = self._video_paths.get((key, chunk, number))
+        if path is None:  # resolved (containment, symlinks) once per file, not once per episode
+            rel = str(template).format(video_key=key, chunk_index=chunk, file_index=number)
+            path = self._video_paths.setdefault((key, chunk, number), self.file(rel, f"video of {key}"))
+        return path, start, end
 
     # ------------------------------------------------------------------------------------- frames
 
