@@ -312,25 +312,17 @@ def info(shape: Shape) -> dict[str, Any]:
 
 def write_tasks(root: Path, shape: Shape) -> None:
     """meta/tasks.parquet as LeRobot writes it: the task text is the pandas index."""
+    column = {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64"}
+    index = {
+        "name": None,
+        "field_name": "__index_level_0__",
+        "pandas_type": "unicode",
+        "numpy_type": "object",
+    }
     pandas_meta = {
         "index_columns": ["__index_level_0__"],
         "column_indexes": [],
-        "columns": [
-            {
-                "name": "task_index",
-                "field_name": "task_index",
-                "pandas_type": "int64",
-                "numpy_type": "int64",
-                "metadata": None,
-            },
-            {
-                "name": None,
-                "field_name": "__index_level_0__",
-                "pandas_type": "unicode",
-                "numpy_type": "object",
-                "metadata": None,
-            },
-        ],
+        "columns": [{**column, "metadata": None}, {**index, "metadata": None}],
         "creator": {"library": "pyarrow", "version": pa.__version__},
         "pandas_version": "2.2.0",
     }
