@@ -243,7 +243,7 @@ def array_size(cfg: DictConfig, stage: Stage) -> int:
         return 0
     section = (cfg.get("stages") or {}).get(stage.name)
     scfg = typed(stage.config, section, f"stages.{stage.name}") if stage.config else section
-    return int(stage.array(scfg))
+    return int(stage.array(scfg, cfg))
 
 
 def fingerprinter(cfg: DictConfig) -> Fingerprinter:

@@ -93,7 +93,7 @@ def test_nonfinite_rows_block(name: str, tmp_path: Path) -> None:
     cfg = OmegaConf.create({k: {"path": str(getattr(t, k))} for k in ("model", "training", "dataset")})
     config = typed(ContractConfig, {}, "stages.contract")
     with deadline():
-        checks, _ = reconcile(*load_sources(cfg, config), config)
+        checks, _ = reconcile(*load_sources(cfg, config)[:3], config)
     rows = {c.id: c for c in checks if c.id.startswith("contract.finite:")}
     bad = rows["contract.finite:action"]
     assert (bad.verdict, bad.severity, bad.blocking) == ("mismatch", "hard", True)

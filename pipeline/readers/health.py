@@ -87,6 +87,7 @@ class HealthScan:
         self.tasks: set[int] = set()
         self.columns: set[str] = set()
         self.index_breaks, self.first_index_break = 0, None
+        self.index_first: int | None = None  # the first `index` seen: an array merge checks the seam
         self._index_prev: int | None = None
         self.diff_sq = {k: np.zeros(d) for k, d in self.dims.items()}
         self.diff_n = {k: np.zeros(d) for k, d in self.dims.items()}
@@ -136,6 +137,8 @@ class HealthScan:
         if index is None:
             return
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
+        if self.index_first is None and idx.size:
+            self.index_first = int(idx[0])
         prev = np.r_[self._index_prev if self._index_prev is not None else idx[0] - 1, idx[:-1]]
         bad = np.flatnonzero(idx != prev + 1)
         if len(bad) and self.first_index_break is None:

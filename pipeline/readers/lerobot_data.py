@@ -63,7 +63,9 @@ class LeRobotData:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self._episode_cache: dict[str, dict[str, list[Any]]] = {}  # v3.0 video locations, per camera
+        # v3.0 video locations per camera: episode -> row, and the location columns (`_video_rows`)
+        self._episode_rows: dict[str, tuple[dict[Any, int], list[list[Any]]]] = {}
+        self._video_paths: dict[tuple[str, Any, Any], Path] = {}  # (camera, chunk, file) -> its path
 
     def file(self, relative: str | Path, what: str = "path") -> Path:
         """`root / relative`, resolved and refused if it leaves the root (the one containment rule), or
@@ -85,7 +87,7 @@ class LeRobotData:
             raise InputError(f"{path}: expected a JSON object", path=path, field="<root>")
         return info
 
-    @property
+    @cached_property
     def version(self) -> str:
         return str(require(self.info, "codebase_version", self.root / INFO, "v2.0 | v2.1 | v3.0"))
 
@@ -205,33 +207,53 @@ class LeRobotData:
 
     def video_location(self, key: str, episode: int) -> tuple[Path, float, float | None]:
         """(video file, first and end timestamp of the episode inside it): v2.x one file per episode
-        from `video_path` (end None: the whole file); v3.0 from meta/episodes `videos/<key>/...`."""
-        template = require(self.info, "video_path", self.root / INFO, "a video path template")
+        from `video_path` (end None: the whole file); v3.0 from meta/episodes `videos/<key>/...`.
+        Called for every episode of every camera (health, spans): after the first call per camera it
+        is dictionary lookups, a file's path resolved once."""
+        template = self._video_template
         if not str(self.version).startswith("v3"):
             chunk = episode // int(self.info.get("chunks_size", 1000) or 1000)
-            rel = str(template).format(episode_chunk=chunk, video_key=key, episode_index=episode)
+            rel = template.format(episode_chunk=chunk, video_key=key, episode_index=episode)
             return self.file(rel, f"video of {key} episode {episode}"), 0.0, None
+        rows, cols = self._video_rows(key)
+        row = rows.get(episode)
+        if row is None:
+            where = self.root / "meta/episodes"
+            raise InputError(f"{where}: episode {episode} not listed", path=where, field="episode_index")
+        chunk, number, start, end = (col[row] for col in cols)
+        path = self._video_paths.get((key, chunk, number))
+        if path is None:  # resolved (containment, symlinks) once per file, not once per episode
+            rel = template.format(video_key=key, chunk_index=int(chunk), file_index=int(number))
+            path = self._video_paths.setdefault((key, chunk, number), self.file(rel, f"video of {key}"))
+        return path, float(start), float(end)
+
+    @cached_property
+    def _video_template(self) -> str:
+        return str(require(self.info, "video_path", self.root / INFO, "a video path template"))
+
+    def _video_rows(self, key: str) -> tuple[dict[Any, int], list[list[Any]]]:
+        """v3.0, per camera, built once: episode -> its row in meta/episodes (the first listing, as a
+        list scan would find it; a scan per episode made every-episode passes O(episodes^2)), and the
+        chunk, file, from and to columns."""
+        found = self._episode_rows.get(key)
+        if found is not None:
+            return found
         prefix = f"videos/{key}/"
         names = ["episode_index"] + [prefix + c for c in ("chunk_index", "file_index")]
         names += [prefix + "from_timestamp", prefix + "to_timestamp"]
-        cols = self._episode_cache.get(key) or self._episode_cache.setdefault(
-            key, self.episode_columns(names)
-        )
-        where = self.root / "meta/episodes"
+        cols = self.episode_columns(names)
         missing = [n for n in names if n not in cols]
         if missing:
+            where = self.root / "meta/episodes"
             raise InputError(
                 f"{where}: no column {missing[0]} (expected per-episode video location)",
                 path=where,
                 field=missing[0],
             )
-        if episode not in cols["episode_index"]:
-            raise InputError(f"{where}: episode {episode} not listed", path=where, field="episode_index")
-        row = cols["episode_index"].index(episode)
-        chunk, number = (int(cols[prefix + c][row]) for c in ("chunk_index", "file_index"))
-        rel = str(template).format(video_key=key, chunk_index=chunk, file_index=number)
-        start, end = (float(cols[prefix + c][row]) for c in ("from_timestamp", "to_timestamp"))
-        return self.file(rel, f"video of {key} episode {episode}"), start, end
+        rows: dict[Any, int] = {}
+        for i, ep in enumerate(cols["episode_index"]):
+            rows.setdefault(ep, i)
+        return self._episode_rows.setdefault(key, (rows, [cols[n] for n in names[1:]]))
 
     # ------------------------------------------------------------------------------------- frames
 
@@ -283,9 +305,24 @@ class LeRobotData:
         out = read_columns(files, self._dims(columns), limit)
         return out if dtype is None else {k: v.astype(dtype, copy=False) for k, v in out.items()}
 
-    def blocks(self, dims: Mapping[str, int]) -> Iterator[dict[str, np.ndarray]]:
-        """Row groups of every data file as `{feature: [n, dim], "episode_index": [n]}` (bounded memory)."""
-        return stream(self.data_files(), dims)
+    def blocks(
+        self, dims: Mapping[str, int], files: Sequence[Path] | None = None
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Row groups of every data file (or of `files`, an array task's share, in that order) as
+        `{feature: [n, dim], "episode_index": [n]}` (bounded memory)."""
+        return stream(self.data_files() if files is None else files, dims)
+
+    def file_rows(self) -> list[int]:
+        """Rows of every data file from its parquet footer (no row read): how an array splits them."""
+        out = []
+        for path in self.data_files():
+            try:
+                out.append(int(pq.ParquetFile(path).metadata.num_rows))
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise InputError(
+                    f"{path}: not a readable parquet file: {exc}", path=path, field="footer"
+                ) from exc
+        return out
 
 
 def _episodes_table(path: Path) -> pa.Table:

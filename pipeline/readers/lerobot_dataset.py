@@ -72,6 +72,17 @@ def _claimed(data: LeRobotData) -> dict[str, Any]:
 
 
 def read(root: Path, options: ScanOptions) -> DatasetContract:
+    contract, data, dims = prepare(root)
+
+    def blocks() -> Iterator[dict[str, np.ndarray]]:
+        return data.blocks(dims)
+
+    return finish(contract, blocks, options)
+
+
+def prepare(root: Path) -> tuple[DatasetContract, LeRobotData, dict[str, int]]:
+    """The contract from the metadata alone, the data API and the vector columns the scan reads (an
+    array task scans its own files with them, `pipeline.readers.scan_shards`)."""
     data = LeRobotData(root)
     contract = DatasetContract("C", f"lerobot_{data.version}", str(root))
     features = _features(data)
@@ -94,13 +105,9 @@ def read(root: Path, options: ScanOptions) -> DatasetContract:
     if not files:
         contract.notes.append(f"no parquet files under {Path(root) / 'data'}: metadata only")
     dims = {k: features[k].shape[0] for k in vectors}  # type: ignore[index]
-
-    def blocks() -> Iterator[dict[str, np.ndarray]]:
-        return data.blocks(dims)
-
     # the vector features first, in info.json order, then the rest
     contract.features = {
         **{k: features[k] for k in vectors},
         **{k: f for k, f in features.items() if k not in vectors},
     }
-    return finish(contract, blocks, options)
+    return contract, data, dims

@@ -41,6 +41,9 @@ class RepeatScan:
         self.first: dict[int, tuple[int, int]] = {}  # window hash -> (episode, frame) where first seen
         self.groups: dict[tuple[int, int, int], list[int]] = {}  # -> [matches, first frame, last frame]
         self._carry = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
+        # an array task's kept windows in order (hash, episode, frame), for the main job to replay; None:
+        # not kept (one pass)
+        self.log: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def observe(self, ep: np.ndarray, pos: np.ndarray, rows: np.ndarray) -> None:
         """One block: its episode ids, each row's frame in its episode and each row's hash."""
@@ -60,6 +63,8 @@ class RepeatScan:
         change = np.r_[0, np.cumsum(h[1:] != h[:-1])]
         moving = change[last:] - change[:m] > 0
         keep = np.flatnonzero(inside & moving & ((wh & np.uint64(self.sample - 1)) == 0))
+        if self.log is not None:
+            self.log.append((wh[keep], e[keep], p[keep]))
         self._see(wh[keep].tolist(), e[keep].tolist(), p[keep].tolist())
 
     def _see(self, keys: list[int], episodes: list[int], frames: list[int]) -> None:

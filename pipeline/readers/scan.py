@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline.readers.base import DatasetContract
 from pipeline.readers.health import HealthScan
-from pipeline.readers.stats import QUANTILES, FeatureStats, compute_stats, rank_of
+from pipeline.readers.stats import QUANTILES, FeatureStats, finish_stats, rank_of, reduce_blocks
 
 Blocks = Callable[[], Iterable[Mapping[str, np.ndarray]]]
 INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -80,6 +80,7 @@ class Scan:
         self._dyn: dict[str, list[np.ndarray]] = {"state": [], "action": [], "episode": []}
         self._dyn_rows = 0
         self.sketches: dict[str, FeatureStats] = {}
+        self.merged_health: dict[str, Any] | None = None  # health facts merged from array tasks
 
     def observe(self, block: Mapping[str, np.ndarray]) -> None:
         """Side channel on pass 1: counts and the capped dynamics sample (cheap, bounded)."""
@@ -101,36 +102,48 @@ class Scan:
             self._dyn_rows += take
 
     def run(self, blocks: Blocks) -> dict[str, dict[str, np.ndarray]]:
-        """The stats passes; on the first, each block also feeds the counts, the dynamics sample and (in a
-        worker thread, beside the stats reduction of the same block, one block at a time and in order)
-        the health facts, whose kernel and hashing release the GIL."""
-        first = [True]
+        """Both stats passes over `blocks()`: `reduce`, then the stats (pass 2 only where needed)."""
+        self.reduce(blocks())
+        return self.stats(blocks)
+
+    def reduce(self, blocks: Iterable[Mapping[str, np.ndarray]]) -> None:
+        """Pass 1: each block feeds the sketches, the counts, the dynamics sample and (in a worker
+        thread, beside the stats reduction of the same block, one block at a time and in order) the
+        health facts, whose kernel and hashing release the GIL. An array task runs this on its files."""
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending: list[Future[None]] = []
 
             def tapped() -> Iterator[Mapping[str, np.ndarray]]:
-                for block in blocks():
-                    if first[0]:
-                        self.observe(block)
-                        if self.health is not None:
-                            for done in pending:
-                                done.result()
-                            pending[:] = [pool.submit(self.health.observe, block)]
+                for block in blocks:
+                    self.observe(block)
+                    if self.health is not None:
+                        for done in pending:
+                            done.result()
+                        pending[:] = [pool.submit(self.health.observe, block)]
                     if self.options.progress is not None:
                         self.options.progress(next((len(v) for k, v in block.items() if k in self.dims), 0))
                     yield block
                     del block  # not held while the next block is decoded
                 for done in pending:
                     done.result()
-                first[0] = False
 
-            return compute_stats(
-                tapped,
-                self.dims,
-                rank_error=self.options.rank_error,
-                quantiles=QUANTILES,
-                keep=self.sketches,
+            opts = self.options
+            self.sketches.update(
+                reduce_blocks(tapped(), self.dims, rank_error=opts.rank_error, quantiles=QUANTILES)
             )
+
+    def stats(self, blocks: Blocks) -> dict[str, dict[str, np.ndarray]]:
+        """The stats from pass 1's sketches (this scan's or merged array tasks'); `blocks()` re-read
+        only for a quantile pass 1 could not pin within the rank error."""
+
+        def counted() -> Iterator[Mapping[str, np.ndarray]]:
+            for block in blocks():
+                if self.options.progress is not None:
+                    self.options.progress(next((len(v) for k, v in block.items() if k in self.dims), 0))
+                yield block
+
+        opts = self.options
+        return finish_stats(counted, self.sketches, rank_error=opts.rank_error, quantiles=QUANTILES)
 
     def dynamics(self) -> dict[str, np.ndarray]:
         if not self._dyn["state"]:
@@ -149,19 +162,40 @@ def dynamics_pair(contract: DatasetContract) -> tuple[str, str] | None:
 
 def finish(contract: DatasetContract, blocks: Blocks, options: ScanOptions) -> DatasetContract:
     """Run the scan over the vector features and store what it found on the contract."""
-    dims = {
+    dims = vector_dims(contract)
+    scan = Scan(dims, dynamics_pair(contract), options, _health(contract, dims, options))
+    contract.recomputed = scan.run(blocks) if dims else {}
+    return store(contract, scan)
+
+
+def scan_for(contract: DatasetContract, options: ScanOptions) -> Scan:
+    """An empty scan of the contract's vector features (an array task fills it with `reduce`)."""
+    return Scan(
+        vector_dims(contract),
+        dynamics_pair(contract),
+        options,
+        _health(contract, vector_dims(contract), options),
+    )
+
+
+def vector_dims(contract: DatasetContract) -> dict[str, int]:
+    return {
         k: f.dim
         for k, f in contract.features.items()
         if f.role != "image" and f.dim and k not in INDEX_COLUMNS
     }
-    scan = Scan(dims, dynamics_pair(contract), options, _health(contract, dims, options))
-    contract.recomputed = scan.run(blocks) if dims else {}
+
+
+def store(contract: DatasetContract, scan: Scan) -> DatasetContract:
+    """What a finished scan (one pass, or merged array tasks) found, on the contract."""
     contract.rows = scan.rows
     if scan.rows == 0:  # metadata-only copy: nothing was recomputed, so claim nothing
         contract.recomputed, scan.sketches = {}, {}
     contract.episodes = len(scan.episodes)
     contract.dynamics = scan.dynamics()
-    if scan.health is not None:
+    if scan.merged_health is not None:
+        contract.health = scan.merged_health
+    elif scan.health is not None:
         contract.health = scan.health.facts()
     for key, fs in scan.sketches.items():  # where the shipped quantiles really sit in the data
         shipped = contract.stats.get(key, {})

@@ -150,12 +150,25 @@ def compute_stats(
 
     `keep`, when given, receives the per-feature sketches so callers can rank other values (`rank_of`).
     """
-    feats = {name: FeatureStats(dim, rank_error, quantiles) for name, dim in dims.items()}
+    feats = reduce_blocks(blocks(), dims, rank_error=rank_error, quantiles=quantiles)
     if keep is not None:
         keep.update(feats)
+    return finish_stats(blocks, feats, rank_error=rank_error, quantiles=quantiles)
+
+
+def reduce_blocks(
+    blocks: Iterable[Mapping[str, np.ndarray]],
+    dims: Mapping[str, int],
+    *,
+    rank_error: float = 1e-3,
+    quantiles: Mapping[str, float] = QUANTILES,
+) -> dict[str, FeatureStats]:
+    """Pass 1 alone: the per-feature moments and sketches, which an array task writes for its files and
+    the main job merges (`pipeline.readers.scan_shards`) before `finish_stats`."""
+    feats = {name: FeatureStats(dim, rank_error, quantiles) for name, dim in dims.items()}
     with ThreadPoolExecutor(max_workers=min(len(feats), THREADS) or 1) as pool:
         warming = pool.submit(warm) if feats and KERNEL is None else None  # overlaps the first decode
-        for block in coalesce(blocks()):
+        for block in coalesce(blocks):
             if warming is not None:
                 warming.result()
                 warming = None
@@ -164,6 +177,17 @@ def compute_stats(
             for job in jobs:
                 job.result()
             del block, jobs  # not held while the next block is decoded
+    return feats
+
+
+def finish_stats(
+    blocks: Blocks,
+    feats: Mapping[str, FeatureStats],
+    *,
+    rank_error: float = 1e-3,
+    quantiles: Mapping[str, float] = QUANTILES,
+) -> dict[str, dict[str, np.ndarray]]:
+    """The stats from pass 1's sketches; pass 2 over `blocks()` only for quantiles left unresolved."""
     out: dict[str, dict[str, np.ndarray]] = {}
     pending: list[_Refine] = []
     for name, fs in feats.items():

@@ -83,9 +83,10 @@ class Stage:
     category: str = "container"
     description: str = ""
     config: type[StageConfig] | None = None  # None: the stage has no settings of its own
-    # array(typed config) -> number of tasks of one Slurm job array (part "task", run_part per task;
-    # ctx.part is "task-XXXX"); 1 or None: no array. Decided at launch, e.g. budgets x shards.
-    array: Callable[[Any], int] | None = None
+    # array(typed config, composed config) -> number of tasks of one Slurm job array (part "task",
+    # run_part per task; ctx.part is "task-XXXX"); 1 or None: no array. Decided at launch, e.g. budgets x
+    # shards, or the dataset's rows over `shard_rows` (read from its metadata on the login node).
+    array: Callable[[Any, Any], int] | None = None
     # The config keys without which the stage has nothing to judge ("a|b": either will do): a launch
     # that sets none of them skips the stage under stage=full (a `skipped` row naming them) and refuses
     # `stage=<name>` with exit 2, so a record never passes a stage that had no input to read.

@@ -25,6 +25,7 @@ from pipeline.inputs import Input
 from pipeline.progress import progress
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.readers.base import Contract, DatasetContract
+from pipeline.readers.scan import ScanOptions
 from pipeline.records import Check, Rows, StageResult, jsonable
 from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.config import settings
@@ -38,6 +39,7 @@ from pipeline.stages.contract import (
     normalization,
     relation,
     reload,
+    shards,
     units,
 )
 from pipeline.stages.contract.config import ContractConfig
@@ -89,24 +91,35 @@ def _path(cfg: DictConfig, name: str) -> str:
     return str(path)
 
 
-def load_sources(cfg: DictConfig, config: ContractConfig) -> tuple[Contract, Contract, DatasetContract]:
+def scan_options(config: ContractConfig, advance: Any = None) -> ScanOptions:
+    """What the data pass keeps, from the stage's thresholds (one pass and array tasks alike)."""
+    return ScanOptions(
+        rank_error=config.rank_error,
+        dynamics_rows=config.dynamics_rows,
+        health_episodes=config.health.max_episodes if config.health.enabled else 0,
+        health_gap_factor=config.health.gap_factor,
+        progress=advance,
+    )
+
+
+def load_sources(
+    cfg: DictConfig, config: ContractConfig, ctx: StageContext | None = None
+) -> tuple[Contract, Contract, DatasetContract, list[Check]]:
+    """A, B and C; C from the array tasks' partials where the plan split the data pass (`shards`)."""
     model_opts = {
         k: v for k, v in _section(cfg, "model").items() if k in ("stats_key", "normalization_mapping")
     }
     a = read_model(_path(cfg, "model"), model_opts)
     b = read_training(_path(cfg, "training"))
+    count = shards.tasks(config, cfg) if ctx is not None else 1
     with progress("contract: dataset stats pass (rows read)", None) as advance:
-        c = read_dataset(
-            _path(cfg, "dataset"),
-            {
-                "rank_error": config.rank_error,
-                "dynamics_rows": config.dynamics_rows,
-                "progress": advance,
-                "health_episodes": config.health.max_episodes if config.health.enabled else 0,
-                "health_gap_factor": config.health.gap_factor,
-            },
-        )
-    return a, b, c
+        if count > 1:
+            assert ctx is not None
+            path, opts = Path(_path(cfg, "dataset")), scan_options(config, advance)
+            c, row = shards.read_sharded(path, opts, ctx, count, config.shard_rows)
+            return a, b, c, [row]
+        c = read_dataset(_path(cfg, "dataset"), scan_options(config, advance))
+    return a, b, c, []
 
 
 def reconcile(
@@ -140,8 +153,9 @@ def _inferred(check: Check, a: Contract) -> Check:
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     config = settings(ContractConfig, cfg, ctx.config, NAME)
-    a, b, c = load_sources(cfg, config)
+    a, b, c, sharded = load_sources(cfg, config, ctx)
     checks, src = reconcile(a, b, c, config)
+    checks += sharded
     checks += _known_good(cfg, config, b, c, checks)
     artifacts = _artifacts(ctx.artifacts_dir, src, checks)
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
@@ -313,10 +327,18 @@ def _physical(src: Sources) -> list[str]:
     return items
 
 
+def run_part(cfg: DictConfig, ctx: StageContext) -> None:
+    """One array task of the data pass (`shards`): its files' partial facts for the main job."""
+    config = settings(ContractConfig, cfg, ctx.config, NAME)
+    shards.run_part(cfg, ctx, scan_options(config), shards.tasks(config, cfg))
+
+
 register(
     Stage(
         name=NAME,
         run=run,
+        run_part=run_part,
+        array=shards.tasks,
         inputs=("model", "training", "dataset", Input("known_good.path", "model", whole=True)),
         needs=("model.path", "training.path", "dataset.path"),
         category="normalization",
@@ -326,4 +348,4 @@ register(
     )
 )
 
-__all__ = ["run", "reconcile", "load_sources"]
+__all__ = ["run", "run_part", "reconcile", "load_sources", "scan_options"]

@@ -182,7 +182,9 @@ class FramesConfig:
     swap_ratio: float = 0.5  # cameras: exchanged assignment < ratio x as-named distance -> swapped
     stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale
     fps_tolerance: float = 0.01  # video fps vs info.json fps
-    span_files: int = 500  # video files whose headers are read for every episode's span (no decoding)
+    # video files whose headers are read (in parallel) for every episode's span, nothing decoded; beyond,
+    # the frames.health row says how many of how many were read
+    span_files: int = 5000
 
     def validate(self, key: str) -> None:
         require(self.episodes >= 1, f"{key}.episodes", "an episode count >= 1", self.episodes)
@@ -259,6 +261,9 @@ class ContractConfig(StageConfig):
         0.001  # recomputed quantiles: at most 0.1 % of the rows between reported and true rank
     )
     dynamics_rows: int = 50000  # consecutive rows kept for the absolute-vs-delta action check (bounded)
+    # above this many rows (info.json total_frames, read at launch) the data pass runs as one Slurm job
+    # array, a task per this many rows (whole data files, at most one task per file); 0: never
+    shard_rows: int = 4_000_000
     # info.json total_frames/episodes vs what the parquet holds (LeRobot indexes by them)
     frames_severity: str = "hard"
     degenerate: DegenerateConfig = field(default_factory=DegenerateConfig)
@@ -276,6 +281,7 @@ class ContractConfig(StageConfig):
         super().validate(key)
         require(0 < self.rank_error <= 0.5, f"{key}.rank_error", "a rank error in (0, 0.5]", self.rank_error)
         require(self.dynamics_rows >= 1, f"{key}.dynamics_rows", "a row count >= 1", self.dynamics_rows)
+        require(self.shard_rows >= 0, f"{key}.shard_rows", "a row count >= 0 (0: no array)", self.shard_rows)
         _severity(self.frames_severity, f"{key}.frames_severity")
         for name in (
             "degenerate",

@@ -22,6 +22,8 @@ from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.camera_fit import Fit, Signature, fit, ties
 from pipeline.stages.contract.rows import NAME, Sources
+from pipeline.stages.contract.spans import cap_note
+from pipeline.stages.contract.spans import spans as video_spans
 
 ROWS = Rows(NAME, "encoding")
 LAYOUT = Rows(NAME, "layout")
@@ -146,9 +148,11 @@ def _sample(src: Sources, reader: FrameReader, key: str) -> tuple[list[Check], n
     sample = np.concatenate(frames)
     problems = _health_problems(src, reader, key, sample, facts)
     spans: dict[str, Any] = {}
+    notes: list[str] = []
     if key in reader.data.video_keys():
-        spans = _spans(reader, key, src.cfg.frames.span_files)
+        spans = video_spans(reader, key, src.cfg.frames.span_files)
         problems += spans.pop("problems")
+        notes += [cap_note(spans)] if spans.get("capped") else []
     evidence = {
         "episodes_frames": used,
         "video": facts,
@@ -156,6 +160,7 @@ def _sample(src: Sources, reader: FrameReader, key: str) -> tuple[list[Check], n
         "spans": spans,
     }
     message = f"{key}: " + ("; ".join(problems) if problems else "sampled frames decode, fps and shape agree")
+    message += "".join(f"; {note}" for note in notes)
     row = ROWS("frames.health:" + key, key, "mismatch" if problems else "match", message, evidence=evidence)
     return [row], sample
 
@@ -177,44 +182,6 @@ def _health_problems(
             f"decoded frames {hwc} != base input_features shape {list(a.shape)} (no resize named)"
         )
     return problems
-
-
-def _spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
-    """Every episode, from the metadata and the files' headers (nothing decoded): its span in the video
-    holds as many frames as its rows, and its file holds frames up to the span's end."""
-    data = reader.data
-    eps = data.episodes()
-    fps = float(data.info.get("fps") or 0)
-    if eps is None or eps.length is None or not fps:
-        return {"problems": [], "checked": 0, "why": "meta/episodes records no lengths (or info.json no fps)"}
-    short, off, missing, files = [], [], [], {}
-    for ep, length in zip(eps.index.tolist(), eps.length.tolist(), strict=True):
-        try:
-            path, start, end = data.video_location(key, int(ep))
-        except InputError:
-            missing.append(int(ep))
-            continue
-        if end is not None and round((end - start) * fps) != int(length):
-            off.append([int(ep), round((end - start) * fps), int(length)])
-        last = (start if end is None else end) * fps + (length if end is None else 0)
-        files[path] = max(files.get(path, 0.0), last)
-    for path, needed in list(files.items())[:max_files]:
-        try:
-            have = probe(path)["frames"]
-        except InputError:
-            missing.append(str(path.name))
-            continue
-        if have and have + 0.5 < needed:
-            short.append([str(path), have, round(needed)])
-    problems = []
-    if missing:
-        problems.append(f"videos missing or unreadable for {len(missing)} episode(s)/file(s): {missing[:5]}")
-    if off:
-        problems.append(f"{len(off)} episode span(s) hold another frame count than their rows: {off[:3]}")
-    if short:
-        problems.append(f"{len(short)} video file(s) end before their last episode: {short[:2]}")
-    checked = min(len(files), max_files)
-    return {"problems": problems, "checked": len(eps.index), "files_probed": checked, "files": len(files)}
 
 
 def _signatures(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, Signature]:

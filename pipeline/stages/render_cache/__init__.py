@@ -165,7 +165,7 @@ register(
         needs=("release.path", "cache.path"),
         category="cache",
         config=RenderCacheConfig,
-        array=lambda scfg: scfg.tasks(),
+        array=lambda scfg, cfg: scfg.tasks(),
         description="frame caches agree with the release and the simulator (reference 003)",
     )
 )

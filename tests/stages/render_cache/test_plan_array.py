@@ -29,7 +29,7 @@ def noop(cfg, ctx):
 def registry() -> dict[str, Stage]:
     return {
         "sharded": Stage(
-            "sharded", noop, after=(), run_part=noop, config=Sharded, array=lambda c: c.shards * 2
+            "sharded", noop, after=(), run_part=noop, config=Sharded, array=lambda c, cfg: c.shards * 2
         )
     }
 

@@ -1,0 +1,121 @@
+"""The contract's data pass as a Slurm job array above `stages.contract.shard_rows` (issue 35).
+
+Why: the pass reads every row (DROID: 27 M rows); one job reads them at one node's speed. Above
+`shard_rows` (info.json `total_frames`, read at launch on the login node), the plan submits one array
+task per `shard_rows` (whole data files, at most one task per file, the render_cache stage's array
+machinery: part "task", `run_part` per task); each task scans its range of files and writes its partial
+facts (`pipeline.readers.scan_shards`) under the run folder; the stage's main job merges them into the
+scan one pass would have made and reconciles as always. The `contract.shards` row says how many tasks
+read which files (its `actual` the task count), or why the main job read the data itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipeline.errors import InputError
+from pipeline.readers.base import DatasetContract
+from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.readers.lerobot_dataset import prepare
+from pipeline.readers.scan import ScanOptions, finish, scan_for, store
+from pipeline.readers.scan_shards import (
+    PARTIAL,
+    crossing,
+    merge,
+    read_partial,
+    split,
+    task_count,
+    write_partial,
+)
+from pipeline.records import Check, Rows
+from pipeline.stages import StageContext
+from pipeline.stages.contract.config import ContractConfig
+
+PART = "task"
+ROWS = Rows("contract", "diagnostics")
+
+
+def _lerobot(cfg: Any) -> LeRobotData | None:
+    path = (cfg.get("dataset") or {}).get("path")
+    if not path or not (Path(str(path)) / "meta" / "info.json").is_file():
+        return None
+    return LeRobotData(Path(str(path)))
+
+
+def tasks(config: ContractConfig, cfg: Any) -> int:
+    """Array tasks for this launch's dataset (1: no array): its metadata only, on the login node. An
+    unreadable dataset gets no array: the main job reads it and records the error."""
+    data = _lerobot(cfg)
+    if data is None or config.shard_rows <= 0:
+        return 1
+    try:
+        total = data.info.get("total_frames")
+        files = len(data.data_files())
+    except InputError:
+        return 1
+    return task_count(int(total), files, config.shard_rows) if isinstance(total, int) else 1
+
+
+def _index(ctx: StageContext) -> int:
+    return int(str(ctx.part).rsplit("-", 1)[-1])
+
+
+def run_part(cfg: DictConfig, ctx: StageContext, options: ScanOptions, count: int) -> Path:
+    """One array task: the scan of its range of data files, written as a partial for the main job."""
+    root = Path(str(cfg.dataset.path))
+    contract, data, dims = prepare(root)
+    files = data.data_files()
+    lo, hi = split(data.file_rows(), count)[_index(ctx)]
+    scan = scan_for(contract, options)
+    if scan.health is not None:
+        scan.health.repeats.log = []  # its kept windows, replayed by the merge
+    if dims and hi > lo:
+        scan.reduce(data.blocks(dims, files[lo:hi]))
+    names = [str(f.relative_to(data.root.resolve())) for f in files[lo:hi]]
+    return write_partial(scan, names, ctx.part_dir(str(ctx.part)) / PARTIAL)
+
+
+def read_sharded(
+    root: Path, options: ScanOptions, ctx: StageContext, count: int, shard_rows: int
+) -> tuple[DatasetContract, Check]:
+    """The dataset contract from the tasks' partials, and the `contract.shards` row; where the partials
+    cannot stand for one pass (missing, unreadable, other files, an episode across two tasks), the data
+    read here in one pass and the row says why."""
+    contract, data, dims = prepare(root)
+    names = [str(f.relative_to(data.root.resolve())) for f in data.data_files()]
+    evidence: dict[str, Any] = {"tasks": count, "files": len(names), "shard_rows": shard_rows}
+    try:
+        parts = [read_partial(ctx.part_dir(f"{PART}-{i:04d}") / PARTIAL) for i in range(count)]
+    except InputError as exc:
+        return _single(contract, data, dims, options, f"{exc}", evidence)
+    read = [f for p in parts for f in p["files"]]
+    if read != names:
+        why = f"the tasks read {len(read)} files, the dataset holds {len(names)} (changed since launch?)"
+        return _single(contract, data, dims, options, why, evidence)
+    across = crossing(parts)
+    if across is not None:
+        why = f"episode {across} lies in two tasks' files (rows of one episode split across data files)"
+        return _single(contract, data, dims, options, why, evidence)
+    scan = merge(scan_for(contract, options), parts)
+    contract.recomputed = scan.stats(lambda: data.blocks(dims)) if dims else {}
+    evidence["ranges"] = [
+        [p["files"][0], p["files"][-1], int(p["rows"])] if p["files"] else [] for p in parts
+    ]
+    message = f"data pass as {count} array tasks over {len(names)} data files, merged into one scan"
+    row = ROWS("shards", "data pass", "match", message, severity="soft", expected=count, actual=count,
+               evidence=evidence)  # fmt: skip
+    return store(contract, scan), row
+
+
+def _single(
+    contract: DatasetContract, data: LeRobotData, dims: dict[str, int], options: ScanOptions, why: str,
+    evidence: dict[str, Any],
+) -> tuple[DatasetContract, Check]:  # fmt: skip
+    finish(contract, lambda: data.blocks(dims), options)
+    message = f"array partials not merged ({why}); the main job read the data in one pass"
+    row = ROWS("shards", "data pass", "unverifiable", message, severity="soft", expected=evidence["tasks"],
+               actual=1, evidence={**evidence, "why": why})  # fmt: skip
+    return contract, row
