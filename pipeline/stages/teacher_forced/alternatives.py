@@ -32,7 +32,10 @@ class Alternative:
     batch, or the targets (N, H, D)). `control`: what it must fit better than to be kept. A dim
     xpi/180 is almost that dim zeroed, so it "fits better" whenever the model ignores the dim or
     predicts ~0 for it (a weak or blind dim, an out-of-range input); only beating the zeroed dim
-    says that the values are radians. `dims`: the action dims a target alternative changes, the only
+    says that the values are radians. A dim x180/pi pushes the input far out of range, which can move a
+    barely trained model's outputs nearer the targets whatever the values (a 50-step ACT: 10 %); only
+    beating the same magnitudes moved to other samples says that the values are degrees. `dims`: the
+    action dims a target alternative changes, the only
     ones where it and its control differ, so the only ones they are compared on (empty: an input
     alternative, whose predictions may change in every dim)."""
 
@@ -98,6 +101,18 @@ def _dim_scaled(key: str, d: int, factor: float) -> Callable[[Batch], Batch]:
     return apply
 
 
+def _dim_scaled_elsewhere(key: str, d: int, factor: float) -> Callable[[Batch], Batch]:
+    """The dim scaled, and its values handed to other samples (rolled by half the batch): the same
+    magnitudes with none of the information, what an x180/pi must beat to say the values are degrees."""
+
+    def apply(b: Batch) -> Batch:
+        out = np.array(b[key], copy=True)
+        out[..., d] = np.roll(out[..., d] * factor, len(out) // 2, axis=0)
+        return {**b, key: out}
+
+    return apply
+
+
 def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
     def apply(truth: np.ndarray) -> np.ndarray:
         out = np.array(truth, copy=True)
@@ -120,7 +135,14 @@ def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Altern
         at = f"{key}[{_label(names, d)}]"
         said = f"{key} dim {_said(names, d)}"
         to_degrees, to_radians = _dim_scaled(key, d, DEG), _dim_scaled(key, d, 1 / DEG)
-        yield Alternative(f"x180/pi:{at}", f"{said} x180/pi (in degrees)", "vector", to_degrees)
+        elsewhere = Alternative(
+            f"x180/pi.elsewhere:{at}",
+            f"{said} x180/pi with its values moved to other samples",
+            "vector",
+            _dim_scaled_elsewhere(key, d, DEG),
+        )
+        degrees = f"{said} x180/pi (in degrees)"
+        yield Alternative(f"x180/pi:{at}", degrees, "vector", to_degrees, control=elsewhere)
         zeroed = Alternative(f"zeroed:{at}", f"{said} zeroed", "vector", _dim_scaled(key, d, 0.0))
         yield Alternative(f"xpi/180:{at}", f"{said} xpi/180 (in radians)", "vector", to_radians, None, zeroed)
 
