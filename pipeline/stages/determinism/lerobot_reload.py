@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from pipeline.normalization import ABSENT_MODE, NEEDS
+from pipeline.readers import LeRobotData
 from pipeline.stages.teacher_forced import LEROBOT_LOADER, model_loader
 from pipeline.stages.teacher_forced.models import LeRobotModel, device_for, load_lerobot
 from pipeline.trainlog_spec import Reloaded
@@ -70,12 +71,25 @@ def processor_stats(pre: Any, post: Any) -> tuple[dict[str, np.ndarray], list[st
     return stats, list(dict.fromkeys(required))
 
 
-def forward_of(model: LeRobotModel, device: str) -> Any:
+def first_task(dataset: Path) -> str | None:
+    """The task text of the dataset's first row (the row the round trip feeds), or None without tasks."""
+    data = LeRobotData(dataset)
+    tasks = data.tasks()
+    if not tasks or "task_index" not in data.features:
+        return None
+    index = int(data.frames(["task_index"], limit=1)["task_index"][0])
+    return tasks[index] if 0 <= index < len(tasks) else None
+
+
+def forward_of(model: LeRobotModel, device: str, task: str | None) -> Any:
     """Raw observations (numpy, batch of one) -> the raw action eval executes first: the processors
-    around one `select_action` after `reset()`, as LeRobot's rollout calls them."""
+    around one `select_action` after `reset()`, as LeRobot's rollout calls them, with the row's task
+    text beside them as LeRobot's loader hands it (a list of str), which a VLA's tokenizer step reads."""
 
     def forward(sample: Mapping[str, np.ndarray]) -> np.ndarray:
-        batch = {k: torch.as_tensor(np.asarray(v), device=device) for k, v in sample.items()}
+        batch: dict[str, Any] = {k: torch.as_tensor(np.asarray(v), device=device) for k, v in sample.items()}
+        if task is not None:
+            batch["task"] = [task]
         with torch.inference_mode():
             model.policy.reset()
             action = model.post(model.policy.select_action(model.pre(batch)))
@@ -87,15 +101,16 @@ def forward_of(model: LeRobotModel, device: str) -> Any:
 def reload_lerobot(checkpoint: Path, dataset: Path) -> Reloaded:
     """`module:function(checkpoint_dir, dataset_dir)` for the determinism stage's reload round trip.
 
-    `dataset` is unused: LeRobot's eval takes the stats from the checkpoint's processors, never from the
-    dataset, so nothing is injected (a stat missing from the saved state stays missing, and is named)."""
+    LeRobot's eval takes the stats from the checkpoint's processors, never from the dataset, so nothing
+    is injected (a stat missing from the saved state stays missing, and is named); the dataset gives
+    the fed row's task text only."""
     device = device_for("auto")
     model = load_lerobot(str(checkpoint), device)
     stats, required = processor_stats(model.pre, model.post)
     outputs = list(getattr(model.policy.config, "output_features", None) or ["action"])
     return Reloaded(
         stats=stats,
-        forward=forward_of(model, device),
+        forward=forward_of(model, device, first_task(dataset)),
         input_features=list(model.input_features),
         output_feature=str(outputs[0]),
         injected=[],
