@@ -32,9 +32,10 @@ class Alternative:
     batch, or the targets (N, H, D)). `control`: what it must fit better than to be kept. A dim
     xpi/180 is almost that dim zeroed, so it "fits better" whenever the model ignores the dim or
     predicts ~0 for it (a weak or blind dim, an out-of-range input); only beating the zeroed dim
-    says that the values are radians. A dim x180/pi pushes the input far out of range, which can move a
-    barely trained model's outputs nearer the targets whatever the values (a 50-step ACT: 10 %); only
-    beating the same magnitudes moved to other samples says that the values are degrees. `dims`: the
+    says that the values are radians. Any other input change (dims exchanged, a sign flipped, x180/pi)
+    can move a barely trained model's outputs nearer the targets whatever the values say (a 50-step
+    ACT: 10 % with one dim x57, then 10 % with two dims exchanged); only beating the same change with
+    the changed dims' values moved to other samples says that the values, in place, fit better. `dims`: the
     action dims a target alternative changes, the only
     ones where it and its control differ, so the only ones they are compared on (empty: an input
     alternative, whose predictions may change in every dim)."""
@@ -101,16 +102,30 @@ def _dim_scaled(key: str, d: int, factor: float) -> Callable[[Batch], Batch]:
     return apply
 
 
-def _dim_scaled_elsewhere(key: str, d: int, factor: float) -> Callable[[Batch], Batch]:
-    """The dim scaled, and its values handed to other samples (rolled by half the batch): the same
-    magnitudes with none of the information, what an x180/pi must beat to say the values are degrees."""
+def _elsewhere(make: Callable[[Batch], Batch], key: str, dims: Sequence[int]) -> Callable[[Batch], Batch]:
+    """`make`, then the dims it changed handed to other samples (rolled by half the batch): the same
+    values with none of their information, the control an input alternative must beat."""
 
     def apply(b: Batch) -> Batch:
-        out = np.array(b[key], copy=True)
-        out[..., d] = np.roll(out[..., d] * factor, len(out) // 2, axis=0)
-        return {**b, key: out}
+        out = make(b)
+        values = np.array(out[key], copy=True)
+        values[..., list(dims)] = np.roll(values[..., list(dims)], len(values) // 2, axis=0)
+        return {**out, key: values}
 
     return apply
+
+
+def _controlled(
+    part: str, wording: str, make: Callable[[Batch], Batch], key: str, dims: Sequence[int]
+) -> Alternative:
+    """An input alternative whose control is itself with the dims it changed moved to other samples."""
+    control = Alternative(
+        f"elsewhere.{part}",
+        f"{wording}, the values moved to other samples",
+        "vector",
+        _elsewhere(make, key, dims),
+    )
+    return Alternative(part, wording, "vector", make, control=control)
 
 
 def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -123,27 +138,24 @@ def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:
-    """One vector input's alternatives: pairs exchanged, then signs, then units."""
+    """One vector input's alternatives: pairs exchanged, then signs, then units. Each must beat its
+    control by the margin: xpi/180 the dim zeroed, the others themselves with the changed dims' values
+    moved to other samples (`_controlled`)."""
     for i, j in combinations(range(dims), 2):
         part = f"exchanged:{key}[{_label(names, i)} <-> {_label(names, j)}]"
         wording = f"{key} dims {_said(names, i)} and {_said(names, j)} exchanged"
-        yield Alternative(part, wording, "vector", _dims_exchanged(key, i, j))
+        yield _controlled(part, wording, _dims_exchanged(key, i, j), key, (i, j))
     for d in range(dims):
         wording = f"{key} dim {_said(names, d)} sign-flipped"
-        yield Alternative(f"sign:{key}[{_label(names, d)}]", wording, "vector", _dim_scaled(key, d, -1.0))
+        yield _controlled(f"sign:{key}[{_label(names, d)}]", wording, _dim_scaled(key, d, -1.0), key, (d,))
     for d in range(dims):
         at = f"{key}[{_label(names, d)}]"
         said = f"{key} dim {_said(names, d)}"
-        to_degrees, to_radians = _dim_scaled(key, d, DEG), _dim_scaled(key, d, 1 / DEG)
-        elsewhere = Alternative(
-            f"x180/pi.elsewhere:{at}",
-            f"{said} x180/pi with its values moved to other samples",
-            "vector",
-            _dim_scaled_elsewhere(key, d, DEG),
+        yield _controlled(
+            f"x180/pi:{at}", f"{said} x180/pi (in degrees)", _dim_scaled(key, d, DEG), key, (d,)
         )
-        degrees = f"{said} x180/pi (in degrees)"
-        yield Alternative(f"x180/pi:{at}", degrees, "vector", to_degrees, control=elsewhere)
         zeroed = Alternative(f"zeroed:{at}", f"{said} zeroed", "vector", _dim_scaled(key, d, 0.0))
+        to_radians = _dim_scaled(key, d, 1 / DEG)
         yield Alternative(f"xpi/180:{at}", f"{said} xpi/180 (in radians)", "vector", to_radians, None, zeroed)
 
 
