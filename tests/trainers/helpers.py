@@ -15,12 +15,26 @@ def train_cmd_override() -> str:
     return "stages.determinism.train_cmd=[" + ",".join(f"'{i}'" for i in TRAIN_CMD) + "]"
 
 
-def not_installed_here() -> list[str]:
-    """This checkout runs from PYTHONPATH where the venv lacks its metadata (scripts/test_lerobot.sh
-    installs it; a venv that only carries the dependencies does not): container_check would rightly say
-    `hpc-preflight is not installed`, a fact about the test venv, not about the files judged."""
+def environment_rows() -> set[str]:
+    """Rows that are about this test venv, not the files judged: where the checkout runs from
+    PYTHONPATH and the venv lacks its metadata (scripts/test_lerobot.sh installs it; a venv that only
+    carries the dependencies does not), container_check rightly says `hpc-preflight is not installed`.
+    A default package cannot be dropped from the check by an override, so the tests allow that row."""
     try:
         metadata.version("hpc-preflight")
     except metadata.PackageNotFoundError:
-        return ["~stages.container_check.packages.hpc-preflight"]
-    return []
+        return {"container_check.package:hpc-preflight"}
+    return set()
+
+
+def blocking(gate: dict) -> list[str]:
+    """The ids of the rows that block the gate, less the environment's own (`environment_rows`)."""
+    ids = [reason.partition(": ")[0] for reason in gate["reasons"]]
+    return [i for i in ids if i not in environment_rows()]
+
+
+def hard_findings(gate: dict) -> list[str]:
+    """Hard mismatch or error rows in any stage, less the environment's own."""
+    checks = [c for s in gate["stages"] for c in s["checks"]]
+    found = [c["id"] for c in checks if c["severity"] == "hard" and c["verdict"] in ("mismatch", "error")]
+    return [i for i in found if i not in environment_rows()]

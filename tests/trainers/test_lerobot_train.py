@@ -25,7 +25,7 @@ from pipeline.stages.determinism import reload
 from pipeline.stages.determinism.config import ReloadConfig
 from pipeline.stages.determinism.lerobot_reload import LOADER
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
-from tests.trainers.helpers import OFFLINE, TRAIN_CMD, not_installed_here, train_cmd_override
+from tests.trainers.helpers import OFFLINE, TRAIN_CMD, blocking, hard_findings, train_cmd_override
 
 pytestmark = [
     pytest.mark.lerobot,
@@ -116,15 +116,12 @@ def test_stage_full_on_act_trained_is_clear(tmp_path: Path, act: Path, dataset: 
         train_cmd_override(),
         "stages.determinism.steps=3",
         "stages.determinism.job_pair=false",
-        *not_installed_here(),
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     gate = gate_of(run_dir_of(cwd, proc))
+    assert not blocking(gate) and proc.returncode in (0, 3), proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert not hard_findings(gate)
     by_stage = {s["stage"]: s for s in gate["stages"]}
-    assert gate["gate"] == "clear", gate["reasons"]
     assert by_stage["render_cache"]["status"] == "skipped"
-    checks = [c for s in gate["stages"] for c in s["checks"]]
-    assert not [c["id"] for c in checks if c["severity"] == "hard" and c["verdict"] in ("mismatch", "error")]
     rows = {c["id"].removeprefix("determinism."): c for c in by_stage["determinism"]["checks"]}
     assert rows["twins"]["verdict"] == "match" and rows["control"]["verdict"] == "match"
     reloads = {k: r["verdict"] for k, r in rows.items() if k.startswith("reload.")}
