@@ -32,13 +32,12 @@ class Alternative:
     batch, or the targets (N, H, D)). `control`: what it must fit better than to be kept. A dim
     xpi/180 is almost that dim zeroed, so it "fits better" whenever the model ignores the dim or
     predicts ~0 for it (a weak or blind dim, an out-of-range input); only beating the zeroed dim
-    says that the values are radians. Any other input change (dims exchanged, a sign flipped, x180/pi)
-    can move a barely trained model's outputs nearer the targets whatever the values say (a 50-step
-    ACT: 10 % with one dim x57, then 10 % with two dims exchanged); only beating the same change with
-    the changed dims' values moved to other samples says that the values, in place, fit better. `dims`: the
-    action dims a target alternative changes, the only
-    ones where it and its control differ, so the only ones they are compared on (empty: an input
-    alternative, whose predictions may change in every dim)."""
+    says that the values are radians. A dim x180/pi pushes the input far out of range, which can move a
+    barely trained model's outputs nearer the targets whatever the values say (a 50-step ACT: 10 %);
+    only beating the same magnitudes moved to other samples says that the values, in place, fit better.
+    `dims`: the action dims a target alternative changes, the only ones where it and its control
+    differ, so the only ones they are compared on (empty: an input alternative, whose predictions may
+    change in every dim)."""
 
     part: str
     wording: str
@@ -138,16 +137,17 @@ def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:
-    """One vector input's alternatives: pairs exchanged, then signs, then units. Each must beat its
-    control by the margin: xpi/180 the dim zeroed, the others themselves with the changed dims' values
-    moved to other samples (`_controlled`)."""
+    """One vector input's alternatives: pairs exchanged, then signs, then units. The units must beat a
+    control by the margin: xpi/180 the dim zeroed, x180/pi itself with the dim's values moved to other
+    samples (`_controlled`). Exchanges and signs have none: their fix lies mostly in the dims' means,
+    which values moved to other samples keep (demo=faulty's exchanged state dims, -99.8 %, would be lost)."""
     for i, j in combinations(range(dims), 2):
         part = f"exchanged:{key}[{_label(names, i)} <-> {_label(names, j)}]"
         wording = f"{key} dims {_said(names, i)} and {_said(names, j)} exchanged"
-        yield _controlled(part, wording, _dims_exchanged(key, i, j), key, (i, j))
+        yield Alternative(part, wording, "vector", _dims_exchanged(key, i, j))
     for d in range(dims):
         wording = f"{key} dim {_said(names, d)} sign-flipped"
-        yield _controlled(f"sign:{key}[{_label(names, d)}]", wording, _dim_scaled(key, d, -1.0), key, (d,))
+        yield Alternative(f"sign:{key}[{_label(names, d)}]", wording, "vector", _dim_scaled(key, d, -1.0))
     for d in range(dims):
         at = f"{key}[{_label(names, d)}]"
         said = f"{key} dim {_said(names, d)}"
