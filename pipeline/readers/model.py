@@ -38,6 +38,7 @@ from pipeline.readers.base import (
     typed_features,
 )
 from pipeline.readers.files import regular_file
+from pipeline.readers.lerobot_windows import delta_indices
 from pipeline.readers.model_formats import apply_mode_option, read_card, read_openpi, read_openvla
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
@@ -218,6 +219,8 @@ def _read_lerobot(target: Path, options: dict[str, Any]) -> Contract:
     contract.norm_map, absent = lerobot_modes(declared, (f.type for f in contract.features.values()))
     contract.hints["policy_type"] = config.get("type")
     contract.hints["window"] = window_fields(config)
+    if (deltas := delta_indices(config)) is not None:
+        contract.hints["delta_indices"] = deltas
     contract.hints["config"] = {"features": list(contract.features), "norm_map": dict(contract.norm_map)}
     if absent:
         contract.hints["absent_modes"] = absent

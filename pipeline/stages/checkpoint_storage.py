@@ -336,6 +336,10 @@ register(
         config=CheckpointStorageConfig,
         category="storage",
         inputs=("model",),
+        # a checkpoint's size comes from the model's files or is given; with neither there is nothing
+        # to budget, so the stage is skipped (stage=full) or refused (stage=checkpoint_storage), like
+        # the others, rather than run to an `unverifiable` size row
+        needs=(f"model.path|stages.{NAME}.size_bytes",),
         description="checkpoint size x number kept against free space and quota of checkpoint_dir",
     )
 )

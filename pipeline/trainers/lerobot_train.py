@@ -61,6 +61,27 @@ def logged_update(original: Any, log: Any) -> Any:
     return update_policy
 
 
+def kept_processors(original: Any, made: list[Any]) -> Any:
+    """lerobot's `make_pre_post_processors`, keeping the pipelines it builds for training: their
+    normalizer states are what training normalized with (the intent the reload is compared against)."""
+
+    def make_pre_post_processors(*args: Any, **kwargs: Any) -> Any:
+        pipelines = original(*args, **kwargs)
+        made[:] = list(pipelines)
+        return pipelines
+
+    return make_pre_post_processors
+
+
+def write_intent(made: Sequence[Any], out: Path) -> None:
+    """The training processors' stats as `normalization_intent.safetensors` in `out` (trainlog)."""
+    from pipeline import trainlog
+    from pipeline.stages.determinism.lerobot_reload import processor_stats
+
+    if len(made) == 2:
+        trainlog.write_intent(processor_stats(made[0], made[1])[0], out)
+
+
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from lerobot.scripts import lerobot_train
 
@@ -68,15 +89,19 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     log = trainlog.MetricsLog(args.out)  # applies the stage's determinism settings before training
-    original = lerobot_train.update_policy
-    lerobot_train.update_policy = logged_update(original, log)
+    originals = lerobot_train.update_policy, lerobot_train.make_pre_post_processors
+    made: list[Any] = []
+    lerobot_train.update_policy = logged_update(originals[0], log)
+    lerobot_train.make_pre_post_processors = kept_processors(originals[1], made)
     saved_argv = sys.argv
     sys.argv = lerobot_argv(args, extra)
     try:
         lerobot_train.main()
     finally:
-        sys.argv, lerobot_train.update_policy = saved_argv, original
+        sys.argv = saved_argv
+        lerobot_train.update_policy, lerobot_train.make_pre_post_processors = originals
         log.close()
+    write_intent(made, args.out)
     last = args.out / LEROBOT_OUT / "checkpoints" / "last" / "pretrained_model"
     if not last.is_dir():
         print(f"lerobot-train left no checkpoint at {last}", file=sys.stderr)

@@ -135,3 +135,25 @@ def test_launch_blocks_a_run_whose_checkpoints_do_not_fit_on_a_small_filesystem(
         gate = gate_of(run_dir_of(tmp_path, proc))
         assert gate["gate"] == "blocked"
         assert any("checkpoint_storage.free_space" in reason for reason in gate["reasons"])
+
+
+def test_without_a_model_or_a_size_it_needs_one_of_those_keys() -> None:
+    """Declared like the other stages' inputs: skipped under stage=full naming them, refused alone."""
+    from pipeline import stages
+
+    stage = stages.load()[NAME]
+    cfg = OmegaConf.create({"model": {"path": None}, "stages": {NAME: {"size_bytes": None}}})
+    assert stages.missing_keys(stage, cfg) == (f"model.path|stages.{NAME}.size_bytes",)
+    reason = stages.skip_reason(stage, stages.missing_keys(stage, cfg))
+    assert reason.endswith(f"set model.path or stages.{NAME}.size_bytes to run it"), reason
+    for key, value in (("model.path", "/m"), (f"stages.{NAME}.size_bytes", MIB)):
+        given = OmegaConf.merge(cfg, {})
+        OmegaConf.update(given, key, value)
+        assert stages.missing_keys(stage, given) == (), key
+
+
+def test_alone_without_a_model_or_a_size_is_exit_2_naming_the_keys(tmp_path) -> None:
+    proc = launch(tmp_path, "stage=checkpoint_storage", "launcher=local", "~demo")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert f"model.path or stages.{NAME}.size_bytes" in out and len(out.strip().splitlines()) == 1, out

@@ -221,26 +221,55 @@ def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Ch
 def reload_checks(cfg: DictConfig, config: DeterminismConfig, twin: Outcome) -> list[Check]:
     if not config.reload.enabled:
         return []
-    if not config.reload.loader:
-        message = (
-            f"no reload loader (stages.{NAME}.reload.loader: module:function(checkpoint_dir, dataset_dir), "
-            "the code eval reloads with): the train -> eval round trip was not checked"
-        )
-        return [ROWS("reload.loader", "reload.loader", "unverifiable", message, severity="soft")]
     if twin.problem:
         message = f"no smoke checkpoint to reload: {twin.part} {twin.problem}"
         return [ROWS("reload.checkpoint", "reload.checkpoint", "error", message)]
+    checkpoint = twin.folder / "run" / config.checkpoint_subdir
+    try:
+        loader = reload_loader(config, checkpoint)
+    except InputError as exc:
+        return [dataclasses.replace(error_check(f"{NAME}.reload", exc, "reload"), stage=NAME)]
+    if isinstance(loader, Check):
+        return [loader]
     dataset = config.reload.dataset or cfg.dataset.get("path")
     if not dataset:
         raise InputError(
             f"stages.{NAME}.reload.dataset: no dataset to re-inject stats from (dataset.path is null)",
             field=f"stages.{NAME}.reload.dataset",
         )
-    checkpoint = twin.folder / "run" / config.checkpoint_subdir
+    told = runner.uses_placeholder(config.train_cmd, "save_normalization_stats")
     try:
-        return reload.round_trip(checkpoint, Path(dataset), config.reload)
+        return reload.round_trip(checkpoint, Path(dataset), config.reload, loader, told=told)
     except InputError as exc:
         return [dataclasses.replace(error_check(f"{NAME}.reload", exc, "reload"), stage=NAME)]
+
+
+def reload_loader(config: DeterminismConfig, checkpoint: Path) -> str | Check:
+    """The configured reload loader, else the one the smoke checkpoint's own `config.json` calls for
+    (a LeRobot policy type: LeRobot's loader); a soft `unverifiable` row when there is none, or when
+    the packages it declares are not installed here (the row names them)."""
+    from pipeline.stages.determinism import lerobot_reload
+
+    key = f"stages.{NAME}.reload.loader"
+    name = config.reload.loader or lerobot_reload.default_loader(checkpoint)
+    if not name:
+        message = (
+            f"no reload loader ({key}: module:function(checkpoint_dir, dataset_dir), the code eval "
+            f"reloads with), and {checkpoint}/config.json names no policy type with a shipped one: "
+            "the train -> eval round trip was not checked"
+        )
+        return ROWS("reload.loader", "reload.loader", "unverifiable", message, severity="soft")
+    missing = lerobot_reload.missing_packages(reload.resolve(name, key))
+    if missing:
+        message = (
+            f"the reload loader {name} needs the package(s) {missing}, not installed where this job ran: "
+            "the train -> eval round trip was not checked"
+        )
+        evidence = {"loader": name, "missing": missing, "checkpoint": str(checkpoint)}
+        return ROWS(
+            "reload.loader", "reload.loader", "unverifiable", message, severity="soft", evidence=evidence
+        )
+    return name
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:

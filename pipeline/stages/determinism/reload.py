@@ -223,8 +223,14 @@ def forward_row(reloaded: Reloaded, dataset: Path) -> Check:
     )
 
 
-def round_trip(checkpoint: Path, dataset: Path, rcfg: Any) -> list[Check]:
-    """All reload rows for one checkpoint; a loader that raises is itself a hard row."""
+def round_trip(
+    checkpoint: Path, dataset: Path, rcfg: Any, loader_name: str | None = None, told: bool = True
+) -> list[Check]:
+    """All reload rows for one checkpoint; a loader that raises is itself a hard row.
+
+    `loader_name`: the loader to use (default `rcfg.loader`). `told`: whether the smoke command was
+    handed `save_normalization_stats` (its `{save_normalization_stats}` placeholder); only then does a
+    `false` there promise a checkpoint without stats (lerobot-train, for one, always saves them)."""
     if not list(Path(checkpoint).glob("*.safetensors")):
         return [
             _row(
@@ -235,8 +241,9 @@ def round_trip(checkpoint: Path, dataset: Path, rcfg: Any) -> list[Check]:
             )
         ]
     saved = saved_norm_keys(checkpoint, str(rcfg.norm_key_pattern), str(rcfg.norm_file_pattern))
-    rows = saved_rows(saved, bool(rcfg.save_normalization_stats))
-    loader = resolve(str(rcfg.loader), "stages.determinism.reload.loader")
+    rows = saved_rows(saved, bool(rcfg.save_normalization_stats) or not told)
+    name = loader_name or str(rcfg.loader)
+    loader = resolve(name, "stages.determinism.reload.loader")
     try:
         reloaded = loader(Path(checkpoint), Path(dataset))
     except InputError:
@@ -247,7 +254,7 @@ def round_trip(checkpoint: Path, dataset: Path, rcfg: Any) -> list[Check]:
             _row(
                 "load",
                 "mismatch",
-                f"{rcfg.loader} failed on {checkpoint}: {type(exc).__name__}: {exc}",
+                f"{name} failed on {checkpoint}: {type(exc).__name__}: {exc}",
                 expected="loads",
                 actual=type(exc).__name__,
                 evidence={"exception": str(exc)[-3000:], "checkpoint": str(checkpoint)},
@@ -257,7 +264,7 @@ def round_trip(checkpoint: Path, dataset: Path, rcfg: Any) -> list[Check]:
         _row(
             "load",
             "match",
-            f"{rcfg.loader} loaded {checkpoint}",
+            f"{name} loaded {checkpoint}",
             evidence={"checkpoint": str(checkpoint), "dataset": str(dataset)},
         )
     )

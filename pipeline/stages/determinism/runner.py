@@ -96,6 +96,13 @@ def substitute(template: Sequence[Any], values: Mapping[str, str], key: str) -> 
     return argv
 
 
+def uses_placeholder(template: Any, name: str) -> bool:
+    """Whether an argv template hands the command `{name}` anywhere (a promise about its output that
+    only a command told the value can keep)."""
+    items = template if isinstance(template, Sequence) and not isinstance(template, str) else [template]
+    return any(name in _FIELD_RE.findall(str(item)) for item in items)
+
+
 def placeholder_values(cfg: DictConfig, config: DeterminismConfig, seed: int, out: Path) -> dict[str, str]:
     paths = {kind: (cfg.get(kind) or {}).get("path") for kind in ("model", "dataset", "training")}
     return {

@@ -32,9 +32,12 @@ class Alternative:
     batch, or the targets (N, H, D)). `control`: what it must fit better than to be kept. A dim
     xpi/180 is almost that dim zeroed, so it "fits better" whenever the model ignores the dim or
     predicts ~0 for it (a weak or blind dim, an out-of-range input); only beating the zeroed dim
-    says that the values are radians. `dims`: the action dims a target alternative changes, the only
-    ones where it and its control differ, so the only ones they are compared on (empty: an input
-    alternative, whose predictions may change in every dim)."""
+    says that the values are radians. A dim x180/pi pushes the input far out of range, which can move a
+    barely trained model's outputs nearer the targets whatever the values say (a 50-step ACT: 10 %);
+    only beating the same magnitudes moved to other samples says that the values, in place, fit better.
+    `dims`: the action dims a target alternative changes, the only ones where it and its control
+    differ, so the only ones they are compared on (empty: an input alternative, whose predictions may
+    change in every dim)."""
 
     part: str
     wording: str
@@ -98,6 +101,32 @@ def _dim_scaled(key: str, d: int, factor: float) -> Callable[[Batch], Batch]:
     return apply
 
 
+def _elsewhere(make: Callable[[Batch], Batch], key: str, dims: Sequence[int]) -> Callable[[Batch], Batch]:
+    """`make`, then the dims it changed handed to other samples (rolled by half the batch): the same
+    values with none of their information, the control an input alternative must beat."""
+
+    def apply(b: Batch) -> Batch:
+        out = make(b)
+        values = np.array(out[key], copy=True)
+        values[..., list(dims)] = np.roll(values[..., list(dims)], len(values) // 2, axis=0)
+        return {**out, key: values}
+
+    return apply
+
+
+def _controlled(
+    part: str, wording: str, make: Callable[[Batch], Batch], key: str, dims: Sequence[int]
+) -> Alternative:
+    """An input alternative whose control is itself with the dims it changed moved to other samples."""
+    control = Alternative(
+        f"elsewhere.{part}",
+        f"{wording}, the values moved to other samples",
+        "vector",
+        _elsewhere(make, key, dims),
+    )
+    return Alternative(part, wording, "vector", make, control=control)
+
+
 def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
     def apply(truth: np.ndarray) -> np.ndarray:
         out = np.array(truth, copy=True)
@@ -108,7 +137,10 @@ def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:
-    """One vector input's alternatives: pairs exchanged, then signs, then units."""
+    """One vector input's alternatives: pairs exchanged, then signs, then units. The units must beat a
+    control by the margin: xpi/180 the dim zeroed, x180/pi itself with the dim's values moved to other
+    samples (`_controlled`). Exchanges and signs have none: their fix lies mostly in the dims' means,
+    which values moved to other samples keep (demo=faulty's exchanged state dims, -99.8 %, would be lost)."""
     for i, j in combinations(range(dims), 2):
         part = f"exchanged:{key}[{_label(names, i)} <-> {_label(names, j)}]"
         wording = f"{key} dims {_said(names, i)} and {_said(names, j)} exchanged"
@@ -119,9 +151,11 @@ def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Altern
     for d in range(dims):
         at = f"{key}[{_label(names, d)}]"
         said = f"{key} dim {_said(names, d)}"
-        to_degrees, to_radians = _dim_scaled(key, d, DEG), _dim_scaled(key, d, 1 / DEG)
-        yield Alternative(f"x180/pi:{at}", f"{said} x180/pi (in degrees)", "vector", to_degrees)
+        yield _controlled(
+            f"x180/pi:{at}", f"{said} x180/pi (in degrees)", _dim_scaled(key, d, DEG), key, (d,)
+        )
         zeroed = Alternative(f"zeroed:{at}", f"{said} zeroed", "vector", _dim_scaled(key, d, 0.0))
+        to_radians = _dim_scaled(key, d, 1 / DEG)
         yield Alternative(f"xpi/180:{at}", f"{said} xpi/180 (in radians)", "vector", to_radians, None, zeroed)
 
 

@@ -15,7 +15,9 @@ must reach `probe_margin`, and the paired difference must clear a Bonferroni-adj
 lies below 0 and the Wilcoxon p is below alpha. A dim xpi/180 must also beat the same dim zeroed (its
 control; alternatives.py says why) by the same margin, `probe_margin`: a near-constant model fits a dim
 /57 barely better than the dim zeroed (a barely trained ACT: by 0.03 % of its error), which says
-nothing about units. A target alternative and its control differ in one action dim only, so they are
+nothing about units. A dim x180/pi must beat itself with the dim's values handed to other samples by
+that margin too: a 50-step ACT's outputs moved 10 % nearer the targets with one dim x57, whatever its
+values said. A target alternative and its control differ in one action dim only, so they are
 compared on that dim: summed with the dims both leave alone, a real degrees dim's lead over its control
 is diluted below any margin (7 % of the whole error where it is 97 % of the dim's own). The control
 gets the margin, not a second significance test: the step against the data as declared already passed

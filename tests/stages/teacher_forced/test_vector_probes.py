@@ -173,3 +173,33 @@ def test_a_near_constant_model_gives_no_units_finding(tmp_path: Path) -> None:
     assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
     best = probes["vectors"].evidence["best"][0]
     assert best["part"] == "target.xpi/180:action[3 joint3.vel]" and best["relative_change"] < -0.1
+
+
+class Saturating(NearConstant):
+    """A barely trained model off its targets by a constant, which moves to the dataset's mean action
+    as state dim 0 grows out of range, whatever its value says (as a 50-step ACT's outputs did with an
+    input x57: 10 % nearer the targets)."""
+
+    def predict(self, batch: dict) -> np.ndarray:
+        mean = np.asarray(json.loads((Path(self.path) / "config.json").read_text())["mean"], np.float32)
+        pull = np.clip(np.abs(batch["observation.state"][:, 0]) / 20.0, 0.0, 1.0).astype(np.float32)
+        return mean + np.float32(0.5) * (1 - pull)[:, None] + 0 * super().predict(batch)
+
+
+def load_saturating(path: str, device: str) -> Saturating:
+    return Saturating(path)
+
+
+def test_an_input_pushed_out_of_range_is_not_taken_for_degrees(tmp_path: Path) -> None:
+    """State dim 0 x180/pi cuts this model's error far past the margin, and so does the same
+    magnitude handed to other samples (its control): the values' size helped, not their meaning."""
+    data = write_dataset(tmp_path / "data", dims=5)
+    actions = pq.read_table(data / "data/chunk-000/file-000.parquet", columns=["action"]).to_pydict()
+    path = write_model(tmp_path / "model", list(CAMERAS), dims=5, mean=np.mean(actions["action"], 0).tolist())
+    models = [{"name": "base", "path": path, "loader": f"{__name__}:load_saturating"}]
+    rows = by_id(run_stage(str(data), tmp_path / "run", plots=False, models=models, samples=96))
+    probes = {k.removeprefix("probe.base."): r for k, r in rows.items() if k.startswith("probe.base.")}
+    assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
+    best = probes["vectors"].evidence["best"][0]
+    assert best["part"] == "x180/pi:observation.state[0 joint0.pos]" and best["relative_change"] < -0.1
+    assert probes["vectors"].evidence["cut_by_margin"] >= 1

@@ -15,6 +15,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.readers.lerobot_windows import span
 from pipeline.records import Check
 from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed
 from pipeline.stages.contract.rows import Sources
@@ -43,9 +44,27 @@ def model_horizon(found: dict[str, int]) -> int | None:
     return steps + found.get("n_obs_steps", 1) - 1
 
 
+def sample_window(hints: dict[str, Any]) -> tuple[int | None, str]:
+    """Frames one training sample spans and how that was read: LeRobot's own delta indices for the
+    policy type (`readers.lerobot_windows`), else the generic rule over the window fields."""
+    fields = dict(hints.get("window") or {})
+    deltas = hints.get("delta_indices")
+    if deltas is not None:
+        said = "; ".join(f"{kind} {_range(ix)}" for kind, ix in deltas.items()) or "the sampled frame alone"
+        return span(deltas), f"LeRobot's delta indices for this policy type: {said}"
+    return model_horizon(fields), "from " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def _range(indices: list[int]) -> str:
+    """`[a..b]` for consecutive indices, else the list."""
+    if indices and indices == list(range(indices[0], indices[-1] + 1)):
+        return f"[{indices[0]}..{indices[-1]}]"
+    return str(indices)
+
+
 def _short(src: Sources, lengths: dict[int, int]) -> Check:
     fields = dict(src.a.hints.get("window") or {})
-    need = model_horizon(fields)
+    need, rule = sample_window(src.a.hints)
     if need is None:
         message = f"the model's config.json ({src.a.path}) gives no chunk_size/horizon: length not judged"
         return ROWS(
@@ -57,7 +76,6 @@ def _short(src: Sources, lengths: dict[int, int]) -> Check:
             evidence={"fields": fields},
         )
     short = {e: n for e, n in lengths.items() if n < need}
-    rule = "from " + ", ".join(f"{k}={v}" for k, v in fields.items())
     message = (
         f"{len(short)} episode(s) shorter than the model's window of {need} frames ({rule}): "
         f"{listed([f'{e} ({n})' for e, n in short.items()])}; the loader pads or drops them"
@@ -71,7 +89,12 @@ def _short(src: Sources, lengths: dict[int, int]) -> Check:
         message,
         expected=f">= {need} frames",
         actual=min(lengths.values()) if lengths else None,
-        evidence={"episodes": list(short), "lengths": short, "fields": fields},
+        evidence={
+            "episodes": list(short),
+            "lengths": short,
+            "fields": fields,
+            "delta_indices": src.a.hints.get("delta_indices"),
+        },
     )
 
 

@@ -1,0 +1,73 @@
+"""The frames one training sample reads, per LeRobot policy type (issue 31, item 4): restated from
+LeRobot 0.4.4's `*_delta_indices` properties and read off each pack folder's own config.json; where
+`lerobot` is installed, equal to what the package itself computes for every folder of the pack."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.readers import read_model
+from pipeline.readers.lerobot_windows import DELTAS, delta_indices, span
+
+PACK = "lerobot-0.4.4"
+
+
+def configs(real_data: Path) -> dict[str, dict]:
+    found = {
+        p.parent.parent.name: p for p in sorted((real_data / PACK).rglob("pretrained_model/config.json"))
+    }
+    if not found:
+        pytest.skip(f"no policy folders under {real_data / PACK}")
+    return {name: json.loads(path.read_text()) for name, path in found.items()}
+
+
+def test_every_pack_type_has_its_rule_and_the_spans_follow_lerobot(real_data: Path) -> None:
+    found = configs(real_data)
+    assert {c["type"] for c in found.values()} <= set(DELTAS)
+    spans = {name: span(delta_indices(c)) for name, c in found.items()}
+    diffusion, tdmpc, act = found["diffusion"], found["tdmpc"], found["act"]
+    assert diffusion["n_obs_steps"] > 1  # the case the generic rule got wrong: one frame too many
+    assert spans["diffusion"] == diffusion["horizon"]
+    assert spans["tdmpc"] == tdmpc["horizon"] + 1  # horizon + 1 observations
+    assert spans["act"] == act["chunk_size"] and spans["sac"] == 1
+    vqbet = found["vqbet"]
+    want = vqbet["n_action_pred_token"] + vqbet["action_chunk_size"] - 1 + vqbet["n_obs_steps"] - 1
+    assert spans["vqbet"] == want
+
+
+def test_the_model_reader_hands_them_to_the_contract(real_data: Path) -> None:
+    contract = read_model(real_data / PACK / "diffusion" / "pretrained_model")
+    deltas = contract.hints["delta_indices"]
+    n, horizon = (contract.hints["window"][k] for k in ("n_obs_steps", "horizon"))
+    assert deltas == {"observation": list(range(1 - n, 1)), "action": list(range(1 - n, 1 - n + horizon))}
+
+
+def test_an_unknown_type_or_a_missing_field_falls_back() -> None:
+    assert delta_indices({"type": "my_policy", "chunk_size": 8}) is None
+    assert delta_indices({"type": "act"}) is None  # no chunk_size
+    assert delta_indices({"type": "act", "chunk_size": True}) is None
+    assert delta_indices({"type": "sac"}) == {}
+
+
+@pytest.mark.lerobot
+@pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is None,
+    reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
+)
+def test_equal_to_what_lerobot_computes_for_every_pack_folder(real_data: Path) -> None:
+    import lerobot.policies.factory  # noqa: F401  # registers every policy type's config class
+    from lerobot.configs.policies import PreTrainedConfig
+
+    for name, config in configs(real_data).items():
+        folder = next(p.parent for p in (real_data / PACK).rglob(f"{name}/pretrained_model/config.json"))
+        theirs = PreTrainedConfig.from_pretrained(str(folder), local_files_only=True)
+        want = {
+            kind: list(value)
+            for kind in ("observation", "action", "reward")
+            if (value := getattr(theirs, f"{kind}_delta_indices")) is not None
+        }
+        assert delta_indices(config) == want, name
