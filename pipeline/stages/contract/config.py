@@ -183,15 +183,35 @@ class FramesConfig:
     stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale
     fps_tolerance: float = 0.01  # video fps vs info.json fps
     span_files: int = 500  # video files whose headers are read for every episode's span (no decoding)
+    # alignment in time (issue 34): image motion against state speed, per camera
+    max_lag: int = 5  # lags -max_lag..max_lag frames searched; an episode needs 2*max_lag+1 frames
+    align_episodes: int = 6  # episodes sampled (first, last, evenly between): one window each
+    align_frames: int = 64  # consecutive frames decoded per window (placed where the state moves most)
+    lag_min_corr: float = 0.3  # peak correlation below this: the motion follows the state at no lag
+    lag_margin: float = 0.05  # peak r - r at lag 0 at least this for a lag to count ...
+    lag_confidence: float = 0.8  # ... and this share of the bootstrap's peaks at the same lag
+    lag_bootstrap: int = 200  # bootstrap draws over the sampled episodes
+    neighbour_margin: float = 0.2  # a neighbour's state fits an episode's frames this much better
+    still_level: float = 0.5  # image motion (grey levels 0-255) below this in every window: still camera
 
     def validate(self, key: str) -> None:
         require(self.episodes >= 1, f"{key}.episodes", "an episode count >= 1", self.episodes)
         require(self.per_episode >= 1, f"{key}.per_episode", "a frame count >= 1", self.per_episode)
         require(self.span_files >= 1, f"{key}.span_files", "a file count >= 1", self.span_files)
+        require(self.max_lag >= 1, f"{key}.max_lag", "a lag >= 1 frame", self.max_lag)
+        for name in ("align_episodes", "lag_bootstrap"):
+            require(getattr(self, name) >= 1, f"{key}.{name}", "a count >= 1", getattr(self, name))
+        need = 2 * self.max_lag + 2
+        require(
+            self.align_frames >= need, f"{key}.align_frames", f">= 2*max_lag+2 = {need}", self.align_frames
+        )
+        for name in ("lag_min_corr", "lag_margin", "lag_confidence", "neighbour_margin"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, f"{key}.{name}", "a value in [0, 1]", value)
         for name in ("reversed_ratio", "swap_ratio"):
             value = getattr(self, name)
             require(0 < value < 1, f"{key}.{name}", "a ratio in (0, 1)", value)
-        for name in ("min_distance", "stale_mean", "fps_tolerance"):
+        for name in ("min_distance", "stale_mean", "fps_tolerance", "still_level"):
             value = getattr(self, name)
             require(value >= 0, f"{key}.{name}", "a value >= 0", value)
 
