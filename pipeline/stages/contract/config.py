@@ -180,7 +180,11 @@ class FramesConfig:
     reversed_ratio: float = 0.5  # channel order: reversed distance < ratio x as-is distance -> BGR
     min_distance: float = 0.05  # ... and the as-is distance above this (0-1 units), else both fit
     swap_ratio: float = 0.5  # cameras: exchanged assignment < ratio x as-named distance -> swapped
-    stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale
+    stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale (soft)
+    stale_std: float = 0.25  # ... that gap in units of the base's image std moving the input more: hard
+    grey_level: float = 3.0  # decoded channels differing by at most this (grey levels 0-255): a grey camera
+    # (a grey picture through AV1 4:2:0 decodes with a tint of ~1.2 levels; colour scenes differ by tens)
+    colour_spread: float = 0.02  # the base's image mean per channel spanning more (0-1): trained on colour
     fps_tolerance: float = 0.01  # video fps vs info.json fps
     span_files: int = 500  # video files whose headers are read for every episode's span (no decoding)
     # alignment in time (issue 34): image motion against state speed, per camera
@@ -211,7 +215,15 @@ class FramesConfig:
         for name in ("reversed_ratio", "swap_ratio"):
             value = getattr(self, name)
             require(0 < value < 1, f"{key}.{name}", "a ratio in (0, 1)", value)
-        for name in ("min_distance", "stale_mean", "fps_tolerance", "still_level"):
+        for name in (
+            "min_distance",
+            "stale_mean",
+            "fps_tolerance",
+            "still_level",
+            "stale_std",
+            "grey_level",
+            "colour_spread",
+        ):
             value = getattr(self, name)
             require(value >= 0, f"{key}.{name}", "a value >= 0", value)
 

@@ -161,11 +161,24 @@ def _videos(root: Path, version: str, codec: str, frames: dict, faults: Faults, 
     (root / "meta/info.json").write_text(json.dumps(info))
 
 
-def sources(root: Path, cfg: object = STAGE_CFG) -> Sources:
-    """The three contracts for the rows: the dataset as the stage reads it, a base reading both cameras."""
+def image_stats(frames: list[np.ndarray], shift: float = 0.0) -> dict[str, list]:
+    """LeRobot's image stats block (0-1, shape (3, 1, 1)) of these frames, the mean moved by `shift`."""
+    pixels = np.concatenate(frames).reshape(-1, 3) / 255.0
+    mean, std = pixels.mean(0) + shift, pixels.std(0)
+    return {"mean": mean.reshape(3, 1, 1).tolist(), "std": std.reshape(3, 1, 1).tolist()}
+
+
+def write_stats(root: Path, blocks: dict[str, dict[str, list]]) -> None:
+    (root / "meta/stats.json").write_text(json.dumps(blocks))
+
+
+def sources(root: Path, cfg: object = STAGE_CFG, base: dict | None = None) -> Sources:
+    """The three contracts for the rows: the dataset as the stage reads it, a base reading both cameras
+    (with `base` as its image stats, LeRobot's shapes)."""
     c = read_dataset(root, OPTIONS)
     feats = {k: Feature(k, "image", (3, SIDE, SIDE)) for k in (FIXED, WRIST)}
-    a = Contract("A", "contract_card", "base", features=feats)
+    stats = {k: {n: np.asarray(v) for n, v in block.items()} for k, block in (base or {}).items()}
+    a = Contract("A", "contract_card", "base", features=feats, stats=stats)
     return Sources(a, Contract("B", "training", "train"), c, cfg)  # type: ignore[arg-type]
 
 
