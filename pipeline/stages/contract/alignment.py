@@ -27,9 +27,10 @@ from pipeline.stages.contract.motion import (
     bootstrap_peaks,
     busiest,
     correlations,
+    fit,
     image_motion,
     match,
-    state_speed,
+    state_steps,
 )
 from pipeline.stages.contract.rows import NAME, Sources
 
@@ -45,8 +46,8 @@ class States:
     scale: np.ndarray
     keys: tuple[str, ...]
 
-    def speed(self, episode: int) -> np.ndarray:
-        return state_speed(self.state[self.episode == episode], self.scale)
+    def steps(self, episode: int) -> np.ndarray:
+        return state_steps(self.state[self.episode == episode], self.scale)
 
     def has(self, episode: int) -> bool:
         return bool((self.episode == episode).any())
@@ -98,15 +99,15 @@ def windows_of(
     need = 2 * cfg.max_lag + 1
     windows, skipped = [], {}
     for ep in sampled_episodes(reader, cfg.align_episodes):
-        speed = states.speed(ep)
-        n = speed.size + 1
+        steps = states.steps(ep)
+        speed = np.linalg.norm(steps, axis=1)
+        n = len(steps) + 1
         if n < need:
             skipped[ep] = f"{n} frames < 2*max_lag+1 = {need}"
             continue
         width = min(cfg.align_frames, n)
         start = busiest(speed, width - 1)
-        step = speed[start : start + width - 1]
-        if step.std() == 0:
+        if speed[start : start + width - 1].std() == 0:
             skipped[ep] = "the state does not move in the window"
             continue
         try:
@@ -114,7 +115,9 @@ def windows_of(
         except InputError as exc:
             skipped[ep] = str(exc)
             continue
-        windows.append(Window(ep, start, start + width, image_motion(frames), step))
+        windows.append(
+            Window(ep, start, start + width, image_motion(frames), steps[start : start + width - 1])
+        )
     return windows, skipped
 
 
@@ -206,15 +209,16 @@ def _neighbour_row(
 ) -> Check:
     """An episode whose picture motion follows a neighbouring episode's state (same frame indices)
     clearly better than its own holds that episode's frames."""
+    beta = fit(windows, lag)[1]
     found: dict[int, dict[str, Any]] = {}
     scores: dict[int, dict[str, float]] = {}
     for w in windows:
-        own = match(w.motion, w.speed, lag)
+        own = match(w.motion, w.steps, beta, lag)
         scores[w.episode] = {"own": round(own, 3)}
         for other in (w.episode - 1, w.episode + 1):
             if not states.has(other):
                 continue
-            theirs = match(w.motion, states.speed(other)[w.start : w.stop - 1], lag)
+            theirs = match(w.motion, states.steps(other)[w.start : w.stop - 1], beta, lag)
             scores[w.episode][str(other)] = round(theirs, 3)
             if theirs >= cfg.lag_min_corr and theirs - own >= cfg.neighbour_margin:
                 found[w.episode] = {"frames_of": other, "r": round(theirs, 3), "own_r": round(own, 3)}

@@ -22,14 +22,18 @@ MOTION_SIDE = 32
 
 @dataclass(frozen=True)
 class Window:
-    """One episode's consecutive frames `start..stop-1`: image motion and state speed, both of length
-    `stop - start - 1` (step t is the change from frame start+t to start+t+1)."""
+    """One episode's consecutive frames `start..stop-1`: image motion [m] and the state's per-dim step
+    sizes [m, D] (each dim in units of its spread), m = stop - start - 1 (step t: frame start+t to +1)."""
 
     episode: int
     start: int
     stop: int
     motion: np.ndarray
-    speed: np.ndarray
+    steps: np.ndarray
+
+    @property
+    def speed(self) -> np.ndarray:
+        return np.linalg.norm(self.steps, axis=1)
 
 
 def image_motion(frames: np.ndarray) -> np.ndarray:
@@ -39,14 +43,11 @@ def image_motion(frames: np.ndarray) -> np.ndarray:
     return np.abs(np.diff(grey, axis=0)).mean(axis=(1, 2)).astype(np.float64)
 
 
-def state_speed(state: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Norm of the step-to-step change of the state, each dim in units of its spread (so a gripper in
-    millimetres does not drown joints in radians); dims that never move are left out."""
+def state_steps(state: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """|state[t+1] - state[t]| per dim in units of the dim's spread (a gripper in millimetres does not
+    drown joints in radians); dims that never move are left out."""
     moving = scale > 0
-    if not moving.any():
-        return np.zeros(max(len(state) - 1, 0))
-    steps = np.diff(state[:, moving], axis=0) / scale[moving]
-    return np.linalg.norm(steps, axis=1)
+    return np.abs(np.diff(state[:, moving], axis=0)) / scale[moving]
 
 
 def busiest(speed: np.ndarray, width: int) -> int:
@@ -61,28 +62,41 @@ def busiest(speed: np.ndarray, width: int) -> int:
 
 
 def _z(x: np.ndarray) -> np.ndarray:
-    sd = x.std()
-    return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+    sd = x.std(axis=0)
+    return np.where(sd > 0, (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0), 0.0)
+
+
+def _pairs(windows: list[Window], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Image motion at t+k against the state's steps at t, every window standardized on its own (a busy
+    episode does not outweigh a calm one), pooled."""
+    m_parts, x_parts = [], []
+    for w in windows:
+        m, x = _z(w.motion), _z(w.steps)
+        n = len(m)
+        lo, hi = max(0, -k), min(n, n - k)
+        m_parts.append(m[lo + k : hi + k])
+        x_parts.append(x[lo:hi])
+    return np.concatenate(m_parts), np.concatenate(x_parts)
+
+
+def fit(windows: list[Window], k: int) -> tuple[float, np.ndarray]:
+    """How well the state's steps explain the image motion k frames later: the multiple correlation of a
+    least-squares fit over the dims (which dims the camera sees, and velocity dims, weigh themselves),
+    adjusted for the number of dims (chance alone fits D dims to N steps with R^2 ~ D/N)."""
+    m, x = _pairs(windows, k)
+    n, d = x.shape
+    if n <= d + 2 or not m.any():
+        return 0.0, np.zeros(d)
+    beta = np.linalg.lstsq(x, m, rcond=None)[0]
+    r2 = 1.0 - float(((m - x @ beta) ** 2).sum() / (m**2).sum())
+    adjusted = 1.0 - (1.0 - r2) * (n - 1) / (n - d - 1)
+    return float(np.sqrt(max(adjusted, 0.0))), beta
 
 
 def correlations(windows: list[Window], max_lag: int) -> np.ndarray:
-    """Pearson correlation of image motion at t+k with state speed at t, k = -max_lag..max_lag, pooled
-    over the windows (each standardized on its own, so a busy episode does not outweigh a calm one).
-    A peak at k > 0: the picture changes k frames after the state does (the camera lags)."""
-    lags = range(-max_lag, max_lag + 1)
-    out = np.zeros(len(lags))
-    for i, k in enumerate(lags):
-        m_parts, s_parts = [], []
-        for w in windows:
-            m, s = _z(w.motion), _z(w.speed)
-            n = len(m)
-            lo, hi = max(0, -k), min(n, n - k)
-            m_parts.append(m[lo + k : hi + k])
-            s_parts.append(s[lo:hi])
-        m_all, s_all = np.concatenate(m_parts), np.concatenate(s_parts)
-        denom = np.sqrt((m_all**2).sum() * (s_all**2).sum())
-        out[i] = float((m_all * s_all).sum() / denom) if denom > 0 else 0.0
-    return out
+    """The fit's (adjusted) correlation at each lag k = -max_lag..max_lag, pooled over the windows. A peak
+    at k > 0: the picture changes k frames after the state does (the camera lags)."""
+    return np.array([fit(windows, k)[0] for k in range(-max_lag, max_lag + 1)])
 
 
 def bootstrap_peaks(windows: list[Window], max_lag: int, draws: int, seed: int = 0) -> np.ndarray:
@@ -95,10 +109,13 @@ def bootstrap_peaks(windows: list[Window], max_lag: int, draws: int, seed: int =
     return peaks
 
 
-def match(motion: np.ndarray, speed: np.ndarray, lag: int) -> float:
-    """Correlation of one episode's image motion with one state speed profile at a given lag."""
-    n = min(len(motion), len(speed))
-    if n < 3:
+def match(motion: np.ndarray, steps: np.ndarray, beta: np.ndarray, lag: int) -> float:
+    """Correlation of one episode's image motion with a state's steps (weighted by the pooled fit's
+    `beta`) `lag` frames earlier: whose state these pictures follow."""
+    n = min(len(motion), len(steps))
+    if n - abs(lag) < 3 or steps.shape[1] != beta.size:
         return 0.0
-    w = Window(-1, 0, n + 1, motion[:n], speed[:n])
-    return float(correlations([w], abs(lag))[lag + abs(lag)])
+    m, x = _pairs([Window(-1, 0, n + 1, motion[:n], steps[:n])], lag)
+    pred = x @ beta
+    denom = np.sqrt((m**2).sum() * (pred**2).sum())
+    return float((m * pred).sum() / denom) if denom > 0 else 0.0
