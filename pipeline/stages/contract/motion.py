@@ -79,34 +79,67 @@ def _pairs(windows: list[Window], k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(m_parts), np.concatenate(x_parts)
 
 
+@dataclass(frozen=True)
+class Moments:
+    """Per window and lag, the least-squares sums (X'X, X'm, m'm, n): a fit over any set of windows
+    (a bootstrap draw) adds them up instead of touching the samples again."""
+
+    xx: np.ndarray  # [windows, lags, D, D]
+    xm: np.ndarray  # [windows, lags, D]
+    mm: np.ndarray  # [windows, lags]
+    n: np.ndarray  # [windows, lags]
+
+    @classmethod
+    def of(cls, windows: list[Window], max_lag: int) -> Moments:
+        lags = range(-max_lag, max_lag + 1)
+        d = windows[0].steps.shape[1] if windows else 0
+        xx = np.zeros((len(windows), len(lags), d, d))
+        xm = np.zeros((len(windows), len(lags), d))
+        mm, n = np.zeros((len(windows), len(lags))), np.zeros((len(windows), len(lags)))
+        for i, w in enumerate(windows):
+            for j, k in enumerate(lags):
+                m, x = _pairs([w], k)
+                xx[i, j], xm[i, j], mm[i, j], n[i, j] = x.T @ x, x.T @ m, m @ m, len(m)
+        return cls(xx, xm, mm, n)
+
+    def fits(self, pick: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Adjusted multiple correlation per lag, and the coefficients per lag, over the windows `pick`
+        (all when None; repeats count twice, as a bootstrap draw wants)."""
+        take = slice(None) if pick is None else pick
+        xx, xm, mm, n = (a[take].sum(axis=0) for a in (self.xx, self.xm, self.mm, self.n))
+        d = xx.shape[-1]
+        # one batched solve over the lags; a ridge of 1e-9 of the diagonal keeps dims still in every
+        # window (all-zero columns) from making X'X singular, and moves nothing else
+        ridge = 1e-9 * np.maximum(np.trace(xx, axis1=1, axis2=2), 1.0)[:, None, None] * np.eye(d)
+        betas = np.linalg.solve(xx + ridge, xm[..., None])[..., 0]
+        ok = (n > d + 2) & (mm > 0)
+        r2 = np.einsum("ld,ld->l", betas, xm) / np.where(ok, mm, 1.0)  # 1 - RSS/TSS at the optimum
+        adjusted = 1.0 - (1.0 - r2) * (n - 1) / np.where(ok, n - d - 1, 1.0)
+        r = np.where(ok, np.sqrt(np.clip(adjusted, 0.0, None)), 0.0)
+        return r, betas
+
+
 def fit(windows: list[Window], k: int) -> tuple[float, np.ndarray]:
     """How well the state's steps explain the image motion k frames later: the multiple correlation of a
     least-squares fit over the dims (which dims the camera sees, and velocity dims, weigh themselves),
     adjusted for the number of dims (chance alone fits D dims to N steps with R^2 ~ D/N)."""
-    m, x = _pairs(windows, k)
-    n, d = x.shape
-    if n <= d + 2 or not m.any():
-        return 0.0, np.zeros(d)
-    beta = np.linalg.lstsq(x, m, rcond=None)[0]
-    r2 = 1.0 - float(((m - x @ beta) ** 2).sum() / (m**2).sum())
-    adjusted = 1.0 - (1.0 - r2) * (n - 1) / (n - d - 1)
-    return float(np.sqrt(max(adjusted, 0.0))), beta
+    moments = Moments.of(windows, abs(k))
+    r, betas = moments.fits()
+    return float(r[k + abs(k)]), betas[k + abs(k)]
 
 
 def correlations(windows: list[Window], max_lag: int) -> np.ndarray:
     """The fit's (adjusted) correlation at each lag k = -max_lag..max_lag, pooled over the windows. A peak
     at k > 0: the picture changes k frames after the state does (the camera lags)."""
-    return np.array([fit(windows, k)[0] for k in range(-max_lag, max_lag + 1)])
+    return Moments.of(windows, max_lag).fits()[0]
 
 
 def bootstrap_peaks(windows: list[Window], max_lag: int, draws: int, seed: int = 0) -> np.ndarray:
     """The peak lag of `draws` resamplings of the episodes (with replacement): how sure the peak is."""
+    moments = Moments.of(windows, max_lag)
     rng = np.random.default_rng(seed)
-    peaks = np.empty(draws, np.int64)
-    for b in range(draws):
-        pick = rng.integers(0, len(windows), len(windows))
-        peaks[b] = int(np.argmax(correlations([windows[i] for i in pick], max_lag))) - max_lag
-    return peaks
+    picks = rng.integers(0, len(windows), (draws, len(windows)))
+    return np.array([int(np.argmax(moments.fits(p)[0])) - max_lag for p in picks], np.int64)
 
 
 def match(motion: np.ndarray, steps: np.ndarray, beta: np.ndarray, lag: int) -> float:
