@@ -31,7 +31,7 @@ PLANTED = {
         "exchanged",
         "assignment",
     ),
-    # ... and that front camera recorded 3 frames late (issue 34)
+    # ... and the frames under the front key then recorded 3 frames late (issue 34)
     "contract.frames.lag:observation.images.front": (
         "observation.images.front",
         "lags the state by 3 frame(s) (0.300 s)",
