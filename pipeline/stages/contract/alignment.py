@@ -21,6 +21,7 @@ from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
+from pipeline.stages.contract.boundaries import boundary_rows
 from pipeline.stages.contract.config import FramesConfig
 from pipeline.stages.contract.motion import (
     Window,
@@ -71,8 +72,10 @@ def alignment_rows(src: Sources) -> list[Check]:
     except InputError as exc:
         return [ROWS("frames.lag", "|".join(cams), "error", str(exc), evidence={"state": list(keys)})]
     out: list[Check] = []
+    episodes = sampled_episodes(reader, src.cfg.frames.align_episodes)
     for key in cams:
         out += camera_rows(src.cfg.frames, reader, key, states)
+        out += boundary_rows(src.cfg.frames, reader, key, episodes)
     return out
 
 

@@ -197,11 +197,13 @@ class FramesConfig:
     lag_bootstrap: int = 200  # bootstrap draws over the sampled episodes
     neighbour_margin: float = 0.2  # a neighbour's state fits an episode's frames this much better
     still_level: float = 0.5  # image motion (grey levels 0-255) below this in every window: still camera
+    jump_ratio: float = 2.0  # a reset jump: the largest change around a v3.0 boundary, this x the next
 
     def validate(self, key: str) -> None:
         require(self.episodes >= 1, f"{key}.episodes", "an episode count >= 1", self.episodes)
         require(self.per_episode >= 1, f"{key}.per_episode", "a frame count >= 1", self.per_episode)
         require(self.span_files >= 1, f"{key}.span_files", "a file count >= 1", self.span_files)
+        require(self.jump_ratio > 1, f"{key}.jump_ratio", "a ratio > 1", self.jump_ratio)
         require(self.max_lag >= 1, f"{key}.max_lag", "a lag >= 1 frame", self.max_lag)
         for name in ("align_episodes", "lag_bootstrap"):
             require(getattr(self, name) >= 1, f"{key}.{name}", "a count >= 1", getattr(self, name))

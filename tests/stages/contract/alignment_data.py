@@ -34,6 +34,7 @@ class Faults:
     neighbour: int | None = None  # this episode holds episode neighbour+1's frames
     grey: str | None = None
     still: str | None = None
+    span_shift: dict[int, int] = field(default_factory=dict)  # v3.0: episode -> from/to moved (frames)
     unrelated: str | None = None  # a camera whose picture flickers with no relation to the robot
 
 
@@ -140,6 +141,7 @@ def _videos(root: Path, version: str, codec: str, frames: dict, faults: Faults, 
         span = np.arange(episodes)
         if faults.neighbour is not None:  # from/to_timestamp off by one episode for this one
             span[faults.neighbour] += 1
+        moved = np.array([faults.span_shift.get(e, 0) for e in range(episodes)]) / FPS
         for key, per in frames.items():
             path = root / template.format(video_key=key, chunk_index=0, file_index=0)
             write_video(path, np.concatenate(per), codec, LOSSY.get(codec))
@@ -147,8 +149,8 @@ def _videos(root: Path, version: str, codec: str, frames: dict, faults: Faults, 
             cols |= {
                 v + "chunk_index": [0] * episodes,
                 v + "file_index": [0] * episodes,
-                v + "from_timestamp": starts[span].tolist(),
-                v + "to_timestamp": starts[span + 1].tolist(),
+                v + "from_timestamp": (starts[span] + moved).tolist(),
+                v + "to_timestamp": (starts[span + 1] + moved).tolist(),
             }
     for key in frames:
         features[key] = {"dtype": "video", "shape": [SIDE, SIDE, 3], "names": ["height", "width", "channels"]}

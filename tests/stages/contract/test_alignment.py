@@ -26,6 +26,12 @@ def test_clean_cameras_are_in_step(tmp_path: Path, version: str, codec: str) -> 
     write(tmp_path, version, codec)
     found = rows(tmp_path)
     assert {r.verdict for r in found.values()} == {"match"}, {k: r.message for k, r in found.items()}
+    if version == "v3.0":  # every boundary inside the shared file shows its reset on from_timestamp
+        for key in (FIXED, WRIST):  # (a reset that happens to return the arm near where it was: no jump)
+            ev = found[f"frames.boundaries:{key}"].evidence
+            assert ev["off"] == {} and len(ev["on"]) >= 2 and sorted(ev["on"] + ev["no_jump"]) == [1, 2, 3]
+    else:
+        assert f"frames.boundaries:{FIXED}" not in found  # one file per episode: no boundary inside one
     lag = found[f"frames.lag:{FIXED}"]
     assert lag.evidence["peak_lag"] == 0 and lag.evidence["r_at_0"] > 0.8
     assert lag.evidence["episodes_frames"] and lag.evidence["thresholds"]["max_lag"] == 5
@@ -89,3 +95,15 @@ def test_every_threshold_comes_from_the_config(tmp_path: Path) -> None:
     row = rows(tmp_path, narrow)[f"frames.lag:{FIXED}"]
     assert row.verdict == "match" or abs(row.actual) <= 2
     assert "lags -2..2" in row.message and row.evidence["thresholds"]["max_lag"] == 2
+
+
+@pytest.mark.parametrize("codec", ["libx264", "libsvtav1"])
+def test_reset_jumps_off_their_from_timestamp_are_named(tmp_path: Path, codec: str) -> None:
+    """v3.0: episode 1's span starts 2 frames early (its first frames are episode 0's), episode 2's 3 late."""
+    write(tmp_path, "v3.0", codec, Faults(span_shift={1: -2, 2: 3}))
+    found = rows(tmp_path)
+    for key in (FIXED, WRIST):
+        row = found[f"frames.boundaries:{key}"]
+        assert (row.verdict, row.severity, row.actual) == ("mismatch", "hard", {"1": 2, "2": -3}), row.message
+        assert "episode 1: the reset jump lies 2 frame(s) after its from_timestamp" in row.message
+        assert "episode 2: the reset jump lies 3 frame(s) before" in row.message and "2.0x" in row.message
