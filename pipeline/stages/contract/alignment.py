@@ -143,6 +143,7 @@ def camera_rows(cfg: FramesConfig, reader: FrameReader, key: str, states: States
 
 def _limits(cfg: FramesConfig) -> dict[str, Any]:
     names = ("max_lag", "align_episodes", "align_frames", "lag_min_corr", "lag_margin", "lag_confidence")
+    names += ("lag_min_episodes", "lag_bootstrap")
     return {"thresholds": {n: getattr(cfg, n) for n in (*names, "neighbour_margin", "still_level")}}
 
 
@@ -189,6 +190,13 @@ def _lag_row(
         text = f"{key}: its motion follows the state at no lag in -{L}..{L} ({said}; {limits})"
         return ROWS("frames.lag:" + key, key, "unverifiable", text, severity="soft", evidence=evidence), None
     clear = lag != 0 and r.max() - r[L] >= cfg.lag_margin and share >= cfg.lag_confidence
+    if clear and len(windows) < cfg.lag_min_episodes:
+        text = (
+            f"{key}: the motion peaks at lag {lag:+d} frames but only {len(windows)} episode(s) were "
+            f"measured (< lag_min_episodes {cfg.lag_min_episodes}: a bootstrap over them says nothing): "
+            f"{said}; {limits}"
+        )
+        return ROWS("frames.lag:" + key, key, "unverifiable", text, severity="soft", evidence=evidence), None
     how = "lags" if lag > 0 else "leads"
     text = (
         f"{key}: camera {how} the state by {abs(lag)} frame(s) ({abs(seconds):.3f} s): {said}; {limits}"

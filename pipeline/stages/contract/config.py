@@ -192,9 +192,10 @@ class FramesConfig:
     align_episodes: int = 6  # episodes sampled (first, last, evenly between): one window each
     align_frames: int = 64  # consecutive frames decoded per window (placed where the state moves most)
     lag_min_corr: float = 0.3  # peak correlation below this: the motion follows the state at no lag
-    lag_margin: float = 0.05  # peak r - r at lag 0 at least this for a lag to count ...
+    lag_margin: float = 0.1  # peak r - r at lag 0 at least this for a lag to count ...
     lag_confidence: float = 0.8  # ... and this share of the bootstrap's peaks at the same lag
     lag_bootstrap: int = 200  # bootstrap draws over the sampled episodes
+    lag_min_episodes: int = 3  # fewer measured episodes: a bootstrap over them says nothing, the lag is soft
     neighbour_margin: float = 0.2  # a neighbour's state fits an episode's frames this much better
     still_level: float = 0.5  # image motion (grey levels 0-255) below this in every window: still camera
     jump_ratio: float = 2.0  # a reset jump: the largest change around a v3.0 boundary, this x the next
@@ -205,7 +206,7 @@ class FramesConfig:
         require(self.span_files >= 1, f"{key}.span_files", "a file count >= 1", self.span_files)
         require(self.jump_ratio > 1, f"{key}.jump_ratio", "a ratio > 1", self.jump_ratio)
         require(self.max_lag >= 1, f"{key}.max_lag", "a lag >= 1 frame", self.max_lag)
-        for name in ("align_episodes", "lag_bootstrap"):
+        for name in ("align_episodes", "lag_bootstrap", "lag_min_episodes"):
             require(getattr(self, name) >= 1, f"{key}.{name}", "a count >= 1", getattr(self, name))
         need = 2 * self.max_lag + 2
         require(

@@ -45,7 +45,7 @@ def test_lagging_fixed_and_leading_wrist_camera_are_hard_rows(
     found = rows(tmp_path)
     fixed, wrist = found[f"frames.lag:{FIXED}"], found[f"frames.lag:{WRIST}"]
     assert (fixed.verdict, fixed.severity, fixed.actual) == ("mismatch", "hard", 3)
-    assert "lags the state by 3 frame(s) (0.300 s)" in fixed.message and "margin 0.05" in fixed.message
+    assert "lags the state by 3 frame(s) (0.300 s)" in fixed.message and "margin 0.1" in fixed.message
     assert (wrist.verdict, wrist.actual) == ("mismatch", -2) and "leads the state by 2" in wrist.message
     assert fixed.evidence["bootstrap"]["interval_90"] == [3, 3]
     assert found[f"frames.episode_frames:{FIXED}"].verdict == "match"

@@ -1,5 +1,5 @@
 """The alignment rows on the demo's own clean recordings (MuJoCo-rendered cameras, AV1, LeRobot v3.0) of
-five seeds, small (2 episodes of 60 steps each, rendered in one call): a fixed and a wrist camera in step
+five seeds, small (3 episodes of 60 steps each, rendered in one call): a fixed and a wrist camera in step
 with the state, no hard alignment row. The full-size five-seed check is a one-off script (README)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pipeline.stages.contract.alignment import alignment_rows
 from pipeline.stages.contract.rows import Sources
 from tests.stages.contract.helpers import OPTIONS, STAGE_CFG
 
-SEEDS, EPISODES, STEPS = range(5), 2, 60
+SEEDS, EPISODES, STEPS = range(5), 3, 60
 
 
 def test_clean_demo_datasets_of_five_seeds_have_no_hard_alignment_row(tmp_path: Path) -> None:
