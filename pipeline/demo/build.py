@@ -99,15 +99,21 @@ def plant_faults(
 
 
 def _camera_faults(episodes: list[dict[str, np.ndarray]], faults: Mapping[str, Any]) -> None:
-    """One camera recorded BGR (an OpenCV capture written as is), then two camera keys exchanged."""
+    """One camera recorded BGR (an OpenCV capture written as is), then two camera keys exchanged, and a
+    camera recorded late (frame t shows the scene of t - k, the first frame repeated: capture latency)."""
     bgr = faults.get("bgr_camera")
     swap = faults.get("swap_cameras")
+    lag = dict(faults.get("lag_camera") or {})
     for episode in episodes:
         if bgr and bgr in episode:
             episode[bgr] = np.ascontiguousarray(episode[bgr][..., ::-1])
         if swap and all(k in episode for k in swap):
             a, b = swap
             episode[a], episode[b] = episode[b], episode[a]
+        for key, k in lag.items():
+            if key in episode:
+                late = np.clip(np.arange(len(episode[key])) - int(k), 0, None)
+                episode[key] = np.ascontiguousarray(episode[key][late])
 
 
 def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:

@@ -30,6 +30,7 @@ from pipeline.records import Check, Rows, StageResult, jsonable
 from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.config import settings
 from pipeline.stages.contract import (
+    alignment,
     conventions,
     drift,
     encoding,
@@ -72,6 +73,7 @@ GLOBAL = (
     reload.mask_rows,
     finite.nonfinite_rows,  # NaN/inf in the data rows
     frames.frame_rows,  # decoded camera frames (issue 22)
+    alignment.alignment_rows,  # cameras in step with the rows (issue 34)
     health_rows,  # dataset health from the same pass (issue 24)
 )
 

@@ -180,20 +180,55 @@ class FramesConfig:
     reversed_ratio: float = 0.5  # channel order: reversed distance < ratio x as-is distance -> BGR
     min_distance: float = 0.05  # ... and the as-is distance above this (0-1 units), else both fit
     swap_ratio: float = 0.5  # cameras: exchanged assignment < ratio x as-named distance -> swapped
-    stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale
+    stale_mean: float = 0.05  # |recomputed - shipped| image mean or std per channel (0-1) -> stale (soft)
+    stale_std: float = 0.25  # ... that gap in units of the base's image std moving the input more: hard
+    grey_level: float = 3.0  # decoded channels differing by at most this (grey levels 0-255): a grey camera
+    # (a grey picture through AV1 4:2:0 decodes with a tint of ~1.2 levels; colour scenes differ by tens)
+    colour_spread: float = 0.02  # the base's image mean per channel spanning more (0-1): trained on colour
     fps_tolerance: float = 0.01  # video fps vs info.json fps
     # video files whose headers are read (in parallel) for every episode's span, nothing decoded; beyond,
     # the frames.health row says how many of how many were read
     span_files: int = 5000
+    # alignment in time (issue 34): image motion against state speed, per camera
+    max_lag: int = 5  # lags -max_lag..max_lag frames searched; an episode needs 2*max_lag+1 frames
+    align_episodes: int = 6  # episodes sampled (first, last, evenly between): one window each
+    align_frames: int = 64  # consecutive frames decoded per window (placed where the state moves most)
+    lag_min_corr: float = 0.3  # peak correlation below this: the motion follows the state at no lag
+    lag_margin: float = 0.1  # peak r - r at lag 0 at least this for a lag to count ...
+    lag_confidence: float = 0.8  # ... and this share of the bootstrap's peaks at the same lag
+    lag_bootstrap: int = 200  # bootstrap draws over the sampled episodes
+    lag_min_episodes: int = 3  # fewer measured episodes: a bootstrap over them says nothing, the lag is soft
+    neighbour_margin: float = 0.2  # a neighbour's state fits an episode's frames this much better
+    still_level: float = 0.5  # image motion (grey levels 0-255) below this in every window: still camera
+    jump_ratio: float = 2.0  # a reset jump: the largest change around a v3.0 boundary, this x the next
 
     def validate(self, key: str) -> None:
         require(self.episodes >= 1, f"{key}.episodes", "an episode count >= 1", self.episodes)
         require(self.per_episode >= 1, f"{key}.per_episode", "a frame count >= 1", self.per_episode)
         require(self.span_files >= 1, f"{key}.span_files", "a file count >= 1", self.span_files)
+        require(self.jump_ratio > 1, f"{key}.jump_ratio", "a ratio > 1", self.jump_ratio)
+        require(self.max_lag >= 1, f"{key}.max_lag", "a lag >= 1 frame", self.max_lag)
+        for name in ("align_episodes", "lag_bootstrap", "lag_min_episodes"):
+            require(getattr(self, name) >= 1, f"{key}.{name}", "a count >= 1", getattr(self, name))
+        need = 2 * self.max_lag + 2
+        require(
+            self.align_frames >= need, f"{key}.align_frames", f">= 2*max_lag+2 = {need}", self.align_frames
+        )
+        for name in ("lag_min_corr", "lag_margin", "lag_confidence", "neighbour_margin"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, f"{key}.{name}", "a value in [0, 1]", value)
         for name in ("reversed_ratio", "swap_ratio"):
             value = getattr(self, name)
             require(0 < value < 1, f"{key}.{name}", "a ratio in (0, 1)", value)
-        for name in ("min_distance", "stale_mean", "fps_tolerance"):
+        for name in (
+            "min_distance",
+            "stale_mean",
+            "fps_tolerance",
+            "still_level",
+            "stale_std",
+            "grey_level",
+            "colour_spread",
+        ):
             value = getattr(self, name)
             require(value >= 0, f"{key}.{name}", "a value >= 0", value)
 

@@ -17,10 +17,11 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.normalization import IMAGENET_STATS
-from pipeline.readers.frames import FrameReader, ImageStats, probe
+from pipeline.readers.frames import FrameReader, probe
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.camera_fit import Fit, Signature, fit, ties
+from pipeline.stages.contract.image_stats import grey_row, stale_row
 from pipeline.stages.contract.rows import NAME, Sources
 from pipeline.stages.contract.spans import cap_note
 from pipeline.stages.contract.spans import spans as video_spans
@@ -50,7 +51,8 @@ def frame_rows(src: Sources) -> list[Check]:
         if sample is not None:
             pixels = sample.reshape(-1, 3) / 255.0
             decoded[key] = Signature(pixels.mean(axis=0), pixels.std(axis=0))
-            out += _scale_row(src, key) + _stale_row(src, key, sample)
+            used = rows[0].evidence.get("episodes_frames", {})
+            out += _scale_row(src, key) + stale_row(src, key, sample, used) + grey_row(src, key, sample)
     base = _signatures(src.a.stats)
     generic = _generic_base(base, list(decoded), cfg.min_distance)
     found = None if generic else fit(decoded, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
@@ -256,42 +258,6 @@ def _scale_row(src: Sources, key: str) -> list[Check]:
             expected=expected,
             actual="0-1",
             evidence={"base_max": float(np.max(stats["max"])), "normalization": mode},
-        )
-    ]
-
-
-def _stale_row(src: Sources, key: str, sample: np.ndarray) -> list[Check]:
-    """meta/stats.json image mean/std against the same statistics recomputed from the sampled frames."""
-    block = src.c.stats.get(key) or {}
-    shipped = {k: np.asarray(block[k], np.float64).reshape(-1) for k in ("mean", "std") if k in block}
-    shipped = {k: v for k, v in shipped.items() if v.size == 3}
-    if not shipped:
-        return []
-    scale = 255.0 if shipped.get("mean", np.zeros(3)).max() > 1.5 else 1.0
-    acc = ImageStats()
-    acc.add(sample)
-    recomputed = {k: v.reshape(3) for k, v in acc.result().items() if k in shipped}
-    gaps = {k: float(np.abs(recomputed[k] - shipped[k] / scale).max()) for k in shipped}
-    gap = max(gaps.values())
-    limit = src.cfg.frames.stale_mean
-    evidence = {
-        "recomputed": {k: v.round(4).tolist() for k, v in recomputed.items()},
-        "shipped": {k: (v / scale).round(4).tolist() for k, v in shipped.items()},
-        "gaps": {k: round(v, 4) for k, v in gaps.items()},
-        "frames": int(sample.shape[0]),
-    }
-    message = f"{key}: meta/stats.json vs sampled frames differ by {gap:.4f} per channel at most"
-    verdict = "match" if gap <= limit else "mismatch"
-    return [
-        ROWS(
-            "frames.stale_stats:" + key,
-            key,
-            verdict,
-            message,
-            severity="soft",
-            expected=f"<= {limit}",
-            actual=round(gap, 4),
-            evidence=evidence,
         )
     ]
 

@@ -98,6 +98,7 @@ class TeacherForcedConfig(StageConfig):
     worst_samples: int = 3
     probe_models: list[str] | None = None  # counterfactual probes (probes.py); None: the baseline, []: off
     probe_margin: float = 0.1  # an alternative must cut the error by >= 10 % (and its CI exclude 0)
+    probe_max_shift: int = 5  # each camera's frames shifted +-1..+-this many rows in time (0: none)
     probe_rounds: int = 8  # greedy passes at most (each keeps one alternative; the last finds none)
     probe_max_alternatives: int = 400  # alternatives tried at most (cameras, targets, then vectors)
 
@@ -127,6 +128,10 @@ class TeacherForcedConfig(StageConfig):
         unknown = [n for n in self.probe_models or [] if names and n not in names]
         if unknown:
             raise ConfigError(f"{key}.probe_models", f"{unknown} are not among the models {names}")
+        if self.probe_max_shift < 0:
+            raise ConfigError(
+                f"{key}.probe_max_shift", f"expected a frame count >= 0, got {self.probe_max_shift}"
+            )
         for name in ("probe_rounds", "probe_max_alternatives"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{key}.{name}", f"expected >= 1, got {getattr(self, name)}")

@@ -1,6 +1,8 @@
 """The likely alternative readings of a dataset that the counterfactual probes try (probes.py).
 
-Cameras: one camera's channels reversed (BGR), every camera x255 or /255, two cameras exchanged.
+Cameras: one camera's channels reversed (BGR), every camera x255 or /255, two cameras exchanged; each
+camera rotated 180 degrees, flipped left-right or up-down, grey, and its frames shifted +-1..+-L rows in
+time within their episode (issue 34).
 Vectors: the contract stage's suspects (a permutation, a sign, a unit) are not reachable from this
 stage (it runs beside the contract stage, not after it), so the likely ones are generated here from
 the model's declared vector inputs and the dataset's action:
@@ -58,6 +60,58 @@ def _scaled(keys: list[str], factor: float) -> Callable[[Batch], Batch]:
 
 def _exchanged(a: str, b: str) -> Callable[[Batch], Batch]:
     return lambda batch: {**batch, a: batch[b], b: batch[a]}
+
+
+def _flipped(key: str, axes: tuple[int, ...]) -> Callable[[Batch], Batch]:
+    return lambda b: {**b, key: np.ascontiguousarray(np.flip(b[key], axis=axes))}
+
+
+def _grey(key: str) -> Callable[[Batch], Batch]:
+    def apply(b: Batch) -> Batch:
+        mean = np.asarray(b[key]).mean(axis=-3, keepdims=True, dtype=np.float32)
+        return {**b, key: np.ascontiguousarray(np.repeat(mean, 3, axis=-3))}
+
+    return apply
+
+
+def _shifted(
+    key: str, k: int, declared: Mapping[str, Any], shifted: Mapping[str, Mapping[int, Any]]
+) -> Callable[[Batch], Batch]:
+    """The frames `key` holds now, k rows later: where it holds a camera's frames as declared (itself, or
+    another camera's after an exchange was kept) they are that camera's shifted frames; where an earlier
+    kept step transformed them (channels, scale, view) no shifted copy exists and nothing changes."""
+
+    def apply(b: Batch) -> Batch:
+        source = next((c for c, v in declared.items() if b[key] is v), None)
+        return b if source is None else {**b, key: shifted[source][k]}
+
+    return apply
+
+
+def views(keys: Sequence[str]) -> Iterator[Alternative]:
+    """What per-channel stats cannot see ([..., C, H, W]): a camera mounted upside down or mirrored
+    (LeRobot's camera configs carry a `rotation` for this), or grey where the model saw colour."""
+    for key in keys:
+        yield Alternative(f"rotated180:{key}", f"{key} rotated 180 degrees", "view", _flipped(key, (-2, -1)))
+        yield Alternative(f"flipped_lr:{key}", f"{key} flipped left-right", "view", _flipped(key, (-1,)))
+        yield Alternative(f"flipped_ud:{key}", f"{key} flipped up-down", "view", _flipped(key, (-2,)))
+        yield Alternative(f"grey:{key}", f"{key} in grey (three equal channels)", "view", _grey(key))
+
+
+def shifts(
+    shifted: Mapping[str, Mapping[int, np.ndarray]], batch: Mapping[str, Any]
+) -> Iterator[Alternative]:
+    """A camera recorded late or early: its frames from k rows later (or earlier) in the same episode,
+    clamped at the episode's ends. A model that fits frames k later better says the camera lags k."""
+    declared = {key: batch[key] for key in shifted}
+    for key, by_shift in shifted.items():
+        for k in sorted(by_shift, key=lambda k: (abs(k), k)):
+            wording = f"{key}'s frames {abs(k)} row(s) {'later' if k > 0 else 'earlier'}"
+            if k > 0:
+                wording += f" (the camera lags the state by {k} frame(s))"
+            else:
+                wording += f" (the camera leads the state by {-k} frame(s))"
+            yield Alternative(f"shifted:{key}[{k:+d}]", wording, "time", _shifted(key, k, declared, shifted))
 
 
 def cameras(keys: Sequence[str], batch: Mapping[str, Any]) -> Iterator[Alternative]:
@@ -191,10 +245,12 @@ def generate(
     names: Mapping[str, Sequence[str] | None],
     action_key: str,
     action_dims: int,
+    shifted: Mapping[str, Mapping[int, np.ndarray]] | None = None,
 ) -> list[Alternative]:
-    """Every alternative, cheapest and likeliest first: cameras, the targets (no forward pass), then
-    each vector input's (a cap on their number drops the last)."""
-    out = list(cameras(camera_keys, batch))
+    """Every alternative, cheapest and likeliest first: cameras (their channels, scale and keys, then
+    their orientation and time), the targets (no forward pass), then each vector input's (a cap on
+    their number drops the last)."""
+    out = list(cameras(camera_keys, batch)) + list(views(camera_keys)) + list(shifts(shifted or {}, batch))
     out += targets(action_key, action_dims, names.get(action_key))
     for key in vector_keys:
         value = batch.get(key)

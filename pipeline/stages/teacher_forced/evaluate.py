@@ -130,7 +130,10 @@ def _probes(tf: Any, runs: Mapping[str, Run], baseline: str, shared: Shared) -> 
         declared = shared.feeds.declared[name]
         try:
             batch = shared.feeds.batch(name)
-            out += probes.probe_model(tf, name, run, batch, declared.cameras, declared.vectors, shared)
+            shifted = shared.feeds.shifted(name)
+            out += probes.probe_model(
+                tf, name, run, batch, declared.cameras, declared.vectors, shared, shifted
+            )
         except Exception as exc:  # noqa: BLE001 - an alternative the model cannot take: its row
             out.append(model_error(run.spec, exc, "probing"))
     return out
@@ -173,7 +176,8 @@ def prepare(
     gripper = tf.gripper_dims
     if gripper is None:
         gripper = [d for d, n in enumerate(names) if "gripper" in n.lower()]
-    feeds = inputs.Feeds(frames, rows, declared)
+    probing = tf.probe_models is None or bool(tf.probe_models)
+    feeds = inputs.Feeds(frames, rows, declared, tf.probe_max_shift if probing else 0)
     feeds.decode(LeRobotData(frames.root))
     return Shared(
         frames,

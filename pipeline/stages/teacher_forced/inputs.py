@@ -124,25 +124,31 @@ def shape_differences(declared: Declared, data: LeRobotData) -> dict[str, str]:
 class Feeds:
     """The sampled rows' inputs for every model: pixels decoded once, views converted once."""
 
-    def __init__(self, frames: Frames, rows: np.ndarray, declared: Mapping[str, Declared]) -> None:
+    def __init__(
+        self, frames: Frames, rows: np.ndarray, declared: Mapping[str, Declared], max_shift: int = 0
+    ) -> None:
         self.frames, self.rows, self.declared = frames, rows, dict(declared)
+        self.max_shift = max_shift  # the probes' time shifts: frames +-1..+-max_shift rows away
         self.decode_s: dict[str, float] = {}
         self.failed: dict[str, str] = {}  # camera -> why its frames could not be decoded
         self._pixels: dict[str, np.ndarray] = {}
-        self._views: dict[tuple[str, int], np.ndarray] = {}
+        self._views: dict[tuple[str, int, int], np.ndarray] = {}
         self.decoded_rows: dict[str, np.ndarray] = {}  # camera -> the sorted rows its pixels hold
         self._tasks: list[str] | None = None
 
-    def past(self, n: int) -> np.ndarray:
-        """[B, n] rows: the n frames ending at each sample, the episode's first repeated before it."""
+    def past(self, n: int, shift: int = 0) -> np.ndarray:
+        """[B, n] rows: the n frames ending at each sample (moved `shift` rows within its episode,
+        clamped at its ends), the episode's first repeated before it."""
         episode = self.frames.episode
         order = np.lexsort((self.frames.frame, episode))
         place = np.empty(len(order), np.int64)
         place[order] = np.arange(len(order))
-        rank, _ = _ranks(episode, self.frames.frame)
+        rank, length = _ranks(episode, self.frames.frame)
+        moved = np.clip(rank[self.rows] + shift, 0, length[self.rows] - 1)
+        at = place[self.rows] - rank[self.rows] + moved
         back = np.arange(n - 1, -1, -1)[None, :]
-        steps = np.minimum(back, rank[self.rows][:, None])
-        return order[place[self.rows][:, None] - steps]
+        steps = np.minimum(back, moved[:, None])
+        return order[at[:, None] - steps]
 
     def decode(self, data: LeRobotData) -> None:
         """Every camera any model reads, at the sampled rows (and their past rows), once."""
@@ -154,8 +160,9 @@ class Feeds:
             return
         reader = FrameReader(data)
         position, _ = _ranks(self.frames.episode, np.arange(len(self.frames)))  # index in file order
+        shifts = range(-self.max_shift, self.max_shift + 1)
         for key, n in depth.items():
-            needed = np.unique(self.past(n)) if n > 1 else np.unique(self.rows)
+            needed = np.unique(np.concatenate([self.past(n, k).reshape(-1) for k in shifts]))
             start = time.perf_counter()
             try:
                 self._pixels[key] = self._read(reader, key, needed, position)
@@ -184,14 +191,22 @@ class Feeds:
         """Each decoded camera's frame shape as decoded, [H, W, C]."""
         return {k: list(v.shape[1:]) for k, v in self._pixels.items()}
 
-    def view(self, key: str, n: int) -> np.ndarray:
-        """float32 0-1 [B, 3, H, W] (n = 1) or [B, n, 3, H, W], converted once per camera and depth."""
-        if (key, n) not in self._views:
-            rows = self.rows if n == 1 else self.past(n)
+    def view(self, key: str, n: int, shift: int = 0) -> np.ndarray:
+        """float32 0-1 [B, 3, H, W] (n = 1) or [B, n, 3, H, W], converted once per camera and depth;
+        `shift`: the frames that many rows later (earlier if negative) in each sample's episode."""
+        if (key, n, shift) not in self._views:
+            rows = self.past(n, shift)
+            rows = rows[:, 0] if n == 1 else rows
             view = processor_view(self._pixels[key][np.searchsorted(self.decoded_rows[key], rows)])
             view.flags.writeable = False  # shared by every model and probe: one cannot alter another's
-            self._views[(key, n)] = view
-        return self._views[(key, n)]
+            self._views[(key, n, shift)] = view
+        return self._views[(key, n, shift)]
+
+    def shifted(self, name: str) -> dict[str, dict[int, np.ndarray]]:
+        """Model `name`'s cameras at every time shift +-1..+-max_shift (the probes' alternatives)."""
+        d = self.declared[name]
+        shifts = [k for k in range(-self.max_shift, self.max_shift + 1) if k]
+        return {key: {k: self.view(key, d.n_obs_steps, k) for k in shifts} for key in d.cameras}
 
     def tasks(self, data_root: Path) -> list[str]:
         """Each sample's task text (meta/tasks, by task_index)."""

@@ -145,8 +145,8 @@ def summary(tf: Any, name: str, rest: list[Any], declared: np.ndarray, found: An
     }
     tried = len(found.options)
     message = (
-        f"{name}: {len(rest)} vector/target alternative(s) not kept, of {tried} tried in {found.passes} "
-        f"greedy pass(es) ({found.forwards} forward call(s), {sig(found.seconds, 3)} s): "
+        f"{name}: {len(rest)} vector/target/view/time alternative(s) not kept, of {tried} tried in "
+        f"{found.passes} greedy pass(es) ({found.forwards} forward call(s), {sig(found.seconds, 3)} s): "
         f"{counts['raise_error']} raise the error, {counts['no_effect']} change nothing, "
         f"{counts['lower_error']} lower it ({counts['cut_by_margin']} by the "
         f"{sig(100 * tf.probe_margin, 3)} % margin on the data as declared, none clearly better at the "

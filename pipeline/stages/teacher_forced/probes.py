@@ -111,13 +111,20 @@ def _joined(values: list[Any]) -> Any:
 
 
 def probe_model(
-    tf: Any, name: str, run: Any, batch: Batch, cameras: list[str], vectors: list[str], shared: Any
+    tf: Any,
+    name: str,
+    run: Any,
+    batch: Batch,
+    cameras: list[str],
+    vectors: list[str],
+    shared: Any,
+    shifted: dict[str, dict[int, np.ndarray]] | None = None,
 ) -> list[Check]:
     """Every alternative against the data as declared, then the greedy search; the rows."""
     start = time.perf_counter()
     names = dict(shared.frames.names)
     options = alternatives.generate(
-        cameras, vectors, batch, names, tf.action_key, int(shared.truth.shape[-1])
+        cameras, vectors, batch, names, tf.action_key, int(shared.truth.shape[-1]), shifted or {}
     )
     capped = max(0, len(options) - tf.probe_max_alternatives)
     options = options[: tf.probe_max_alternatives]

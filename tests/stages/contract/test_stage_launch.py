@@ -31,6 +31,12 @@ PLANTED = {
         "exchanged",
         "assignment",
     ),
+    # ... and the frames under the front key then recorded 3 frames late (issue 34)
+    "contract.frames.lag:observation.images.front": (
+        "observation.images.front",
+        "lags the state by 3 frame(s) (0.300 s)",
+        "bootstrap",
+    ),
 }
 
 

@@ -64,17 +64,31 @@ def write_dataset(
     swapped: tuple[int, int] | None = None,
     degrees: int | None = None,
     state_degrees: int | None = None,
+    spatial: bool = False,
+    stored_as: dict[str, str] | None = None,
+    lag: dict[str, int] | None = None,
 ) -> Path:
     """The dataset; `bgr` stores that camera's channels reversed, `exchanged` stores each camera's
     frames under the other's key (the actions always follow the true frames). The benchmark writes a
     larger one (64x64 AV1, like the demo's cameras). `dims` > 2: a wider, named state (and action),
     dims 2.. offset from -1.5 to 1.5; `swapped` stores those two state dims exchanged, `degrees`
-    stores that action dim in degrees (the actions are radians), `state_degrees` that state dim."""
+    stores that action dim in degrees (the actions are radians), `state_degrees` that state dim.
+    `spatial`: each frame also gets a random vertical gradient and the actions follow each camera's
+    left-minus-right and top-minus-bottom halves too (so orientation matters; the model's `spatial`);
+    `stored_as` stores a camera rotated180 / flipped_lr / flipped_ud / grey; `lag` stores a camera's
+    frames k rows late within each episode (the first frame repeated)."""
     rng = np.random.default_rng(7)
     n = episodes * length
     true = {k: _frames(n, rng, side) for k in CAMERAS}
+    if spatial:
+        for k in CAMERAS:
+            slope = rng.uniform(-0.3, 0.3, (n, 1, 1, 1)) * (np.arange(side)[None, :, None, None] / side - 0.5)
+            true[k] = np.clip(true[k] + np.rint(slope * 255), 0, 255).astype(np.uint8)
     state = rng.normal(0, 0.3, (n, dims)) + _offsets(dims)
-    action = state + _padded(sum(_means(true[k]) @ np.asarray(WEIGHTS[k]) for k in CAMERAS), dims)
+    seen = sum(_means(true[k]) @ np.asarray(WEIGHTS[k]) for k in CAMERAS)
+    if spatial:
+        seen = seen + sum(_halves(np.moveaxis(true[k], -1, 1) / 255.0) for k in CAMERAS)
+    action = state + _padded(seen, dims)
     action += rng.normal(0, 0.02, action.shape)
     if swapped:
         state[:, list(swapped)] = state[:, list(swapped[::-1])]
@@ -85,6 +99,14 @@ def write_dataset(
     stored = {FRONT: true[WRIST], WRIST: true[FRONT]} if exchanged else dict(true)
     if bgr:
         stored[bgr] = np.ascontiguousarray(stored[bgr][..., ::-1])
+    for key, how in (stored_as or {}).items():
+        stored[key] = np.ascontiguousarray(STORED[how](stored[key]))
+    for key, k in (lag or {}).items():
+        late = (
+            np.clip(np.tile(np.arange(length), episodes) - k, 0, None)
+            + np.repeat(np.arange(episodes), length) * length
+        )
+        stored[key] = stored[key][late]
     episode = np.repeat(np.arange(episodes), length)
     frame = np.tile(np.arange(length), episodes)
     template = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -93,6 +115,22 @@ def write_dataset(
     _parquet(root, state, action, episode, frame)
     _meta(root, episodes, length, template, side, dims)
     return root
+
+
+STORED = {  # a camera stored another way ([n, H, W, C] uint8)
+    "rotated180": lambda f: f[:, ::-1, ::-1],
+    "flipped_lr": lambda f: f[:, :, ::-1],
+    "flipped_ud": lambda f: f[:, ::-1],
+    "grey": lambda f: np.repeat(f.mean(axis=-1, keepdims=True).round().astype(np.uint8), 3, axis=-1),
+}
+
+
+def _halves(x: np.ndarray) -> np.ndarray:
+    """[..., C, H, W] in 0-1 -> [..., 2]: left minus right half, top minus bottom half (all channels)."""
+    h, w = x.shape[-2] // 2, x.shape[-1] // 2
+    lr = x[..., :, :w].mean(axis=(-3, -2, -1)) - x[..., :, w:].mean(axis=(-3, -2, -1))
+    ud = x[..., :h, :].mean(axis=(-3, -2, -1)) - x[..., h:, :].mean(axis=(-3, -2, -1))
+    return 2.0 * np.stack([lr, ud], axis=-1)
 
 
 def _offsets(dims: int) -> np.ndarray:
@@ -174,6 +212,7 @@ class PixelModel:
         self.input_features = {k: {"type": "VISUAL", "shape": [3, side, side]} for k in self.cameras}
         self.dims = int(config.get("dims", 2))
         self.blind: list[int] = config.get("blind", [])  # action dims it predicts as 0 (a weak dim)
+        self.spatial = bool(config.get("spatial", False))  # reads each camera's halves too
         self.input_features["observation.state"] = {"type": "STATE", "shape": [self.dims]}
         if config.get("task"):
             self.input_features["task"] = {"type": "LANGUAGE", "shape": [1]}
@@ -185,6 +224,8 @@ class PixelModel:
         for key in self.cameras:
             weights = np.asarray(WEIGHTS.get(key, np.zeros((3, 2))))
             out = out + _padded(last(batch[key]).mean(axis=(-2, -1)) @ weights, self.dims)
+            if self.spatial:
+                out = out + _padded(_halves(np.asarray(last(batch[key]), np.float64)), self.dims)
         out[..., self.blind] = 0.0
         return out.astype(np.float32)
 

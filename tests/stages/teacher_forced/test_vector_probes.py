@@ -55,10 +55,11 @@ def test_a_clean_dataset_gives_no_hard_probe_row_among_about_a_hundred_alternati
         *(k for k in probes if k.startswith(("bgr:", "scaled:", "exchanged:o"))),
     }
     assert (
-        summary.evidence["not_kept"] == 90 and summary.evidence["passes"] == 1
-    )  # 36+9+18 inputs, 27 targets
+        summary.evidence["not_kept"] == 118 and summary.evidence["passes"] == 1
+    )  # 36+9+18 inputs, 27 targets, per camera 4 views and 10 time shifts
     assert len(summary.evidence["best"]) == 5 and "rule" in summary.evidence
-    assert "90 vector/target alternative(s) not kept, of 95 tried in 1 greedy pass" in summary.message
+    said = "118 vector/target/view/time alternative(s) not kept, of 123 tried in 1 greedy pass"
+    assert said in summary.message
     assert "capped" not in summary.message
 
 
@@ -70,9 +71,9 @@ def test_two_exchanged_state_dims_are_named_with_the_error_drop(tmp_path: Path) 
     assert "the model's error drops" in row.message and row.actual < -0.5
     assert "observation.state dims 2 (joint2.pos) and 8 (joint8.pos) exchanged" in row.message
     step = row.evidence["step"]  # Bonferroni over every alternative tried in that pass
-    assert step["alternatives_tried"] == 95 and step["alpha"] == (1 - 0.95) / 95
+    assert step["alternatives_tried"] == 123 and step["alpha"] == (1 - 0.95) / 123
     assert step["ci"][1] < 0 and step["p"] < step["alpha"] and "Bonferroni-adjusted" in row.message
-    assert probes["vectors"].evidence["not_kept"] == 89
+    assert probes["vectors"].evidence["not_kept"] == 117
 
 
 def test_an_action_dim_recorded_in_degrees_is_named(tmp_path: Path) -> None:
@@ -114,11 +115,11 @@ def test_swapped_state_dims_degrees_and_exchanged_cameras_are_named_in_turn(tmp_
 
 
 def test_the_caps_are_said_in_the_summary_row(tmp_path: Path) -> None:
-    config = {"probe_rounds": 1, "probe_max_alternatives": 40}
+    config = {"probe_rounds": 1, "probe_max_alternatives": 68}  # the 33 camera and 27 target ones, 8 more
     probes = _probes(tmp_path, degrees=6, config=config)
     summary = probes["vectors"]
     assert summary.evidence["capped_alternatives"] == 55 and summary.evidence["capped_rounds"]
-    assert "55 alternative(s) beyond probe_max_alternatives=40 not tried" in summary.message
+    assert "55 alternative(s) beyond probe_max_alternatives=68 not tried" in summary.message
     assert "stopped at probe_rounds=1 passes" in summary.message
     assert _hard(probes) == [DEGREES]  # the targets come before the input vectors, which the cap cut
 
