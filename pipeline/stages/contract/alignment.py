@@ -12,17 +12,16 @@ episodes, with a bootstrap over episodes for how sure the peak is. Every thresho
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader
-from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.boundaries import boundary_rows
 from pipeline.stages.contract.config import FramesConfig
+from pipeline.stages.contract.frames import frames_here, informational
 from pipeline.stages.contract.motion import (
     Window,
     bootstrap_peaks,
@@ -56,13 +55,15 @@ class States:
 
 def alignment_rows(src: Sources) -> list[Check]:
     """A lag row and an episode-frames row per camera; nothing where there are no frames (frame_rows
-    then says why) and one unverifiable row where the rows hold no state to compare with."""
-    if not src.c.kind.startswith("lerobot") or not (src.c.path and (Path(src.c.path) / "data").is_dir()):
+    then says why) and one unverifiable row where the rows hold no state to compare with. Rows about
+    cameras the model does not read are informational, as every frames row is."""
+    reader = frames_here(src) if src.c.path else None
+    if reader is None:
         return []
-    reader = FrameReader(LeRobotData(src.c.path))
-    cams = reader.cameras()
-    if not cams:
-        return []
+    return [informational(src, row) for row in _camera_alignment(src, reader, reader.cameras())]
+
+
+def _camera_alignment(src: Sources, reader: FrameReader, cams: list[str]) -> list[Check]:
     keys = tuple(k for k, f in src.c.features.items() if f.role == "state")
     if not keys:
         why = "the dataset's rows hold no state feature (role state) to time the cameras against"

@@ -33,15 +33,13 @@ LAYOUT = Rows(NAME, "layout")
 def frame_rows(src: Sources) -> list[Check]:
     """Every frame row; one `frames.unavailable` row when the input has cameras but no frames here."""
     a_cams = [k for k, f in src.a.features.items() if f.role == "image"]
-    data = LeRobotData(src.c.path) if src.c.kind.startswith("lerobot") else None
-    reader = FrameReader(data) if data is not None else None
-    cams = reader.cameras() if reader is not None else []
-    root = Path(src.c.path)
-    no_videos = reader is not None and not reader.data.image_keys() and not (root / "videos").is_dir()
-    if reader is None or not cams or no_videos or not (root / "data").is_dir():
+    reader = frames_here(src)
+    if reader is None:
         if not a_cams and not src.c.images:
             return []
+        cams = FrameReader(LeRobotData(src.c.path)).cameras() if src.c.kind.startswith("lerobot") else []
         return [_unavailable(src, cams)]
+    cams = reader.cameras()
     cfg = src.cfg.frames
     out: list[Check] = []
     decoded: dict[str, Signature] = {}
@@ -58,7 +56,20 @@ def frame_rows(src: Sources) -> list[Check]:
     found = None if generic else fit(decoded, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
     swaps = _swap_rows(found) if not generic else _own_swap_rows(src, decoded, *generic)
     out += _channel_rows(src, decoded, found) + _key_rows(src, a_cams, cams) + swaps
-    return [_informational(src, row) for row in out]
+    return [informational(src, row) for row in out]
+
+
+def frames_here(src: Sources) -> FrameReader | None:
+    """The dataset's frame reader where its frames are here to decode; None for a stats-only input or
+    absent videos (LeRobot lets a user skip downloading them), which `frames.unavailable` reports once."""
+    if not src.c.kind.startswith("lerobot"):
+        return None
+    reader = FrameReader(LeRobotData(src.c.path))
+    root = Path(src.c.path)
+    no_videos = not reader.data.image_keys() and not (root / "videos").is_dir()
+    if not reader.cameras() or no_videos or not (root / "data").is_dir():
+        return None
+    return reader
 
 
 def _unavailable(src: Sources, cams: list[str]) -> Check:
@@ -74,7 +85,7 @@ def _unavailable(src: Sources, cams: list[str]) -> Check:
     return LAYOUT("frames.unavailable", "images", "match", message, severity="soft", evidence=evidence)
 
 
-def _informational(src: Sources, row: Check) -> Check:
+def informational(src: Sources, row: Check) -> Check:
     """A row about cameras the model does not read decides nothing for it: soft, and said so."""
     keys = str(row.feature).split("|")
     if row.feature == "images" or any(src.reads_camera(k) for k in keys):

@@ -141,8 +141,9 @@ def test_grouped_forwards_give_each_alternative_the_predictions_it_gets_alone(tm
     alone = witness.predict(batch, makers)
     witness.group = 3
     grouped = witness.predict(batch, makers)
-    assert len(alone) == len(grouped) == len(makers) == 68  # 5 camera + 36 + 9 + 18 state alternatives
-    assert witness.forwards == 68 + 23
+    # 5 camera, 8 view (2 cameras rotated, flipped twice, grey) + 36 + 9 + 18 state alternatives
+    assert len(alone) == len(grouped) == len(makers) == 76
+    assert witness.forwards == 76 + 26
     for a, b in zip(alone, grouped, strict=True):
         np.testing.assert_array_equal(a, b)
 
