@@ -27,18 +27,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipeline.demo.videos import write_mp4
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 INDEX = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -164,23 +164,9 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def encode(path: Path, frames: np.ndarray, fps: int) -> None:
-    """An mp4 of RGB frames (pts = frame number, time base 1/fps), libx264 ultrafast, one keyframe a
-    second so a seek decodes at most `fps` frames."""
-    import av
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with av.open(str(tmp), "w", format="mp4") as out:
-        stream = out.add_stream(CODEC, rate=fps, options={"preset": "ultrafast", "g": str(fps)})
-        stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
-        stream.pix_fmt = "yuv420p"
-        stream.time_base = Fraction(1, fps)
-        for i, image in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
-            frame.pts = i
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode())
-    os.replace(tmp, path)
+    """An mp4 of RGB frames, libx264 ultrafast, one keyframe a second so a seek decodes at most `fps`
+    frames (the demo's writer with another encoder: quick to encode, tiny)."""
+    write_mp4(path, frames, fps, CODEC, {"preset": "ultrafast", "g": str(fps)})
 
 
 def vectors(shape: Shape, rng: np.random.Generator, n_eps: int) -> dict[str, np.ndarray]:

@@ -86,13 +86,21 @@ def encode(path: Path, frames: np.ndarray, fps: int, attempts: int = 2) -> None:
 
 
 def _encode_here(path: Path, frames: np.ndarray, fps: int) -> None:
-    """The encoder proper (pts = frame number, time base 1 / fps), written to a temporary name first."""
+    """The demo's AV1 encoder proper, here (see `encode` for why it runs in a child)."""
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration otherwise
+    write_mp4(path, frames, fps, ENCODER, OPTIONS)
+    restore_scheduling()
+
+
+def write_mp4(path: Path, frames: np.ndarray, fps: int, encoder: str, options: dict[str, str]) -> None:
+    """RGB uint8 [N, H, W, 3] to an mp4 (pts = frame number, time base 1 / fps), written to a temporary
+    name first and renamed, so a reader never sees half a file."""
     import av
 
-    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration otherwise
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with av.open(str(tmp), "w", format="mp4") as out:
-        stream = out.add_stream(ENCODER, rate=fps, options=OPTIONS)
+        stream = out.add_stream(encoder, rate=fps, options=options)
         stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
         stream.pix_fmt = "yuv420p"
         stream.time_base = Fraction(1, fps)
@@ -101,7 +109,6 @@ def _encode_here(path: Path, frames: np.ndarray, fps: int) -> None:
             frame.pts = i
             out.mux(stream.encode(frame))
         out.mux(stream.encode())
-    restore_scheduling()
     os.replace(tmp, path)
 
 
