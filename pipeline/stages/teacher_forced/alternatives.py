@@ -156,8 +156,8 @@ def _dim_scaled(key: str, d: int, factor: float) -> Callable[[Batch], Batch]:
 
 
 def _elsewhere(make: Callable[[Batch], Batch], key: str, dims: Sequence[int]) -> Callable[[Batch], Batch]:
-    """`make`, then the dims it changed handed to other samples (rolled by half the batch): the same
-    values with none of their information, the control an input alternative must beat."""
+    """`make`, then `dims` of the input handed to other samples (rolled by half the batch): the same
+    values with none of this sample's information, the control an input alternative must beat."""
 
     def apply(b: Batch) -> Batch:
         out = make(b)
@@ -171,7 +171,7 @@ def _elsewhere(make: Callable[[Batch], Batch], key: str, dims: Sequence[int]) ->
 def _controlled(
     part: str, wording: str, make: Callable[[Batch], Batch], key: str, dims: Sequence[int]
 ) -> Alternative:
-    """An input alternative whose control is itself with the dims it changed moved to other samples."""
+    """An input alternative whose control is itself with `dims` of the input moved to other samples."""
     control = Alternative(
         f"elsewhere.{part}",
         f"{wording}, the values moved to other samples",
@@ -191,17 +191,21 @@ def _target_scaled(d: int, factor: float) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def vectors(key: str, dims: int, names: Sequence[str] | None) -> Iterator[Alternative]:
-    """One vector input's alternatives: pairs exchanged, then signs, then units. The units must beat a
-    control by the margin: xpi/180 the dim zeroed, x180/pi itself with the dim's values moved to other
-    samples (`_controlled`). Exchanges and signs have none: their fix lies mostly in the dims' means,
-    which values moved to other samples keep (demo=faulty's exchanged state dims, -99.8 %, would be lost)."""
-    for i, j in combinations(range(dims), 2):
+    """One vector input's alternatives: pairs exchanged, then signs, then units, each against a control
+    it must beat by the margin. Exchanges and signs: themselves with the whole input moved to other
+    samples, so the same values per dim, none of them this sample's: a model that reads the input gains
+    from the fix only with the sample's own values (demo=faulty's exchanged state dims, -99.8 %), one that
+    barely reads it (a 50-step ACT, 10 % nearer with two state dims exchanged) gains as much without.
+    Moving only the changed dims kept their means, where demo=faulty's fix lies, and lost it. Units:
+    xpi/180 the dim zeroed, x180/pi itself with the dim's values moved to other samples."""
+    every = tuple(range(dims))
+    for i, j in combinations(every, 2):
         part = f"exchanged:{key}[{_label(names, i)} <-> {_label(names, j)}]"
         wording = f"{key} dims {_said(names, i)} and {_said(names, j)} exchanged"
-        yield Alternative(part, wording, "vector", _dims_exchanged(key, i, j))
-    for d in range(dims):
+        yield _controlled(part, wording, _dims_exchanged(key, i, j), key, every)
+    for d in every:
         wording = f"{key} dim {_said(names, d)} sign-flipped"
-        yield Alternative(f"sign:{key}[{_label(names, d)}]", wording, "vector", _dim_scaled(key, d, -1.0))
+        yield _controlled(f"sign:{key}[{_label(names, d)}]", wording, _dim_scaled(key, d, -1.0), key, every)
     for d in range(dims):
         at = f"{key}[{_label(names, d)}]"
         said = f"{key} dim {_said(names, d)}"

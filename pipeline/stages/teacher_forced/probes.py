@@ -17,7 +17,10 @@ control; alternatives.py says why) by the same margin, `probe_margin`: a near-co
 /57 barely better than the dim zeroed (a barely trained ACT: by 0.03 % of its error), which says
 nothing about units. A dim x180/pi must beat itself with the dim's values handed to other samples by
 that margin too: a 50-step ACT's outputs moved 10 % nearer the targets with one dim x57, whatever its
-values said. A target alternative and its control differ in one action dim only, so they are
+values said. An exchange or a sign flip must beat itself with the whole input handed to other samples:
+the same 50-step ACT came 10 % nearer with two state dims exchanged and as near with every sample's
+state another's, while demo=faulty's base gains 99.8 % from its exchange only with its own state.
+A target alternative and its control differ in one action dim only, so they are
 compared on that dim: summed with the dims both leave alone, a real degrees dim's lead over its control
 is diluted below any margin (7 % of the whole error where it is 97 % of the dim's own). The control
 gets the margin, not a second significance test: the step against the data as declared already passed

@@ -205,3 +205,34 @@ def test_an_input_pushed_out_of_range_is_not_taken_for_degrees(tmp_path: Path) -
     best = probes["vectors"].evidence["best"][0]
     assert best["part"] == "x180/pi:observation.state[0 joint0.pos]" and best["relative_change"] < -0.1
     assert probes["vectors"].evidence["cut_by_margin"] >= 1
+
+
+class Drifting(NearConstant):
+    """A barely trained model off its targets by a constant, which moves to the dataset's mean action
+    as state dim 0 rises toward 1.5, whatever sample it came from: state dim 4 (offset +1.5) exchanged
+    into dim 0 brings it nearer the targets, with this sample's state or with another's alike (as a
+    50-step ACT came 10 % nearer with two state dims exchanged)."""
+
+    def predict(self, batch: dict) -> np.ndarray:
+        mean = np.asarray(json.loads((Path(self.path) / "config.json").read_text())["mean"], np.float32)
+        pull = np.clip(batch["observation.state"][:, 0] / 1.5, 0.0, 1.0).astype(np.float32)
+        return mean + np.float32(0.5) * (1 - pull)[:, None] + 0 * super().predict(batch)
+
+
+def load_drifting(path: str, device: str) -> Drifting:
+    return Drifting(path)
+
+
+def test_an_exchange_a_model_gains_from_without_reading_the_sample_is_not_kept(tmp_path: Path) -> None:
+    """Exchanging state dims 0 and 4 cuts this model's error far past the margin, and so does that
+    exchange with every sample's state another's (its control): the model reads no sample's state."""
+    data = write_dataset(tmp_path / "data", dims=5)
+    actions = pq.read_table(data / "data/chunk-000/file-000.parquet", columns=["action"]).to_pydict()
+    path = write_model(tmp_path / "model", list(CAMERAS), dims=5, mean=np.mean(actions["action"], 0).tolist())
+    models = [{"name": "base", "path": path, "loader": f"{__name__}:load_drifting"}]
+    rows = by_id(run_stage(str(data), tmp_path / "run", plots=False, models=models, samples=96))
+    probes = {k.removeprefix("probe.base."): r for k, r in rows.items() if k.startswith("probe.base.")}
+    assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
+    best = [b["part"] for b in probes["vectors"].evidence["best"]]
+    assert "exchanged:observation.state[0 joint0.pos <-> 4 joint4.pos]" in best, best
+    assert probes["vectors"].evidence["cut_by_margin"] >= 1
