@@ -107,3 +107,18 @@ def test_reset_jumps_off_their_from_timestamp_are_named(tmp_path: Path, codec: s
         assert (row.verdict, row.severity, row.actual) == ("mismatch", "hard", {"1": 2, "2": -3}), row.message
         assert "episode 1: the reset jump lies 2 frame(s) after its from_timestamp" in row.message
         assert "episode 2: the reset jump lies 3 frame(s) before" in row.message and "2.0x" in row.message
+
+
+def test_boundaries_without_a_reset_jump_decide_nothing_and_block_nothing() -> None:
+    """A recording that runs on through its resets (no clear jump at any sampled boundary: a small demo,
+    a fixed camera over a scene reset by hand) places no boundary: informational, not `unverifiable`,
+    which the gate blocks on by default. Boundaries that could not be decoded at all stay unverifiable."""
+    from pipeline.stages.contract.boundaries import _row
+    from pipeline.stages.contract.config import FramesConfig
+
+    quiet = {"on": [], "off": {}, "no_jump": [3, 7, 11], "skipped": {}}
+    row = _row(FramesConfig(), FIXED, quiet)
+    assert (row.verdict, row.severity, row.evidence["informational"]) == ("match", "soft", True), row.message
+    assert "3 without a clear jump" in row.message
+    failed = {"on": [], "off": {}, "no_jump": [], "skipped": {"3": "camera x, episode 3: no frame decoded"}}
+    assert _row(FramesConfig(), FIXED, failed).verdict == "unverifiable"
