@@ -42,6 +42,21 @@ def real_data() -> Path:
     return REAL_DATA
 
 
+@pytest.fixture
+def plugin_stages(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Plugin stages (tests/plugins) importable, and gone with the test: the registry and Hydra's
+    `stages/registered` node as they were, so a later compose on the same xdist worker sees the
+    built-in stages only (a leaked plugin section failed test_stage_configs in a full run)."""
+    from pipeline import stages
+    from pipeline.stages.config import store_registered
+
+    builtin = dict(stages.load())
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setattr(stages, "_REGISTRY", dict(builtin))
+    yield
+    store_registered({n: s.config for n, s in builtin.items() if s.config is not None})
+
+
 def slurm_answers() -> bool:
     if shutil.which("sinfo") is None or not os.environ.get("SLURM_CONF"):
         return False

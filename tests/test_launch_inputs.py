@@ -14,14 +14,14 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from pipeline import jobs, launch, launch_inputs, stages
+from pipeline import jobs, launch, launch_inputs
 from pipeline.errors import InputError
 from pipeline.plan import build_plan, plan_document
 from pipeline.runfolder import PART_INPUT_ERROR, RunFolder
 from pipeline.stages.determinism import twins_check
 from pipeline.stages.determinism.outcome import read_outcome
-from tests.conftest import PLUGINS, other_stages
 from tests.conftest import launch as run_launch
+from tests.conftest import other_stages
 
 
 def inputs(root: Path) -> dict[str, Path]:
@@ -121,21 +121,16 @@ def test_extra_inputs_of_the_stages(tmp_path: Path, compose: Callable[..., Any])
         assert error.field == key, (overrides, str(error))
 
 
-def test_plugin_inputs_need_only_exist(tmp_path: Path, compose: Callable[..., Any]) -> None:
-    import sys
-
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        found = inputs(tmp_path)
-        builtin = "container_check,checkpoint_storage,contract,determinism,teacher_forced,render_cache"
-        base = ["plugins=[preflight_watch_stage]", f"skip=[{builtin}]", f"output_root={tmp_path / 'out'}"]
-        cfg = compose(*paths(found, dataset=found["notes"]), *base)  # the watch stage reads text
-        launch_inputs.check_inputs(launch.resolved_config(cfg, "local"), launch.load_registry(cfg))
-        error = refused(compose(*paths(found, dataset=tmp_path / "gone.txt"), *base))
-        assert error.field == "dataset.path" and "does not exist" in str(error)
-    finally:
-        sys.path.remove(str(PLUGINS))
-        stages._REGISTRY.pop("watch", None)  # stage=full in later tests of this process: built-ins only
+def test_plugin_inputs_need_only_exist(
+    tmp_path: Path, compose: Callable[..., Any], plugin_stages: None
+) -> None:
+    found = inputs(tmp_path)
+    builtin = "container_check,checkpoint_storage,contract,determinism,teacher_forced,render_cache"
+    base = ["plugins=[preflight_watch_stage]", f"skip=[{builtin}]", f"output_root={tmp_path / 'out'}"]
+    cfg = compose(*paths(found, dataset=found["notes"]), *base)  # the watch stage reads text
+    launch_inputs.check_inputs(launch.resolved_config(cfg, "local"), launch.load_registry(cfg))
+    error = refused(compose(*paths(found, dataset=tmp_path / "gone.txt"), *base))
+    assert error.field == "dataset.path" and "does not exist" in str(error)
 
 
 @pytest.mark.parametrize("key, bad", [("model", "gone"), ("dataset", "notes")])

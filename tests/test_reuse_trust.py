@@ -29,7 +29,6 @@ from pipeline.records import Check, GateRecord, StageResult
 from pipeline.runfolder import RunFolder
 from pipeline.stages import Stage
 from pipeline.stages.teacher_forced.evaluate import _provenance
-from tests.conftest import PLUGINS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,9 +100,7 @@ def seal_run(cfg, run_id: str, key: bytes | None = None, **fields) -> Path:
 # --- 1. one declaration: launch checks and fingerprints come from it ----------------------------------
 
 
-def test_a_nested_input_declared_by_a_plugin_is_checked_and_fingerprinted(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setattr(stages, "_REGISTRY", dict(stages.load()))  # the plugin leaves with the test
+def test_a_nested_input_declared_by_a_plugin_is_checked_and_fingerprinted(tmp_path, plugin_stages):
     registry = stages.load(["preflight_nested_input_stage"])
     nested = {"container_check": Stage("container_check", noop, after=()), "nested": registry["nested"]}
     weight = tmp_path / "w.bin"
