@@ -100,12 +100,6 @@ def test_saved_stats_other_than_trainings_are_named(runs: dict[str, Path], datas
     assert list(row.evidence["differing"]) == ["observation.state.mean"], row.evidence["differing"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 31 open: teacher_forced names act_trained's state dims 4 and 9 exchanged (10.1 % lower "
-    "error on a 50-step, near-constant ACT), a false hard probe row; no control found yet that keeps "
-    "demo=faulty's real exchange",
-)
 def test_stage_full_on_act_trained_is_clear(tmp_path: Path, act: Path, dataset: Path) -> None:
     """teacher_forced through load_lerobot, determinism through the shipped train_cmd with its reload
     round trip (LeRobot's, chosen from the checkpoint's type), render_cache skipped: clear."""
