@@ -148,6 +148,16 @@ def test_grouped_forwards_give_each_alternative_the_predictions_it_gets_alone(tm
         np.testing.assert_array_equal(a, b)
 
 
+def _mean_model_probes(tmp_path: Path, loader: str) -> dict:
+    """The probe rows of a model of this module (`loader`) that knows the 5-dim dataset's mean action."""
+    data = write_dataset(tmp_path / "data", dims=5)
+    actions = pq.read_table(data / "data/chunk-000/file-000.parquet", columns=["action"]).to_pydict()
+    path = write_model(tmp_path / "model", list(CAMERAS), dims=5, mean=np.mean(actions["action"], 0).tolist())
+    models = [{"name": "base", "path": path, "loader": f"{__name__}:{loader}"}]
+    rows = by_id(run_stage(str(data), tmp_path / "run", plots=False, models=models, samples=96))
+    return {k.removeprefix("probe.base."): r for k, r in rows.items() if k.startswith("probe.base.")}
+
+
 class NearConstant(PixelModel):
     """A barely trained model: the dataset's mean action per dim, plus 0.1 % of what it should predict.
     A dim whose mean lies near 0 then "fits" the targets /57 far better than as declared (its error
@@ -165,13 +175,7 @@ def load_near_constant(path: str, device: str) -> NearConstant:
 def test_a_near_constant_model_gives_no_units_finding(tmp_path: Path) -> None:
     """The target /57 must beat its zeroed control by the margin it must beat the data as declared:
     here it beats the declared targets by > 10 % but the dim zeroed by ~2 % of that dim's error."""
-    data = write_dataset(tmp_path / "data", dims=5)
-    actions = pq.read_table(data / "data/chunk-000/file-000.parquet", columns=["action"]).to_pydict()
-    mean = np.asarray(actions["action"]).mean(axis=0)
-    path = write_model(tmp_path / "model", list(CAMERAS), dims=5, mean=mean.tolist())
-    models = [{"name": "base", "path": path, "loader": f"{__name__}:load_near_constant"}]
-    rows = by_id(run_stage(str(data), tmp_path / "run", plots=False, models=models, samples=96))
-    probes = {k.removeprefix("probe.base."): r for k, r in rows.items() if k.startswith("probe.base.")}
+    probes = _mean_model_probes(tmp_path, "load_near_constant")
     assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
     best = probes["vectors"].evidence["best"][0]
     assert best["part"] == "target.xpi/180:action[3 joint3.vel]" and best["relative_change"] < -0.1
@@ -195,12 +199,7 @@ def load_saturating(path: str, device: str) -> Saturating:
 def test_an_input_pushed_out_of_range_is_not_taken_for_degrees(tmp_path: Path) -> None:
     """State dim 0 x180/pi cuts this model's error far past the margin, and so does the same
     magnitude handed to other samples (its control): the values' size helped, not their meaning."""
-    data = write_dataset(tmp_path / "data", dims=5)
-    actions = pq.read_table(data / "data/chunk-000/file-000.parquet", columns=["action"]).to_pydict()
-    path = write_model(tmp_path / "model", list(CAMERAS), dims=5, mean=np.mean(actions["action"], 0).tolist())
-    models = [{"name": "base", "path": path, "loader": f"{__name__}:load_saturating"}]
-    rows = by_id(run_stage(str(data), tmp_path / "run", plots=False, models=models, samples=96))
-    probes = {k.removeprefix("probe.base."): r for k, r in rows.items() if k.startswith("probe.base.")}
+    probes = _mean_model_probes(tmp_path, "load_saturating")
     assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
     best = probes["vectors"].evidence["best"][0]
     assert best["part"] == "x180/pi:observation.state[0 joint0.pos]" and best["relative_change"] < -0.1
@@ -226,12 +225,7 @@ def load_drifting(path: str, device: str) -> Drifting:
 def test_an_exchange_a_model_gains_from_without_reading_the_sample_is_not_kept(tmp_path: Path) -> None:
     """Exchanging state dims 0 and 4 cuts this model's error far past the margin, and so does that
     exchange with every sample's state another's (its control): the model reads no sample's state."""
-    data = write_dataset(tmp_path / "data", dims=5)
-    actions = pq.read_table(data / "data/chunk-000/file-000.parquet", columns=["action"]).to_pydict()
-    path = write_model(tmp_path / "model", list(CAMERAS), dims=5, mean=np.mean(actions["action"], 0).tolist())
-    models = [{"name": "base", "path": path, "loader": f"{__name__}:load_drifting"}]
-    rows = by_id(run_stage(str(data), tmp_path / "run", plots=False, models=models, samples=96))
-    probes = {k.removeprefix("probe.base."): r for k, r in rows.items() if k.startswith("probe.base.")}
+    probes = _mean_model_probes(tmp_path, "load_drifting")
     assert _hard(probes) == [], {k: r.message for k, r in probes.items() if r.verdict != "match"}
     best = [b["part"] for b in probes["vectors"].evidence["best"]]
     assert "exchanged:observation.state[0 joint0.pos <-> 4 joint4.pos]" in best, best
