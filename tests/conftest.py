@@ -241,6 +241,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
 
 
+@pytest.fixture(autouse=True)
+def _grouped_by_xdist(request: pytest.FixtureRequest) -> None:
+    """A grouped test fails if xdist did not tag it: pytest 9.2 drops the tag (pytest-xdist #1386), and the
+    Slurm tests then ran on both workers at once, crowding each other's jobs until they timed out."""
+    node = request.node
+    grouped = request.config.getvalue("loadgroup") and node.get_closest_marker("xdist_group")
+    if grouped and "@" not in node.nodeid:
+        pytest.fail(
+            f"--dist loadgroup did not group {node.nodeid}: this pytest ({pytest.__version__}) drops "
+            "pytest-xdist's group tag; install the pytest that pyproject.toml pins"
+        )
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """`--dist loadgroup` splits by the scopes of tests/xdist_scope.py; any other mode is xdist's own."""
