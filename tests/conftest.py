@@ -246,7 +246,7 @@ def _grouped_by_xdist(request: pytest.FixtureRequest) -> None:
     """A grouped test fails if xdist did not tag it: pytest 9.2 drops the tag (pytest-xdist #1386), and the
     Slurm tests then ran on both workers at once, crowding each other's jobs until they timed out."""
     node = request.node
-    grouped = request.config.getvalue("loadgroup") and node.get_closest_marker("xdist_group")
+    grouped = getattr(request.config.option, "loadgroup", False) and node.get_closest_marker("xdist_group")
     if grouped and "@" not in node.nodeid:
         pytest.fail(
             f"--dist loadgroup did not group {node.nodeid}: this pytest ({pytest.__version__}) drops "
