@@ -12,6 +12,13 @@ from typing import Any
 
 
 def ensure(demo_cfg: Any, root: Path) -> dict[str, str]:
+    """A demo already built is read off its marker, without importing the build (torch, MuJoCo)."""
+    from pipeline.demo.marker import built_paths, settings
+
+    cfg = settings(demo_cfg)
+    found = built_paths(Path(root) / str(cfg["variant"]), cfg)
+    if found is not None:
+        return found
     from pipeline.demo.build import ensure as _ensure
 
     return _ensure(demo_cfg, root)

@@ -12,7 +12,6 @@ exchanged.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import shutil
 import time
@@ -25,50 +24,12 @@ import yaml
 
 from pipeline.demo.cameras import render_episodes
 from pipeline.demo.dataset import ALL_STATS, FPS, generate_episodes, write_dataset
+from pipeline.demo.marker import MARKER, built_paths, digest, settings
 from pipeline.demo.once import build_once
 from pipeline.demo.policy import save_pretrained
 from pipeline.demo.teacher_forced import build_models
 from pipeline.demo.train import train_policy
 from pipeline.progress import Advance, progress
-
-DEFAULTS: dict[str, Any] = {
-    "variant": "default",
-    "seed": 0,
-    "episodes": 20,
-    "steps": 200,
-    "train_steps": 300,
-    "hidden": 64,
-    "cameras": {"size": 64},  # two cameras (pipeline/demo/cameras.py); {"size": 0} records none
-    "faults": {},
-}
-MARKER = "demo.json"
-# Bump when the demo gains or changes what it builds, so a demo built by an older version is rebuilt.
-BUILD_VERSION = 4
-
-
-def settings(demo_cfg: Any) -> dict[str, Any]:
-    raw = demo_cfg if isinstance(demo_cfg, Mapping) else _to_dict(demo_cfg)
-    # `render_cache` configures the render_cache demo (pipeline/demo/render_cache.py, its own build and
-    # digest): left out here, so changing it does not rebuild this demo
-    given = {k: v for k, v in dict(raw or {}).items() if v is not None and k != "render_cache"}
-    out = {**DEFAULTS, **given}
-    out["faults"] = dict(out.get("faults") or {})
-    out["cameras"] = {**DEFAULTS["cameras"], **dict(out.get("cameras") or {})}
-    return out
-
-
-def _to_dict(cfg: Any) -> dict[str, Any]:
-    try:
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except Exception:  # noqa: BLE001 - a plain object without omegaconf
-        return dict(cfg or {})
-
-
-def digest(cfg: Mapping[str, Any]) -> str:
-    keyed = {"build_version": BUILD_VERSION, **cfg}
-    return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def plant_faults(
@@ -206,23 +167,10 @@ def ensure(demo_cfg: Any, root: str | Path) -> dict[str, str]:
     target = build_once(
         Path(root),
         str(cfg["variant"]),
-        lambda t: _reuse(t, cfg) is not None,
+        lambda t: built_paths(t, cfg) is not None,
         lambda folder: build(cfg, folder),
         needed=DEMO_BYTES,
     )
-    found = _reuse(target, cfg)
+    found = built_paths(target, cfg)
     assert found is not None
     return found
-
-
-def _reuse(target: Path, cfg: Mapping[str, Any]) -> dict[str, str] | None:
-    marker = target / MARKER
-    if not marker.is_file():
-        return None
-    try:
-        data = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("digest") != digest(cfg):
-        return None
-    return {k: str(target / name) for k, name in data["paths"].items()}

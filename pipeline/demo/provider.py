@@ -91,7 +91,7 @@ def _teacher_forced(cfg: DictConfig, root: Path) -> None:
 def teacher_forced_models(root: Path) -> tuple[list[dict[str, Any]], str | None]:
     """The demo's models (its `teacher_forced/models.json` under the demo folder `root`), paths made
     absolute and kept inside `root`, and the baseline's name."""
-    from pipeline.demo.teacher_forced import FOLDER
+    from pipeline.demo.marker import TEACHER_FORCED as FOLDER
 
     listing = root / FOLDER / "models.json"
     try:

@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pipeline.demo.dataset import write_dataset
+from pipeline.demo.marker import TEACHER_FORCED as FOLDER
 from pipeline.demo.policy import (
     ACTION_KEY,
     camera_keys,
@@ -35,7 +36,6 @@ from pipeline.demo.policy import (
 from pipeline.demo.train import train_policy
 from pipeline.readers.files import refuse_pickles
 
-FOLDER = "teacher_forced"
 LOADER = "pipeline.demo.teacher_forced:load_policy"
 NOISE = 0.05  # perturbation std as a fraction of each observation dim's std
 
