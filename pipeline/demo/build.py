@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pipeline.demo import memo
 from pipeline.demo.cameras import render_episodes
 from pipeline.demo.dataset import ALL_STATS, FPS, generate_episodes, write_dataset
 from pipeline.demo.marker import MARKER, built_paths, digest, settings
@@ -98,18 +99,19 @@ def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:
 
 def _build_parts(cfg: dict[str, Any], out: Path, phase: Advance) -> tuple[dict[str, str], Any]:
     """The build's four phases (episodes, dataset, policy, teacher_forced models), each a progress step."""
-    episodes = generate_episodes(int(cfg["episodes"]), int(cfg["steps"]), int(cfg["seed"]))
+    n, steps, seed = int(cfg["episodes"]), int(cfg["steps"]), int(cfg["seed"])
+    episodes = memo.episodes(n, steps, seed, lambda: generate_episodes(n, steps, seed))
     size = int(cfg["cameras"].get("size") or 0)
     if size:
         for episode, frames in zip(episodes, render_episodes(episodes, size), strict=True):
             episode.update(frames)
     phase()
     clean = out / "base_training_data"
-    write_dataset(clean, episodes)
+    if not cfg["faults"]:
+        write_dataset(clean, episodes)  # the default's own dataset; faulty writes it only to train on
     phase()
-    policy, stats, spec = train_policy(
-        clean, seed=int(cfg["seed"]), steps=int(cfg["train_steps"]), hidden=int(cfg["hidden"])
-    )
+    fit = {"seed": seed, "steps": int(cfg["train_steps"]), "hidden": int(cfg["hidden"])}
+    policy, stats, spec = memo.policy(episodes, fit, lambda: train_policy(_written(clean, episodes), **fit))
     phase()
     save_pretrained(
         policy,
@@ -122,7 +124,7 @@ def _build_parts(cfg: dict[str, Any], out: Path, phase: Advance) -> tuple[dict[s
     phase()
     faults = cfg["faults"]
     if faults:
-        shutil.rmtree(clean)
+        shutil.rmtree(clean, ignore_errors=True)
         keep = faults.get("stats_keep") or ALL_STATS
         write_dataset(
             out / "dataset",
@@ -141,6 +143,12 @@ def _build_parts(cfg: dict[str, Any], out: Path, phase: Advance) -> tuple[dict[s
         "training": str(out / "training.yaml"),
     }
     return paths, policy
+
+
+def _written(folder: Path, episodes: list[dict[str, np.ndarray]]) -> Path:
+    if not folder.exists():
+        write_dataset(folder, episodes)
+    return folder
 
 
 def _training_config(out: Path, base_modes: Mapping[str, str], faults: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from pipeline.demo import memo
 from pipeline.demo.dataset import write_dataset
 from pipeline.demo.marker import TEACHER_FORCED as FOLDER
 from pipeline.demo.policy import (
@@ -156,12 +157,18 @@ def build_models(out: Path, cfg: Mapping[str, Any], episodes: list[dict[str, np.
     folder = Path(out) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     seed = int(cfg["seed"])
-    scratch = folder / "noise_injected_data"
-    write_dataset(scratch, perturb(episodes, seed + 1))
-    policy, stats, spec = train_policy(
-        scratch, seed=seed + 1, steps=int(cfg["train_steps"]), hidden=int(cfg["hidden"])
-    )
-    shutil.rmtree(scratch)
+    noisy = perturb(episodes, seed + 1)
+    fit = {"seed": seed + 1, "steps": int(cfg["train_steps"]), "hidden": int(cfg["hidden"])}
+
+    def train() -> tuple[Any, Any, Any]:
+        scratch = folder / "noise_injected_data"
+        write_dataset(scratch, noisy)
+        try:
+            return train_policy(scratch, **fit)
+        finally:
+            shutil.rmtree(scratch)
+
+    policy, stats, spec = memo.policy(noisy, fit, train)
     second = save_pretrained(policy, stats, folder / "noise_injected", spec)
     models = [_entry(out, "base", out / "model", [seed]), _entry(out, "noise_injected", second, [seed + 1])]
     if cfg.get("faults"):
