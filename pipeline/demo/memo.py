@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.demo.cameras import cache_dir
+from pipeline.errors import InputError
 from pipeline.storage.atomic import atomic_write_bytes
 
 VERSION = 1  # bump when generate_episodes or train_policy change what they make
@@ -78,16 +79,22 @@ def policy(
         loaded = load_pretrained(folder)
         loaded.policy.final_loss = loss  # type: ignore[attr-defined]
         return loaded.policy, loaded.stats, loaded.spec
-    except (OSError, ValueError, KeyError):
-        pass
+    except (OSError, ValueError, KeyError, InputError):
+        pass  # not kept yet, damaged, or being replaced by a concurrent build: trained again
     made = train()
 
     def keep() -> None:
         scratch = Path(tempfile.mkdtemp(prefix=".policy-", dir=_mkdir(folder).parent))
         save_pretrained(made[0], made[1], scratch, made[2])
         (scratch / "final_loss.json").write_text(json.dumps({"final_loss": made[0].final_loss}))
-        shutil.rmtree(folder, ignore_errors=True)
-        scratch.rename(folder)
+        if folder.exists():  # damaged (it did not load): moved aside, then replaced
+            stale = folder.with_name(f".stale-{scratch.name}")
+            folder.rename(stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            scratch.rename(folder)
+        except OSError:  # a concurrent build kept the same policy first: keep theirs
+            shutil.rmtree(scratch, ignore_errors=True)
 
     _keep(keep)
     return made

@@ -69,3 +69,20 @@ def test_a_policy_key_covers_its_settings_and_the_data(change: dict) -> None:
     assert memo.key("policy", fit, arrays=data) != memo.key("policy", {**fit, **change}, arrays=data)
     shifted = [{"state": np.ones((4, 2), np.float32)}]
     assert memo.key("policy", fit, arrays=data) != memo.key("policy", fit, arrays=shifted)
+
+
+def test_a_damaged_policy_is_trained_again_and_replaced(tmp_path, monkeypatch) -> None:
+    from pipeline.demo.policy import DemoPolicy, default_spec
+
+    monkeypatch.setenv("PREFLIGHT_CACHE", str(tmp_path / "cache"))
+    data = [{"state": np.zeros((4, 2), np.float32)}]
+    made = DemoPolicy(2, 2, 8)
+    made.final_loss = 0.5
+    stats = {k: {"mean": np.zeros(2), "std": np.ones(2)} for k in ("observation.state", "action")}
+    trained = (made, stats, default_spec(2, 2))
+    assert memo.policy(data, {"seed": 0}, lambda: trained) is trained
+    (kept,) = (memo.root() / "demo-policies").iterdir()
+    assert memo.policy(data, {"seed": 0}, never)[0].final_loss == 0.5
+    (kept / "model.safetensors").write_bytes(b"damaged")
+    assert memo.policy(data, {"seed": 0}, lambda: trained) is trained
+    assert memo.policy(data, {"seed": 0}, never)[0].final_loss == 0.5
