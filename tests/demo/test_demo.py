@@ -142,3 +142,22 @@ def test_ensure_builds_once_and_rebuilds_on_change(tmp_path: Path) -> None:
     changed = ensure({**tiny, "train_steps": 5}, tmp_path)
     assert changed == first and json.loads(marker.read_text())["settings"]["train_steps"] == 5
     assert [p.name for p in tmp_path.iterdir()] == ["default"]  # no scratch directories left behind
+
+
+def test_the_teacher_forced_view_of_a_checkpoint_is_the_checkpoint(small) -> None:
+    """DemoModel folds the normalizers into the net and applies the cameras' affine after their pooling:
+    the same function as the saved policy behind its own normalizers (float rounding aside)."""
+    from pipeline.demo.teacher_forced import load_policy
+
+    loaded, model = load_pretrained(small["model"]), load_policy(small["model"], "cpu")
+    assert model.cameras, "the small demo has cameras"
+    rng = np.random.default_rng(0)
+    batch = {
+        k: rng.uniform(size=(6, *f["shape"])).astype(np.float32) if k in model.cameras
+        else rng.normal(size=(6, *f["shape"])).astype(np.float32)
+        for k, f in loaded.spec.input_features.items()
+    }  # fmt: skip
+    for array in batch.values():
+        array.flags.writeable = False  # as the stage hands them over
+    got = np.asarray(model.predict(batch))
+    assert np.allclose(got, loaded.act(batch), rtol=1e-4, atol=1e-4), np.abs(got - loaded.act(batch)).max()
