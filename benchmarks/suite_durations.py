@@ -73,7 +73,8 @@ def _from_junit(path: Path) -> list[Timed]:
             if (REPO / candidate).is_file() or cut == 1:
                 rest = parts[cut:]
                 break
-        nodeid = "::".join([candidate, *rest, case.get("name", "")])
+        name = re.sub(r"@\w+$", "", case.get("name", ""))  # pytest-xdist's loadgroup tag (`test@slurm`)
+        nodeid = "::".join([candidate, *rest, name])
         out.append(Timed(nodeid, float(case.get("time") or 0.0)))
     return out
 
