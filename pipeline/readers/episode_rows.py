@@ -85,15 +85,27 @@ class EpisodeRows:
 
     def table(self, episode: int, columns: Sequence[str]) -> pa.Table:
         """The episode's rows (file order, files in sorted order) of `columns` plus `episode_index`."""
+        return self.tables([episode], columns)[int(episode)]
+
+    def tables(self, episodes: Sequence[int], columns: Sequence[str]) -> dict[int, pa.Table]:
+        """Several episodes' rows, each located file read once for all the episodes it holds."""
         want = list(dict.fromkeys([*columns, EPISODE]))
-        path = self.located(episode)
-        if path is not None:
-            found = _read(path, int(episode), want, self)
-            if found.num_rows:
-                return found
-        parts = [_read(p, int(episode), want, self) for p in self.data.data_files()]
-        parts = [p for p in parts if p.num_rows]
-        return pa.concat_tables(parts) if parts else pa.table({c: pa.array([], pa.int64()) for c in want})
+        asked = list(dict.fromkeys(int(e) for e in episodes))
+        by_file: dict[Path, list[int]] = {}
+        for ep in asked:
+            path = self.located(ep)
+            if path is not None:
+                by_file.setdefault(path, []).append(ep)
+        out: dict[int, pa.Table] = {}
+        for path, eps in by_file.items():
+            out.update(_split(_read(path, eps, want, self), eps))
+        for ep in asked:
+            if ep not in out:  # the metadata does not say, or said wrong: every file, pruned
+                parts = [_read(p, [ep], want, self) for p in self.data.data_files()]
+                parts = [p for p in parts if p.num_rows]
+                empty = pa.table({c: pa.array([], pa.int64()) for c in want})
+                out[ep] = pa.concat_tables(parts) if parts else empty
+        return out
 
     def arrays(self, episode: int, columns: Sequence[str]) -> dict[str, np.ndarray]:
         """The episode's columns as a whole-dataset read gives them (`LeRobotData.frames`): list columns as
@@ -102,9 +114,24 @@ class EpisodeRows:
         if table.num_rows == 0:
             where = self.data.root / "data"
             raise InputError(f"{where}: no rows for episode {episode}", path=where, field=EPISODE)
+        return self.convert(table, columns)
+
+    def convert(self, table: pa.Table, columns: Sequence[str]) -> dict[str, np.ndarray]:
+        """A table read here as numpy, with info.json's declared widths checked (`parquet_columns`)."""
         dims: Mapping[str, int | None] = self.data._dims(columns)  # noqa: SLF001 - the same package
         where = self.data.root / "data"
         return {c: column_array(table.column(c), dims[c], where, c) for c in columns}
+
+
+def _split(table: pa.Table, episodes: Sequence[int]) -> dict[int, pa.Table]:
+    """Each episode's rows of a table read for several, those with none left out."""
+    kind = table.schema.field(EPISODE).type
+    out = {}
+    for ep in episodes:
+        part = table.filter(pc.equal(table.column(EPISODE), pa.scalar(ep, kind)))
+        if part.num_rows:
+            out[ep] = part
+    return out
 
 
 def _statistics_index(handle: pq.ParquetFile) -> int | None:
@@ -115,22 +142,23 @@ def _statistics_index(handle: pq.ParquetFile) -> int | None:
     return None
 
 
-def _may_hold(handle: pq.ParquetFile, group: int, column: int | None, episode: int) -> bool:
-    """False only where the row group's footer statistics prove the episode absent."""
+def _may_hold(handle: pq.ParquetFile, group: int, column: int | None, episodes: Sequence[int]) -> bool:
+    """False only where the row group's footer statistics prove every episode asked absent."""
     if column is None:
         return True
     stats = handle.metadata.row_group(group).column(column).statistics
     if stats is None or not stats.has_min_max:
         return True
-    return bool(stats.min <= episode <= stats.max)
+    return any(stats.min <= ep <= stats.max for ep in episodes)
 
 
-def _read(path: Path, episode: int, columns: list[str], counter: EpisodeRows) -> pa.Table:
+def _read(path: Path, episodes: Sequence[int], columns: list[str], counter: EpisodeRows) -> pa.Table:
+    """The rows of `episodes` in one file: only the row groups that may hold them are decoded."""
     handle = open_parquet(path, columns)
     column = _statistics_index(handle) if handle.num_row_groups else None
     parts = []
     for group in range(handle.num_row_groups):
-        if not _may_hold(handle, group, column, episode):
+        if not _may_hold(handle, group, column, episodes):
             continue
         try:
             table = handle.read_row_group(group, columns=columns)
@@ -139,5 +167,6 @@ def _read(path: Path, episode: int, columns: list[str], counter: EpisodeRows) ->
                 f"{path}: row group {group} cannot be decoded: {exc}", path=path, field=f"row_group[{group}]"
             ) from exc
         counter.decoded += table.num_rows
-        parts.append(table.filter(pc.equal(table.column(EPISODE), pa.scalar(episode))))
+        kind = table.schema.field(EPISODE).type
+        parts.append(table.filter(pc.is_in(table.column(EPISODE), pa.array(list(episodes), kind))))
     return pa.concat_tables(parts) if parts else handle.schema_arrow.empty_table().select(columns)
