@@ -24,6 +24,7 @@ from pipeline.errors import InputError
 from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_dataset import flat_names
+from pipeline.readers.moments import Moments
 from pipeline.stages.teacher_forced.samples import Frames, check_keys, draw, third
 
 FRAME = "frame_index"
@@ -47,26 +48,13 @@ class Index:
         return {int(e): int(n) for e, n in zip(self.episode, self.length, strict=True)}
 
 
-class _Moments:
-    """Mean and variance merged batch by batch (Chan et al.): float64, memory of one batch."""
-
-    def __init__(self) -> None:
-        self.n, self.mean, self.m2 = 0, 0.0, 0.0
-
-    def add(self, block: np.ndarray) -> None:
-        a = block.astype(np.float64).reshape(len(block), -1)
-        if not len(a):
-            return
-        mean = a.mean(axis=0)
-        m2 = ((a - mean) ** 2).sum(axis=0)
-        total = self.n + len(a)
-        delta = mean - self.mean
-        self.mean = self.mean + delta * len(a) / total
-        self.m2 = self.m2 + m2 + delta**2 * self.n * len(a) / total
-        self.n = total
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(self.mean), np.sqrt(np.asarray(self.m2) / max(self.n, 1))
+def _moments(acc: Moments | None, block: np.ndarray) -> Moments:
+    """`block` [n, D] merged into the running per-dim moments (`readers.moments`, Chan's merge)."""
+    rows = np.ascontiguousarray(block.reshape(len(block), -1).T, dtype=np.float32)
+    acc = Moments(rows.shape[0]) if acc is None else acc
+    if rows.shape[1]:
+        acc.update(rows, rows.min(axis=1), rows.max(axis=1), np.arange(rows.shape[0]))
+    return acc
 
 
 def read_index(root: Path, moment_keys: Sequence[str]) -> Index | None:
@@ -77,7 +65,7 @@ def read_index(root: Path, moment_keys: Sequence[str]) -> Index | None:
         dims = {k: data.feature_dim(k) for k in moment_keys}
         has_frame = FRAME in data.features
         runs: list[tuple[int, int, int]] = []  # (episode, start, length)
-        moments = {k: _Moments() for k in moment_keys}
+        moments: dict[str, Moments | None] = {k: None for k in moment_keys}
         row, last_frame = 0, None
         for block in data.blocks(dims):
             episode = block.get("episode_index")
@@ -88,14 +76,15 @@ def read_index(root: Path, moment_keys: Sequence[str]) -> Index | None:
             if last_frame is False:
                 return None
             for key, acc in moments.items():
-                acc.add(block[key])
+                moments[key] = _moments(acc, block[key])
             row += len(episode)
     except InputError:
         return None  # the whole read says what is wrong, as before
     if not runs or len({e for e, _, _ in runs}) != len(runs):
         return None
     ep, start, length = (np.array(c, dtype=np.int64) for c in zip(*runs, strict=True))
-    return Index(data.root, ep, start, length, {k: m.result() for k, m in moments.items()})
+    done = {k: (m.mean.copy(), np.sqrt(m.m2 / m.count)) for k, m in moments.items() if m is not None}
+    return Index(data.root, ep, start, length, done)
 
 
 def _runs(runs: list[tuple[int, int, int]], row: int, episode: np.ndarray, frame: Any, last: Any) -> Any:
