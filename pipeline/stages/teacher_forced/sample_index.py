@@ -24,7 +24,7 @@ from pipeline.errors import InputError
 from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_dataset import flat_names
-from pipeline.readers.moments import Moments
+from pipeline.readers.moments import Moments, accumulate, mean_std
 from pipeline.stages.teacher_forced.samples import Frames, check_keys, draw, third
 
 FRAME = "frame_index"
@@ -48,15 +48,6 @@ class Index:
         return {int(e): int(n) for e, n in zip(self.episode, self.length, strict=True)}
 
 
-def _moments(acc: Moments | None, block: np.ndarray) -> Moments:
-    """`block` [n, D] merged into the running per-dim moments (`readers.moments`, Chan's merge)."""
-    rows = np.ascontiguousarray(block.reshape(len(block), -1).T, dtype=np.float32)
-    acc = Moments(rows.shape[0]) if acc is None else acc
-    if rows.shape[1]:
-        acc.update(rows, rows.min(axis=1), rows.max(axis=1), np.arange(rows.shape[0]))
-    return acc
-
-
 def read_index(root: Path, moment_keys: Sequence[str]) -> Index | None:
     """One streamed pass: per-episode start and length, and the moments of `moment_keys`; None where the
     rows are not one contiguous, frame-ascending run per episode (or cannot be streamed as declared)."""
@@ -76,14 +67,14 @@ def read_index(root: Path, moment_keys: Sequence[str]) -> Index | None:
             if last_frame is False:
                 return None
             for key, acc in moments.items():
-                moments[key] = _moments(acc, block[key])
+                moments[key] = accumulate(acc, block[key])
             row += len(episode)
     except InputError:
         return None  # the whole read says what is wrong, as before
     if not runs or len({e for e, _, _ in runs}) != len(runs):
         return None
     ep, start, length = (np.array(c, dtype=np.int64) for c in zip(*runs, strict=True))
-    done = {k: (m.mean.copy(), np.sqrt(m.m2 / m.count)) for k, m in moments.items() if m is not None}
+    done = {k: mean_std(m) for k, m in moments.items() if m is not None}
     return Index(data.root, ep, start, length, done)
 
 
