@@ -15,17 +15,20 @@ included: the `baseline` phase measures those alone):
 - stats_health: the same pass with the health facts on (`health_episodes` = the stage's default);
 - health_rows:  that pass plus `health_rows` (the rows, from the facts and the episode metadata);
 - frames:       the contract's frame sampling (4 episodes x 8 frames per camera: timestamps, one seek
-                per episode) without the video headers;
+                per episode) without the video headers; the timestamps are read from the sampled
+                episodes' data files only (`readers/episode_rows.py`);
 - bare_pyav:    PyAV alone decoding the same episodes' spans of the same files (the ceiling);
 - headers:      the contract's video-header pass (`frames._spans`: every episode's span against its
                 file's header);
 - bare_headers: `av.open` + stream facts of every video file, nothing else;
-- tf_data:      teacher_forced's data work: `samples.read_frames` (state and action of every row) and
-                `select` of 512 samples (the model's scoring is the same 512 samples at any size).
+- tf_data:      teacher_forced's data work (`sample_index`): one streamed pass for the per-episode facts
+                and the action's moments, the draw of 512 samples, and the sampled episodes' rows
+                (`rows_held`; the model's scoring is the same 512 samples at any size).
 
-Prints a table and one JSON line: per size and phase wall seconds, peak RSS (MB), rows/s or frames/s,
-and the ratio to its bare counterpart; the growth exponent of each phase's wall time between the
-smallest and largest size (1.0 is linear) and the peak RSS added per episode between them.
+Prints a table and one JSON line: per size and phase wall seconds, CPU seconds (every thread), peak RSS
+(MB), rows/s or frames/s, and the ratio to its bare counterpart; the growth exponent of each phase's
+wall time between the smallest and largest size (1.0 is linear) and the peak RSS added per episode
+between them.
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ BARE = {
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _options(health: bool) -> dict[str, Any]:
@@ -204,11 +212,15 @@ def phase_bare_headers(root: Path) -> dict[str, Any]:
 
 
 def phase_tf_data(root: Path) -> dict[str, Any]:
-    from pipeline.stages.teacher_forced.samples import read_frames, select
+    from pipeline.stages.teacher_forced import sample_index
 
-    frames = read_frames(root, VECTORS)
-    select(frames, 512, 0)
-    return {"work": len(frames), "unit": "rows"}
+    index = sample_index.read_index(root, ["action"])
+    if index is None:
+        raise SystemExit(f"{root}: rows not one contiguous run per episode (the whole read would run)")
+    rows = sample_index.select_index(index, 512, 0)
+    frames = sample_index.load(root, VECTORS, index, sample_index.episodes_of(index, rows))
+    held = 0 if frames is None else len(frames)
+    return {"work": index.rows, "unit": "rows", "rows_held": held}
 
 
 def phase_baseline(root: Path) -> dict[str, Any]:
@@ -225,9 +237,10 @@ def child(phase: str, root: Path) -> None:
     """One phase in this fresh process: its wall time and this process's peak RSS, one JSON line."""
     if phase != "baseline":
         phase_baseline(root)  # imports are not the phase's cost
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_s()
     out = globals()[f"phase_{phase}"](root)
     out.update({"wall_s": round(time.perf_counter() - started, 3), "peak_rss_mb": round(_peak_mb(), 1)})
+    out["cpu_s"] = round(_cpu_s() - cpu, 3)  # every thread's: on a shared machine, steadier than the wall
     print(json.dumps(out))
 
 
@@ -284,14 +297,15 @@ def growth(sizes: dict[int, dict[str, dict[str, Any]]]) -> dict[str, Any]:
 
 def table(sizes: dict[int, dict[str, dict[str, Any]]]) -> str:
     lines = [
-        "| episodes | phase | wall s | peak RSS MB | per s | ratio to bare |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| episodes | phase | wall s | CPU s | peak RSS MB | per s | ratio to bare |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for n, results in sizes.items():
         for phase, r in results.items():
             rate = f"{r['per_s']:.0f} {r['unit']}" if "per_s" in r else "-"
-            wall, rss = r.get("wall_s", "error"), r.get("peak_rss_mb", "-")
-            lines.append(f"| {n} | {phase} | {wall} | {rss} | {rate} | {r.get('ratio_to_bare', '-')} |")
+            wall, cpu, rss = r.get("wall_s", "error"), r.get("cpu_s", "-"), r.get("peak_rss_mb", "-")
+            ratio = r.get("ratio_to_bare", "-")
+            lines.append(f"| {n} | {phase} | {wall} | {cpu} | {rss} | {rate} | {ratio} |")
     return "\n".join(lines)
 
 

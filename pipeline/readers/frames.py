@@ -8,7 +8,8 @@ presentation time is `from_timestamp + t`. Frames come back RGB uint8 HWC, what 
 `processor_view` gives what the policy sees (float 0-1 CHW). Image features stored in the parquet
 (`dtype: image`, encoded bytes) and HDF5/npz arrays come out of the same API.
 
-Streamed: only the asked frames are decoded, after one seek per episode; a video is never held whole.
+Streamed: only the asked frames are decoded, after one seek per episode; a video is never held whole,
+and an episode's timestamps are read from its own data file only (`episode_rows`).
 Every way a video can be bad (missing, truncated, no moov atom, a codec FFmpeg cannot decode, shorter
 than its episode, timestamps that match no frame) is an `InputError` naming the file, episode and what
 was expected.
@@ -24,9 +25,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
+from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.lerobot_data import LeRobotData
 
 TOLERANCE_S = 1e-4
@@ -132,23 +133,25 @@ class FrameReader:
         self.data = data
         self.tolerance_s = tolerance_s
         self.threads = threads
+        self._timestamps: dict[int, np.ndarray] = {}  # per episode asked: a few, never the dataset's
 
     def cameras(self) -> list[str]:
         """Camera keys in info.json order: videos first as LeRobot lists them, then parquet images."""
         return self.data.video_keys() + self.data.image_keys()
 
     @cached_property
-    def _rows(self) -> dict[str, np.ndarray]:
-        return self.data.frames(["episode_index", "timestamp"])
+    def rows(self) -> EpisodeRows:
+        """Single episodes' rows, located through the per-episode metadata: a sampler asking for a few
+        episodes reads those, never every row's index (issue 35)."""
+        return EpisodeRows(self.data)
 
     def timestamps(self, episode: int) -> np.ndarray:
         """The episode's `timestamp` column from the parquet rows (seconds from the episode start)."""
-        cols = self._rows
-        ts = cols["timestamp"][cols["episode_index"] == episode].astype(np.float64)
-        if ts.size == 0:
-            where = self.data.root / "data"
-            raise InputError(f"{where}: no rows for episode {episode}", path=where, field="episode_index")
-        return ts
+        found = self._timestamps.get(episode)
+        if found is None:
+            found = self.rows.arrays(episode, ["timestamp"])["timestamp"].astype(np.float64)
+            self._timestamps[episode] = found
+        return found
 
     def frames(self, key: str, episode: int, index: Sequence[int] | None = None) -> np.ndarray:
         """Frames `index` (all when None) of one camera and episode, RGB uint8 [n,H,W,3]."""
@@ -182,14 +185,11 @@ class FrameReader:
         return out
 
     def _images(self, key: str, episode: int, pick: np.ndarray) -> np.ndarray:
-        blobs: list[Any] = []
-        for path in self.data.data_files():
-            try:
-                table = pq.read_table(path, columns=[key, "episode_index"])
-            except (pa.ArrowInvalid, OSError, KeyError) as exc:
-                raise InputError(f"{path}: no readable image column {key!r}: {exc}", path=path) from exc
-            mask = np.asarray(table.column("episode_index").to_numpy()) == episode
-            blobs.extend(v for v, m in zip(table.column(key).to_pylist(), mask, strict=True) if m)
+        try:
+            blobs = self.rows.table(episode, [key]).column(key).to_pylist()
+        except (pa.ArrowInvalid, KeyError) as exc:
+            where = self.data.root / "data"
+            raise InputError(f"{where}: no readable image column {key!r}: {exc}", path=where) from exc
         out = []
         for i in pick:
             value = blobs[int(i)]

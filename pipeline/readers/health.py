@@ -310,9 +310,12 @@ def _with_digest(table: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     """Each episode's content digest: its features' two hash lanes, in feature order, as one hex string."""
     lanes = [table[f"{k}/{h}"] for k in keys for h in ("h1", "h2") if f"{k}/{h}" in table]
     if lanes:
-        table["digest"] = np.array(
-            ["".join(f"{int(v):016x}" for v in row) for row in zip(*lanes, strict=True)]
-        )
+        # one hex string per episode, its lanes' 16 hex digits each in order: the lanes side by side as
+        # big-endian bytes, hexed in one call and cut per episode (formatting each value cost ~7 us an
+        # episode, a third of a second at 50k episodes)
+        width = 16 * len(lanes)
+        text = np.stack([np.asarray(x, dtype=np.uint64) for x in lanes], axis=1).astype(">u8").tobytes().hex()
+        table["digest"] = np.array([text[i : i + width] for i in range(0, len(text), width)], dtype=str)
     else:
         table["digest"] = np.array([""] * len(table["index"]))
     return table

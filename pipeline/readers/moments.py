@@ -89,3 +89,19 @@ def block_moments(
         centred = col - col.mean()
         mean[d], m2[d] = col.mean(), float(np.dot(centred, centred))
     return mean, m2
+
+
+def accumulate(acc: Moments | None, block: np.ndarray) -> Moments:
+    """A block of rows ([n, D], or [n]) merged into running per-dim moments: a pass that needs a column's
+    mean and std over every row keeps these, never the column (teacher_forced's error units, the
+    alignment's state scale)."""
+    rows = np.asarray(block, dtype=np.float64).reshape(len(block), -1).T
+    acc = Moments(rows.shape[0]) if acc is None else acc
+    if rows.shape[1]:
+        acc.update(rows, rows.min(axis=1), rows.max(axis=1), np.arange(rows.shape[0]))
+    return acc
+
+
+def mean_std(acc: Moments) -> tuple[np.ndarray, np.ndarray]:
+    """The population mean and std (numpy's `std`, ddof 0) of what `acc` saw."""
+    return acc.mean.copy(), np.sqrt(acc.m2 / np.maximum(acc.count, 1))

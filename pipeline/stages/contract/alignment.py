@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader
+from pipeline.readers.moments import Moments, accumulate, mean_std
 from pipeline.records import Check, Rows
 from pipeline.stages.contract.boundaries import boundary_rows
 from pipeline.stages.contract.config import FramesConfig
@@ -68,22 +69,41 @@ def _camera_alignment(src: Sources, reader: FrameReader, cams: list[str]) -> lis
     if not keys:
         why = "the dataset's rows hold no state feature (role state) to time the cameras against"
         return [ROWS("frames.lag", "|".join(cams), "unverifiable", why, severity="soft")]
+    episodes = sampled_episodes(reader, src.cfg.frames.align_episodes)
     try:
-        states = _states(reader, keys)
+        states = _states(reader, keys, episodes)
     except InputError as exc:
         return [ROWS("frames.lag", "|".join(cams), "error", str(exc), evidence={"state": list(keys)})]
     out: list[Check] = []
-    episodes = sampled_episodes(reader, src.cfg.frames.align_episodes)
     for key in cams:
         out += camera_rows(src.cfg.frames, reader, key, states)
         out += boundary_rows(src.cfg.frames, reader, key, episodes)
     return out
 
 
-def _states(reader: FrameReader, keys: tuple[str, ...]) -> States:
-    cols = reader.data.frames([*keys, "episode_index"], dtype=np.float64)
-    state = np.concatenate([np.asarray(cols[k]).reshape(len(cols[k]), -1) for k in keys], axis=1)
-    return States(cols["episode_index"].astype(np.int64), state, state.std(axis=0), keys)
+def _states(reader: FrameReader, keys: tuple[str, ...], episodes: list[int]) -> States:
+    """The sampled episodes' state rows and their neighbours' (the episode-frames row), each read from
+    its own data file (`EpisodeRows`), and each dim's spread over every row, streamed: the whole
+    dataset's state is never held (it grew ~110 B a row, issue 35)."""
+    data = reader.data
+    acc: dict[str, Moments | None] = {k: None for k in keys}
+    for block in data.blocks({k: data.feature_dim(k) for k in keys}):
+        for key in keys:
+            acc[key] = accumulate(acc[key], block[key])
+    scale = np.concatenate([mean_std(m)[1] if m is not None else np.zeros(0) for m in acc.values()])
+    wanted = sorted({e + d for e in episodes for d in (-1, 0, 1) if e + d >= 0})
+    episode, state = [], []
+    for e, table in reader.rows.tables(wanted, list(keys)).items():
+        if table.num_rows:
+            cols = reader.rows.convert(table, list(keys))
+            state.append(
+                np.concatenate([np.asarray(cols[k], np.float64).reshape(table.num_rows, -1) for k in keys], 1)
+            )
+            episode.append(np.full(table.num_rows, e, np.int64))
+    if not state:
+        where = data.root / "data"
+        raise InputError(f"{where}: no rows for episodes {episodes}", path=where, field="episode_index")
+    return States(np.concatenate(episode), np.concatenate(state), scale, keys)
 
 
 def sampled_episodes(reader: FrameReader, count: int) -> list[int]:

@@ -30,6 +30,7 @@ from pipeline.stages.teacher_forced import (
     provenance,
     repeatability,
     report,
+    sample_index,
     samples,
 )
 from pipeline.storage import atomic_write_json
@@ -94,8 +95,7 @@ def evaluate(
     if any(declared[spec.name].language for spec, _ in loaded):
         extra.add(inputs.TASK_INDEX)
     keys = sorted({k for s, _ in loaded for k in declared[s.name].vectors} | {tf.action_key} | extra)
-    frames = samples.read_frames(dataset, keys)
-    rows, labels, sample_rows = _samples(tf, frames, groups, ctx.artifacts_dir)
+    frames, rows, labels, sample_rows = _samples(tf, dataset, keys, groups, ctx.artifacts_dir)
     checks += sample_rows
     artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
     if any(c.blocking for c in sample_rows) or not loaded:
@@ -111,8 +111,8 @@ def evaluate(
             checks.append(model_error(spec, exc, "scoring"))
             continue
         checks += found
-    action = shared.frames.columns[tf.action_key].astype(np.float64)
-    data = {"mean": action.mean(axis=0), "std": action.std(axis=0)}
+    mean, std = shared.frames.moments(tf.action_key)
+    data = {"mean": mean, "std": std}
     checks += compare.compare(tf, runs, baseline, shared.names, data)
     checks += _probes(tf, runs, baseline, shared)
     artifacts.update(report.write(tf, ctx.artifacts_dir, runs, shared))
@@ -171,7 +171,7 @@ def prepare(
 ) -> Shared:
     """Targets, units and every model's inputs (cameras decoded here, once)."""
     truth, valid = metrics.targets(frames, rows, tf.action_key, tf.horizon)
-    scale = frames.columns[tf.action_key].astype(np.float64).std(axis=0)
+    scale = frames.moments(tf.action_key)[1]
     names = frames.names.get(tf.action_key) or [f"dim{d}" for d in range(truth.shape[-1])]
     gripper = tf.gripper_dims
     if gripper is None:
@@ -244,13 +244,30 @@ def _provenance(spec: Any, required: bool) -> tuple[Check, bool | None]:
     ), proof.ok
 
 
+def _frames(dataset: Path, keys: Sequence[str], action_key: str, episodes: Any) -> tuple[Any, Any]:
+    """The rows the samples need (their episodes whole, with the dataset's per-episode facts), from one
+    streamed index pass; every row, as before, where the layout does not allow it (`sample_index`).
+    `episodes`: a list, or a callable choosing the global rows from the index."""
+    index = sample_index.read_index(dataset, [action_key])
+    if index is not None:
+        chosen = episodes(index) if callable(episodes) else None
+        wanted = sample_index.episodes_of(index, chosen) if chosen is not None else episodes
+        frames = sample_index.load(dataset, keys, index, wanted)
+        if frames is not None:
+            rows = None if chosen is None else sample_index.local(frames, index, chosen)
+            return frames, rows
+    frames = samples.read_frames(dataset, keys)
+    return frames, None
+
+
 def _samples(
-    tf: Any, frames: samples.Frames, groups: Mapping[str, list[int]], out: Path
-) -> tuple[np.ndarray, list[str], list[Check]]:
+    tf: Any, dataset: Path, keys: Sequence[str], groups: Mapping[str, list[int]], out: Path
+) -> tuple[samples.Frames, np.ndarray, list[str], list[Check]]:
     """Reuse and verify a saved manifest, or select and save one."""
     saved_at = Path(tf.sample_manifest) if tf.sample_manifest else None
     if saved_at is not None and saved_at.is_file():
         saved = json.loads(saved_at.read_text(encoding="utf-8"))
+        frames, _ = _frames(dataset, keys, tf.action_key, samples.manifest_episodes(saved))
         rows, problems = samples.resolve(frames, saved, saved_at)
         labels = [s.get("subset", "all") for s in saved["samples"]][: len(rows)]
         ok = not problems
@@ -265,8 +282,16 @@ def _samples(
             evidence={"manifest": str(saved_at), "problems": problems[:20]},
         )
         atomic_write_json(out / "samples.json", saved)
-        return rows, labels, [row]
-    rows = samples.select(frames, tf.samples, tf.seed, tf.episodes or None)
+        return frames, rows, labels, [row]
+    pick = tf.episodes or None
+    frames, rows = _frames(
+        dataset,
+        keys,
+        tf.action_key,
+        lambda index: sample_index.select_index(index, tf.samples, tf.seed, pick),
+    )
+    if rows is None:
+        rows = samples.select(frames, tf.samples, tf.seed, pick)
     labels = samples.subsets(frames, rows, tf.subset_column, groups)
     manifest = samples.manifest(frames, rows, tf.seed, labels)
     atomic_write_json(out / "samples.json", manifest)
@@ -284,7 +309,7 @@ def _samples(
         actual=len(rows),
         evidence={"fingerprint": manifest["fingerprint"], "subsets": sorted(set(labels))},
     )
-    return rows, labels, [row]
+    return frames, rows, labels, [row]
 
 
 def _repeatable(tf: Any, spec: Any, model: models.Loaded, shared: Shared, first: metrics.Scored) -> Check:

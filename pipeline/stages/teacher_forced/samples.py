@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,19 @@ class Frames:
     frame: np.ndarray  # (rows,) int64
     names: dict[str, list[str] | None] = field(default_factory=dict)
     schema: dict[str, Any] = field(default_factory=dict)
+    # the whole dataset's per-episode facts and moments (`sample_index.Index`) where these rows are only
+    # the sampled episodes'; None where they are every row
+    dataset: Any = None
 
     def __len__(self) -> int:
         return len(self.episode)
+
+    def moments(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of a column over every row of the dataset, float64."""
+        if self.dataset is not None and key in self.dataset.moments:
+            return self.dataset.moments[key]
+        values = self.columns[key].astype(np.float64)
+        return values.mean(axis=0), values.std(axis=0)
 
 
 def read_frames(root: Path, keys: Sequence[str]) -> Frames:
@@ -45,15 +55,7 @@ def read_frames(root: Path, keys: Sequence[str]) -> Frames:
     from pipeline.readers.lerobot_dataset import flat_names
 
     data = LeRobotData(root)
-    info_path = data.root / "meta" / "info.json"
-    features = data.features
-    missing = [k for k in keys if k not in features]
-    if missing:
-        raise InputError(
-            f"{info_path}: features lack {missing[0]!r} (has {sorted(features)})",
-            path=info_path,
-            field=missing[0],
-        )
+    features = check_keys(data, keys)
     wanted = [*keys, "episode_index"] + (["frame_index"] if "frame_index" in features else [])
     cat = data.frames(wanted)
     if "episode_index" not in cat:
@@ -65,6 +67,20 @@ def read_frames(root: Path, keys: Sequence[str]) -> Frames:
     names = {k: flat_names(features[k].get("names")) for k in keys}
     columns = {k: np.asarray(cat[k], dtype=np.float32).reshape(len(episode), -1) for k in keys}
     return Frames(data.root, columns, episode, frame, names, schema)
+
+
+def check_keys(data: Any, keys: Sequence[str]) -> dict[str, Any]:
+    """info.json's features, with every evaluated key among them (else an InputError naming it)."""
+    info_path = data.root / "meta" / "info.json"
+    features = data.features
+    missing = [k for k in keys if k not in features]
+    if missing:
+        raise InputError(
+            f"{info_path}: features lack {missing[0]!r} (has {sorted(features)})",
+            path=info_path,
+            field=missing[0],
+        )
+    return features
 
 
 def _ranks(episode: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,34 +108,48 @@ def position_of(frames: Frames) -> np.ndarray:
     return rank / np.maximum(1, length - 1)
 
 
+def third(rank: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Which third of its episode (0 start, 1 middle, 2 end) each row lies in, from its rank."""
+    return np.minimum((rank / np.maximum(1, length - 1) * 3).astype(int), 2)
+
+
 def _strata(frames: Frames) -> dict[tuple[int, int], np.ndarray]:
     """Rows (ascending) of every (episode, third of the episode) stratum."""
-    third = np.minimum((position_of(frames) * 3).astype(int), 2)
-    order = np.lexsort((np.arange(len(frames)), third, frames.episode))
-    keys = np.stack([frames.episode[order], third[order]], axis=1)
+    part = third(*_ranks(frames.episode, frames.frame))
+    order = np.lexsort((np.arange(len(frames)), part, frames.episode))
+    keys = np.stack([frames.episode[order], part[order]], axis=1)
     cuts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]).any(axis=1), True])
     return {(int(keys[a, 0]), int(keys[a, 1])): order[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)}
 
 
 def select(frames: Frames, n: int, seed: int, episodes: Sequence[int] | None = None) -> np.ndarray:
     """Row indices of `n` samples: episodes in a seeded order, positions rotating start/middle/end."""
-    rng = np.random.default_rng(seed)
     strata = _strata(frames)
+    empty = np.zeros(0, np.int64)
     pool = np.unique(frames.episode) if episodes is None else np.asarray(sorted(set(episodes)))
+    return draw(frames.root, pool, n, seed, lambda ep: [strata.get((ep, t), empty) for t in range(3)])
+
+
+def draw(
+    root: Path, pool: np.ndarray, n: int, seed: int, strata: Callable[[int], list[np.ndarray]]
+) -> np.ndarray:
+    """The seeded draw over `pool`'s episodes; `strata(ep)` gives an episode's rows per third, ascending
+    (from every row, or from per-episode facts: `sample_index`, the same draw)."""
+    rng = np.random.default_rng(seed)
     pool = rng.permutation(pool)
     if len(pool) == 0:
-        raise InputError(f"{frames.root}: no episodes to sample from", path=frames.root, field="episodes")
-    empty = np.zeros(0, np.int64)
+        raise InputError(f"{root}: no episodes to sample from", path=root, field="episodes")
     chosen: list[int] = []
     taken: set[int] = set()
     for step in range(n * 4):
         if len(chosen) == n:
             break
         ep = int(pool[step % len(pool)])
+        parts = strata(ep)
         stratum = (step % len(pool) + step // len(pool)) % 3
-        rows = [int(r) for r in strata.get((ep, stratum), empty) if r not in taken]
+        rows = [int(r) for r in parts[stratum] if r not in taken]
         if not rows:
-            whole = np.sort(np.concatenate([strata.get((ep, t), empty) for t in range(3)]))
+            whole = np.sort(np.concatenate(parts))
             rows = [int(r) for r in whole if r not in taken]
         if rows:
             pick = rows[rng.integers(len(rows))]
@@ -139,16 +169,18 @@ def row_hash(frames: Frames, row: int) -> str:
 
 def fingerprint(frames: Frames, rows: np.ndarray) -> dict[str, Any]:
     """Schema, row counts and the sampled rows' hashes: equal fingerprints = the same evaluation data."""
-    episodes, counts = np.unique(frames.episode, return_counts=True)
+    if frames.dataset is not None:  # these rows are the sampled episodes': the dataset's own counts
+        per_episode, rows_total = frames.dataset.counts(), frames.dataset.rows
+    else:
+        episodes, counts = np.unique(frames.episode, return_counts=True)
+        per_episode, rows_total = dict(zip(episodes.tolist(), counts.tolist(), strict=True)), len(frames)
     hashes = [row_hash(frames, int(r)) for r in rows]
     return {
         "schema": frames.schema,
-        "rows": len(frames),
-        "episodes": len(episodes),
+        "rows": rows_total,
+        "episodes": len(per_episode),
         "episode_rows_sha256": hashlib.sha256(
-            json.dumps(
-                {str(e): int(c) for e, c in zip(episodes, counts, strict=True)}, sort_keys=True
-            ).encode()
+            json.dumps({str(e): int(c) for e, c in per_episode.items()}, sort_keys=True).encode()
         ).hexdigest(),
         "samples_sha256": hashlib.sha256("".join(hashes).encode()).hexdigest(),
     }
@@ -198,6 +230,15 @@ def _find(frames: Frames, wanted: Sequence[tuple[int, int]]) -> list[int | None]
         at = lo + np.searchsorted(frs[lo:hi], frame)
         out.append(int(order[at]) if at < hi and frs[at] == frame else None)
     return out
+
+
+def manifest_episodes(saved: Any) -> list[int]:
+    """The episodes a saved manifest's samples name (what must be read to check them); what is not a
+    well-formed sample is left to `resolve`, which names it."""
+    try:
+        return sorted({int(s["episode"]) for s in saved["samples"]})
+    except (KeyError, TypeError, ValueError):
+        return []
 
 
 def resolve(frames: Frames, saved: Mapping[str, Any], path: Path) -> tuple[np.ndarray, list[str]]:
