@@ -15,7 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.readers.frames import FrameReader, ImageStats, array_frames, decode_at, processor_view
+from pipeline.readers.frames import (
+    OPEN_FILES,
+    FrameReader,
+    ImageStats,
+    array_frames,
+    decode_at,
+    processor_view,
+)
 from pipeline.readers.lerobot_data import LeRobotData
 
 FPS, N, SIDE = 10, 12, 32
@@ -111,6 +118,31 @@ def test_frames_equal_the_frames_written(tmp_path: Path, version: str, codec: st
     np.testing.assert_array_equal(some, got[[7, 2]])
     view = processor_view(some)
     assert view.shape == (2, 3, SIDE, SIDE) and view.dtype == np.float32 and view.max() <= 1.0
+
+
+@pytest.mark.parametrize("codec", ["libx264", "libsvtav1"])
+def test_a_reader_keeps_its_containers_open_and_decodes_as_a_fresh_open(tmp_path: Path, codec: str) -> None:
+    """Windows read back and forth through one open container (seeks backwards included) are the frames
+    a fresh open decodes; the least recently used container beyond OPEN_FILES is closed."""
+    write_dataset(tmp_path, "v3.0", codec)
+    key, asks = "observation.images.top", [(1, [5, 6, 7]), (0, [2, 3]), (1, [0, 1]), (0, [9]), (1, [7])]
+    with FrameReader(LeRobotData(tmp_path)) as kept:
+        for episode, index in asks:
+            fresh = FrameReader(LeRobotData(tmp_path))
+            np.testing.assert_array_equal(kept.frames(key, episode, index), fresh.frames(key, episode, index))
+            fresh.close()
+        assert len(kept._open) == 1  # both episodes sit in one v3.0 file
+        for i in range(OPEN_FILES + 2):
+            kept._container(write_copy(tmp_path, i))
+        assert len(kept._open) == OPEN_FILES
+    assert kept._open == {}
+
+
+def write_copy(root: Path, i: int) -> Path:
+    (video,) = root.glob("videos/**/*.mp4")
+    copy = root / f"copy-{i}.mp4"
+    copy.write_bytes(video.read_bytes())
+    return copy
 
 
 def test_parquet_images_and_arrays_through_the_same_api(tmp_path: Path) -> None:
