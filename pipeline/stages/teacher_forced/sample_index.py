@@ -23,9 +23,8 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.lerobot_data import LeRobotData
-from pipeline.readers.lerobot_dataset import flat_names
 from pipeline.readers.moments import Moments, accumulate, mean_std
-from pipeline.stages.teacher_forced.samples import Frames, check_keys, draw, third
+from pipeline.stages.teacher_forced.samples import Frames, check_keys, draw, frames_of, third
 
 FRAME = "frame_index"
 
@@ -131,13 +130,7 @@ def load(root: Path, keys: Sequence[str], index: Index, episodes: Sequence[int])
         if len(part["episode_index"]) != index.length[where[e]]:
             return None
     cat = {k: _joined([p[k] for p in parts], features[k]) for k in wanted}
-    episode = cat["episode_index"].reshape(-1).astype(np.int64)
-    frame = cat[FRAME].reshape(-1).astype(np.int64) if FRAME in cat else _rank(episode)
-    described = [k for k in wanted if k != "episode_index"]
-    schema = {k: {"dtype": features[k].get("dtype"), "shape": features[k].get("shape")} for k in described}
-    names = {k: flat_names(features[k].get("names")) for k in keys}
-    columns = {k: np.asarray(cat[k], dtype=np.float32).reshape(len(episode), -1) for k in keys}
-    return Frames(data.root, columns, episode, frame, names, schema, dataset=index)
+    return frames_of(data.root, features, keys, wanted, cat, dataset=index)
 
 
 def _joined(parts: list[np.ndarray], spec: Any) -> np.ndarray:
@@ -146,12 +139,6 @@ def _joined(parts: list[np.ndarray], spec: Any) -> np.ndarray:
     shape = spec.get("shape") if isinstance(spec, dict) else None
     width = int(np.prod(shape)) if isinstance(shape, list) and shape else 1
     return np.zeros((0, width) if width > 1 else (0,))
-
-
-def _rank(episode: np.ndarray) -> np.ndarray:
-    """Each row's place in its (contiguous) episode: frame numbers where the data has no frame_index."""
-    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
-    return np.arange(len(episode)) - np.repeat(starts, np.diff(np.r_[starts, len(episode)]))
 
 
 def episodes_of(index: Index, rows: np.ndarray) -> list[int]:

@@ -52,7 +52,6 @@ class Frames:
 def read_frames(root: Path, keys: Sequence[str]) -> Frames:
     """THE one call site of the dataset readers: the LeRobot data API (v2.0-v3.0, path containment)."""
     from pipeline.readers.lerobot_data import LeRobotData
-    from pipeline.readers.lerobot_dataset import flat_names
 
     data = LeRobotData(root)
     features = check_keys(data, keys)
@@ -60,13 +59,28 @@ def read_frames(root: Path, keys: Sequence[str]) -> Frames:
     cat = data.frames(wanted)
     if "episode_index" not in cat:
         raise InputError(f"{root}: no episode_index column", path=root, field="episode_index")
+    return frames_of(data.root, features, keys, wanted, cat)
+
+
+def frames_of(
+    root: Path,
+    features: Mapping[str, Any],
+    keys: Sequence[str],
+    wanted: Sequence[str],
+    cat: Mapping[str, np.ndarray],
+    dataset: Any = None,
+) -> Frames:
+    """A Frames from the columns read (`wanted`: `keys`, episode_index and frame_index where the data
+    has it), every row's (`read_frames`) or the sampled episodes' (`sample_index.load`, `dataset` set)."""
+    from pipeline.readers.lerobot_dataset import flat_names
+
     episode = cat["episode_index"].reshape(-1).astype(np.int64)
     frame = cat["frame_index"].reshape(-1).astype(np.int64) if "frame_index" in cat else _counts(episode)
     described = [k for k in wanted if k != "episode_index"]
     schema = {k: {"dtype": features[k].get("dtype"), "shape": features[k].get("shape")} for k in described}
     names = {k: flat_names(features[k].get("names")) for k in keys}
     columns = {k: np.asarray(cat[k], dtype=np.float32).reshape(len(episode), -1) for k in keys}
-    return Frames(data.root, columns, episode, frame, names, schema)
+    return Frames(root, columns, episode, frame, names, schema, dataset=dataset)
 
 
 def check_keys(data: Any, keys: Sequence[str]) -> dict[str, Any]:
