@@ -99,12 +99,14 @@ class EpisodeRows:
         out: dict[int, pa.Table] = {}
         for path, eps in by_file.items():
             out.update(_split(_read(path, eps, want, self), eps))
-        for ep in asked:
-            if ep not in out:  # the metadata does not say, or said wrong: every file, pruned
-                parts = [_read(p, [ep], want, self) for p in self.data.data_files()]
-                parts = [p for p in parts if p.num_rows]
-                empty = pa.table({c: pa.array([], pa.int64()) for c in want})
-                out[ep] = pa.concat_tables(parts) if parts else empty
+        missing = [ep for ep in asked if ep not in out]
+        if missing:  # the metadata does not say, or said wrong: every file once for all of them, pruned
+            found: dict[int, list[pa.Table]] = {}
+            for path in self.data.data_files():
+                for ep, part in _split(_read(path, missing, want, self), missing).items():
+                    found.setdefault(ep, []).append(part)
+            empty = pa.table({c: pa.array([], pa.int64()) for c in want})
+            out.update({ep: pa.concat_tables(found[ep]) if ep in found else empty for ep in missing})
         return out
 
     def arrays(self, episode: int, columns: Sequence[str]) -> dict[str, np.ndarray]:
