@@ -45,9 +45,9 @@ NOISE = 0.05  # perturbation std as a fraction of each observation dim's std
 class DemoModel:
     """A demo checkpoint scored in batches on `device`. The saved normalizers are affine per dim, so the
     vector inputs' and the action's are folded once into the first and last Linear layers (`self.net`);
-    each camera's per-channel affine is applied after its encoder's first layer, an average pool (16x
-    fewer values than the frames). `self.policy` stays the
-    checkpoint's own module (normalized in, normalized out)."""
+    each camera's per-channel affine is applied after its encoder's first layer, an average pool (linear,
+    so the same function on 16x fewer values). `self.policy` stays the checkpoint's own module
+    (normalized in, normalized out)."""
 
     def __init__(self, path: str, device: str) -> None:
         refuse_pickles(Path(path), "a demo policy checkpoint")
@@ -92,14 +92,14 @@ class DemoModel:
         parts = [torch.from_numpy(x).to(self.device)]
         for key, encoder in zip(self.cameras, self.policy.encoders, strict=True):
             gain, zero = self.inputs[key]
-            pool, rest = encoder.net[0], encoder.net[1:]  # the average pool is linear: the affine after it
+            pool, rest = encoder.net[0], encoder.net[1:]
             parts.append(rest(pool(_shared(batch[key]).to(self.device)) * gain + zero))
         return self.net(torch.cat(parts, dim=-1))
 
 
 def _shared(frames: np.ndarray) -> torch.Tensor:
     """The stage's read-only frames as a tensor without a copy (a copy per call was a fifth of a probe
-    search): safe, since the model only reads them (`frames * gain` makes a new tensor)."""
+    search): safe, since the model only reads them (the pool makes a new tensor)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(np.asarray(frames, np.float32))

@@ -164,7 +164,9 @@ class FrameReader:
         the alignment pass's decoding. The least recently used beyond OPEN_FILES is closed."""
         import av
 
-        container = self._open.pop(path, None) or av.open(str(path))
+        container = self._open.pop(path, None)
+        if container is None:
+            container = av.open(str(path))
         self._open[path] = container  # most recently used last
         while len(self._open) > OPEN_FILES:
             self._open.pop(next(iter(self._open))).close()
