@@ -298,15 +298,19 @@ def main(cfg: DictConfig) -> None:
 
 
 def cli() -> None:
-    """The console script and `python -m` entry: the command line composed once first, so that Hydra's
-    composition errors are one line and exit 2 like every other refused launch (launch_compose)."""
-    from pipeline.launch_compose import composition_error
+    """The console script and `python -m` entry: the command line composed once (launch_compose), so that
+    Hydra's composition errors are one line and exit 2 like every other refused launch, and a plain run
+    starts from that config; Hydra's own run only for what else its command line offers."""
+    from pipeline.launch_compose import compose_command_line
 
-    problem = composition_error(sys.argv[1:])
-    if problem is not None:
-        _say(f"config error: {problem} (nothing was submitted)")
+    composed = compose_command_line(sys.argv[1:])
+    if composed.problem is not None:
+        _say(f"config error: {composed.problem} (nothing was submitted)")
         sys.exit(2)
-    main()
+    if composed.cfg is None:
+        main()
+        return
+    sys.exit(main_code(composed.cfg))
 
 
 if __name__ == "__main__":

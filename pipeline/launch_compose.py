@@ -1,16 +1,23 @@
-"""The command line composed once before Hydra's own run, so a composition error is one line and exit 2.
+"""The command line composed once, before anything runs: a composition error is one line and exit 2, and a
+plain run goes on with this config instead of Hydra composing it twice more.
 
 Why: `@hydra.main` reports an unknown key, a value of the wrong type or a bad override as several lines
 ending in "Set the environment variable HYDRA_FULL_ERROR=1" and exit 1, where every other bad input of a
 launch is exit 2 with one line naming the key. Composing the same overrides through Hydra's compose API
 first (same config folder, same `--config-dir`) lets the launch name the key, what was expected (the
 type, or the valid keys nearest to the one typed) and stop before anything is built or submitted.
+`@hydra.main` would then compose the same command line twice more (once for the run mode, once for the
+run, ~0.2 s of CPU each): for a plain run the config composed here is the one it would pass, since the
+launch's `hydra:` section changes nothing (no output folder, no chdir, no logging), so the launch takes
+it. Anything else on the command line (`--help`, `--cfg`, `--multirun`, `--config-path`, ...) is left to
+Hydra's own run.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -26,23 +33,38 @@ CONFIG_NAME = "config"
 MAX_LISTED = 12  # valid keys named when none is near the one typed
 
 
-def composition_error(argv: Sequence[str]) -> str | None:
-    """The first problem composing `argv` as the launch would, as one line; None when it composes (or
-    when the command line asks Hydra for something other than a run: --help, --info, completion)."""
+@dataclass(frozen=True)
+class Composed:
+    """The command line as the launch composed it: `cfg` for a plain run, `problem` (one line) when it does
+    not compose, neither when Hydra's own run must decide (help, `--cfg`, multirun, a second search path)."""
+
+    cfg: DictConfig | None = None
+    problem: str | None = None
+
+
+def compose_command_line(argv: Sequence[str]) -> Composed:
+    """`argv` composed as the launch would."""
     stages.load()  # the stages' typed configs are in Hydra's ConfigStore before anything composes
     args = get_args_parser().parse_args(list(argv))
     if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
-        return None
+        return Composed()
     overrides = list(args.overrides)
     if args.config_dir is not None:
         if any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides):
-            return None  # both name a search path: Hydra's own run decides how they combine
+            return Composed()  # both name a search path: Hydra's own run decides how they combine
         overrides.append(f"hydra.searchpath=[file://{Path(args.config_dir).resolve()}]")
     try:
-        _compose(args.config_name or CONFIG_NAME, overrides)
+        cfg = _compose(args.config_name or CONFIG_NAME, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        return describe(exc, args.config_name or CONFIG_NAME, overrides)
-    return None
+        return Composed(problem=describe(exc, args.config_name or CONFIG_NAME, overrides))
+    plain = not (args.cfg or args.multirun or args.config_path or args.package)
+    return Composed(cfg=cfg if plain else None)
+
+
+def composition_error(argv: Sequence[str]) -> str | None:
+    """The first problem composing `argv` as the launch would, as one line; None when it composes (or
+    when the command line asks Hydra for something other than a run: --help, --info, completion)."""
+    return compose_command_line(argv).problem
 
 
 def _compose(name: str, overrides: list[str]) -> DictConfig:

@@ -46,3 +46,43 @@ def test_the_launch_exits_2_with_one_line_and_submits_nothing(tmp_path) -> None:
     assert out.count("\n") == 0 and "HYDRA_FULL_ERROR" not in out, out
     assert out.startswith("config error: stages.teacher_forced.no_such_key: no such key"), out
     assert not (tmp_path / "preflight").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["stage=contract", "launcher=local", "demo=faulty", "+extra.key=1"],
+        ["launcher=slurm", "resources_default.partition=gpu", "stages.teacher_forced.samples=12"],
+        ["--config-dir", "USER_DIR", "model=mine", "skip=[determinism]"],
+    ],
+)
+def test_a_plain_run_starts_from_the_config_hydras_own_run_would_pass(
+    argv: list[str], tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launch skips `@hydra.main`'s two composes for a plain run: same config, flags and all."""
+    from omegaconf import OmegaConf
+
+    from pipeline import launch as launch_module
+    from pipeline.launch_compose import compose_command_line
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text("path: /ckpt/mine\n")
+    argv = [str(tmp_path) if a == "USER_DIR" else a for a in argv]
+    passed = []
+    monkeypatch.setattr(launch_module, "main_code", lambda cfg: passed.append(cfg) or 0)
+    monkeypatch.setattr("sys.argv", ["preflight-launch", *argv])
+    with pytest.raises(SystemExit):
+        launch_module.main()  # Hydra's own run
+    ours = compose_command_line(argv).cfg
+    assert ours is not None
+    assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(passed[0])
+    assert OmegaConf.is_struct(ours) and OmegaConf.is_struct(passed[0])
+
+
+def test_what_hydra_must_run_itself_is_left_to_it() -> None:
+    from pipeline.launch_compose import compose_command_line
+
+    for argv in (["--help"], ["stage=contract", "--cfg", "job"], ["-m", "stage=contract"]):
+        composed = compose_command_line(argv)
+        assert composed.cfg is None and composed.problem is None, argv
