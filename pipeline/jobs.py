@@ -72,6 +72,7 @@ def _prepare(
         part=part,
         fingerprints=plan["jobs"][name]["fingerprints"],
         config=stages.stage_config(cfg, name),
+        cpus=(plan["jobs"][name].get("resources") or {}).get("cpus_per_task"),
     )
     return cfg, plan, stages.get(name), ctx
 

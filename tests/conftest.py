@@ -35,6 +35,18 @@ def _normal_scheduling() -> Iterator[None]:
     restore_scheduling()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _torch_threads_per_worker() -> None:
+    """Under pytest-xdist each worker's in-process torch gets its share of the cores, as a job gets its
+    CPUs (teacher_forced's `fit_threads`): two workers with a thread per core each spin against each
+    other on a 2-core machine (the stage measured 2.5x the CPU that way)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 @pytest.fixture(scope="session")
 def real_data() -> Path:
     if not REAL_DATA.is_dir():

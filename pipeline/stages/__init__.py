@@ -49,6 +49,7 @@ class StageContext:
     part: str | None = None
     fingerprints: dict[str, str] = field(default_factory=dict)
     config: Any = None  # the stage's typed config (its `Stage.config` dataclass), validated
+    cpus: int | None = None  # the CPUs the job asked for (its resources' cpus_per_task); None: not a job
 
     @property
     def folder(self) -> RunFolder:

@@ -83,6 +83,7 @@ def evaluate(
             if ok is not False:
                 key = f"stages.teacher_forced.models[{spec.name}]"
                 device = models.device_for(tf.device)
+                models.fit_threads(device, ctx.cpus)
                 loaded.append(
                     (spec, models.load(spec.name, spec.path, spec.loader, device, spec.inputs, key))
                 )

@@ -156,3 +156,32 @@ def test_no_models_and_no_demo_is_skipped(tmp_path):
 
     result = run_stage(str(tmp_path / "dataset"), tmp_path / "run")
     assert result.status == "skipped" and not result.checks
+
+
+def test_a_cpu_job_scores_with_the_cpus_it_asked_for(tmp_path):
+    """The job's context carries its resources' cpus_per_task, and on the CPU the stage takes that many
+    torch threads (not one per core of the node); on a GPU, or outside a job, the count is left alone."""
+    import json
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from pipeline.jobs import _prepare
+    from pipeline.launch_compose import compose_command_line
+    from pipeline.runfolder import RunFolder
+    from pipeline.stages.teacher_forced import models
+
+    OmegaConf.save(compose_command_line(["stage=teacher_forced"]).cfg, tmp_path / "config.yaml")
+    job = {"fingerprints": {}, "resources": {"cpus_per_task": 3}}
+    (tmp_path / "plan.json").write_text(json.dumps({"jobs": {"teacher_forced": job}}))
+    ctx = _prepare(RunFolder(tmp_path), "teacher_forced", None)[3]
+    assert ctx.cpus == 3
+    before = torch.get_num_threads()
+    try:
+        models.fit_threads("cpu", 1)
+        assert torch.get_num_threads() == 1
+        models.fit_threads("cuda", 3)
+        models.fit_threads("cpu", None)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
