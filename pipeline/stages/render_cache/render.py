@@ -13,11 +13,13 @@ describe the state before the last substep, so it is reproduced by replaying the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -70,8 +72,27 @@ def make_env(env_id: str, task_id: int) -> Any:
         import ogbench  # noqa: F401  (registers the manipspace envs)
 
         env = gymnasium.make(env_id, disable_env_checker=True)  # its Box checks warn on every make
-    reset_quietly(env, seed=0, options={"task_id": task_id, "render_goal": False})
+    with _pixels_unrendered(env):
+        reset_quietly(env, seed=0, options={"task_id": task_id, "render_goal": False})
     return env
+
+
+@contextlib.contextmanager
+def _pixels_unrendered(env: Any) -> Iterator[None]:
+    """A visual env's reset without its pixel observations: a task reset renders four frames nobody here
+    reads (two settling steps, the goal, the first observation) and makes the env's own renderer for them,
+    about half of a visual env's make (measured on llvmpipe: ~1 of ~2 CPU-s). Every caller sets a state
+    before it renders (with its own renderer, or with the env's, which is then made on first use), and
+    rendering changes neither model nor data: the env is left as a rendering reset leaves it."""
+    u = env.unwrapped
+    if getattr(u, "_ob_type", None) != "pixels" or not hasattr(u, "get_pixel_observation"):
+        yield
+        return
+    u.get_pixel_observation = lambda: None  # an instance attribute shadows the method for the reset
+    try:
+        yield
+    finally:
+        del u.get_pixel_observation
 
 
 class EvalRenderer:

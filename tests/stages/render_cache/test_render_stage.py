@@ -20,8 +20,17 @@ def _by_id(checks: list) -> dict:
     return {c.id.removeprefix("render_cache."): c for c in checks}
 
 
-def test_clean_demo_passes_every_check(clean_demo: Path, tmp_path: Path) -> None:
-    checks, _ = check(config(budgets=[1, 2]), clean_demo / "release", clean_demo / "cache", None, tmp_path)
+@pytest.fixture(scope="module")
+def clean_checks(clean_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> list:
+    """The clean demo checked unsharded, once for the module: its rows are asserted one by one below and
+    are what the sharded merge must equal (one check instead of two: an env, a renderer, ~12 renders)."""
+    out = tmp_path_factory.mktemp("rc_unsharded")
+    checks, _ = check(config(budgets=[1, 2]), clean_demo / "release", clean_demo / "cache", None, out)
+    return checks
+
+
+def test_clean_demo_passes_every_check(clean_checks: list) -> None:
+    checks = clean_checks
     got = _by_id(checks)
     for b in (1, 2):
         for name in (
@@ -164,10 +173,10 @@ def test_bad_inputs_give_error_rows_naming_file_and_field(
     assert any(c.evidence.get("field") == field and c.evidence.get("path") for c in errors), errors
 
 
-def test_sharded_merge_equals_unsharded(clean_demo: Path, tmp_path: Path) -> None:
+def test_sharded_merge_equals_unsharded(clean_demo: Path, clean_checks: list, tmp_path: Path) -> None:
     cfg = config(budgets=[1, 2])
     rel, cache_dir = clean_demo / "release", clean_demo / "cache"
-    whole, _ = check(cfg, rel, cache_dir, None, tmp_path / "a")
+    whole = clean_checks  # check(cfg, rel, cache_dir, None, ...): the unsharded rows, computed once
     parts = []
     for b in cfg.budgets:
         for k in range(2):  # each task in its own renderer, as array tasks are
@@ -178,7 +187,7 @@ def test_sharded_merge_equals_unsharded(clean_demo: Path, tmp_path: Path) -> Non
             finally:
                 rs.close()
             parts.append(part)
-    sharded, _ = check(cfg, rel, cache_dir, parts, tmp_path / "b")
+    sharded, _ = check(cfg, rel, cache_dir, parts, tmp_path)
     assert [c.to_dict() for c in sharded] == [c.to_dict() for c in whole]
 
 
