@@ -9,18 +9,14 @@ import numpy as np
 
 
 def upper_bound(mismatches: int, n: int, confidence: float = 0.95) -> float | None:
-    """One-sided Clopper-Pearson upper bound on the mismatch rate; None when nothing was sampled.
-
-    The Beta(k+1, n-k) quantile as `scipy.special.betaincinv` (the inverse regularized incomplete beta):
-    the value `scipy.stats.beta.ppf` gives (bit for bit on 19,502 (confidence, n, k) pairs, scipy 1.17),
-    without importing scipy.stats (0.74 s against 0.23 s, measured), which a job paid only for this."""
-    from scipy.special import betaincinv  # imported here, not when every launch loads the stage
+    """One-sided Clopper-Pearson upper bound on the mismatch rate; None when nothing was sampled."""
+    from scipy.stats import beta  # ~0.8 s to import: here, not when every launch loads the stage
 
     if n <= 0:
         return None
     if mismatches >= n:
         return 1.0
-    return float(betaincinv(mismatches + 1, n - mismatches, confidence))
+    return float(beta.ppf(confidence, mismatches + 1, n - mismatches))
 
 
 def sample_size(population: int, count: int | None, max_rate: float | None, confidence: float = 0.95) -> int:
