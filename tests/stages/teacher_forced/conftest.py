@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.demo.build import build
+from tests.stages.teacher_forced.helpers import SMALL
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
-SMALL = {"variant": "default", "seed": 3, "episodes": 4, "steps": 60, "train_steps": 150, "hidden": 32}
 FAULTY = {**SMALL, "variant": "faulty", "faults": {"degrees_action_dims": [3]}}
 
 if str(PLUGINS) not in sys.path:

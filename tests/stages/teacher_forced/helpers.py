@@ -12,6 +12,12 @@ from pipeline.stages import StageContext
 from pipeline.stages.config import typed
 from pipeline.stages.teacher_forced import TeacherForcedConfig, run
 
+# the small demo of these tests (conftest.py), and the same settings as a launch's overrides: a faulty
+# launch with them reuses its episodes, renders and both trainings (pipeline/demo/memo.py), so only the
+# faults are planted anew
+SMALL = {"variant": "default", "seed": 3, "episodes": 4, "steps": 60, "train_steps": 150, "hidden": 32}
+SMALL_OVERRIDES = tuple(f"demo.{k}={v}" for k, v in SMALL.items() if k != "variant")
+
 
 def run_stage(dataset: str, run_dir: Path, **overrides: Any) -> StageResult:
     """The stage exactly as a job runs it: typed config in the context, the dataset path in cfg. Without

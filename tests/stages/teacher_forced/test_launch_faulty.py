@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import gate_of, launch, run_dir_of
-
-SMALL = ("demo.episodes=3", "demo.steps=40", "demo.train_steps=60", "demo.seed=5")
+from tests.stages.teacher_forced.helpers import SMALL_OVERRIDES as SMALL
 
 
 def test_faulty_demo_blocks_on_its_own_rows(tmp_path):

@@ -176,14 +176,17 @@ def test_a_pin_written_sha256_colon_hex_is_accepted(demo, tmp_path):
 
 
 def test_an_unknown_stage_key_and_a_missing_loader_package_are_exit_2_at_launch(tmp_path):
+    # refused while the configuration is composed, before any demo is used: no session demo seeded (with
+    # one, a session that had not built the full-size default demo yet built it here, ~60 s)
     keep = other_stages("teacher_forced")
-    unknown = launch(tmp_path, "launcher=local", keep, "+stages.teacher_forced.sampels=64")
+    unknown = launch(tmp_path, "launcher=local", keep, "+stages.teacher_forced.sampels=64", seed_demo=False)
     assert unknown.returncode == 2 and "stages.teacher_forced.sampels" in unknown.stdout, unknown.stdout
     missing = launch(
         tmp_path,
         "launcher=local",
         keep,
         "stages.teacher_forced.models=[{name: lr, path: /x, loader: '" + LEROBOT + "'}]",
+        seed_demo=False,
     )
     assert missing.returncode == 2, missing.stdout + missing.stderr
     assert "needs the package(s) ['lerobot'], not installed here" in missing.stdout
