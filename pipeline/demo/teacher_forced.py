@@ -87,21 +87,7 @@ class DemoModel:
 
     @torch.inference_mode()
     def predict(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
-        """Vectors raw, cameras float 0-1 [B, 3, H, W] (the loader's view), actions raw. On the CPU in one
-        thread, as the demo trains (pipeline/demo/train.py): a net this small gains nothing from a second
-        thread, and where another process holds the other core (two pytest workers, a busy node) torch's
-        threads wait on each other: 96 samples took 5-15 ms in one thread and 37-350 ms in two on a loaded
-        two-core machine, and the probes' search makes ~145 such calls per model."""
-        if self.device.type != "cpu":
-            return self._predict(batch)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return self._predict(batch)
-        finally:
-            torch.set_num_threads(threads)
-
-    def _predict(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
+        """Vectors raw, cameras float 0-1 [B, 3, H, W] (the loader's view), actions raw."""
         x = np.concatenate([batch[k] for k in self.vectors], axis=-1, dtype=np.float32)
         parts = [torch.from_numpy(x).to(self.device)]
         for key, encoder in zip(self.cameras, self.policy.encoders, strict=True):
