@@ -31,7 +31,6 @@ from pipeline.progress import track
 from pipeline.readers import LeRobotData
 from pipeline.readers.frames import FrameReader
 from pipeline.readers.stats import compute_stats, iter_array_blocks
-from pipeline.stages.render_cache.render import reset_quietly
 
 ENV_ID = "cube-single-v0"
 FPS = 10
@@ -76,6 +75,10 @@ def _env_state(info: Mapping[str, Any]) -> np.ndarray:
 def generate_episodes(n_episodes: int, steps: int, seed: int) -> list[dict[str, np.ndarray]]:
     """Scripted-oracle rollouts: per episode `{state, env_state, action}` arrays of `steps` rows, and the
     physics pose of every row (`qpos`, `mocap_pos`, `mocap_quat`) so the cameras can draw it later."""
+    # imported here, not at the top: the trainers that only read a dataset (reference_trainer and its
+    # twins) would otherwise import pipeline.stages (hydra, omegaconf) with it, ~0.11 CPU-s per process
+    from pipeline.stages.render_cache.render import reset_quietly
+
     os.environ.setdefault("MUJOCO_GL", "egl")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -146,4 +146,5 @@ def trained(tmp_path_factory: pytest.TempPathFactory, tiny_dataset: Path) -> dic
             "clock": ("--fault", "clock_seed"),
             "with_stats": ("--save-normalization-stats", "true"),
         },
+        one_process=("control", "faulty", "clock", "with_stats"),  # compared with a's stream or reloaded
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,32 +40,48 @@ def tiny_cmd(*extra: str) -> str:
     return "stages.determinism.train_cmd=[" + ",".join(f"'{i}'" for i in items) + "]"
 
 
-def reference_runs(root: Path, dataset: Path, runs: dict[str, tuple[str, ...]]) -> dict[str, Path]:
+def reference_runs(
+    root: Path, dataset: Path, runs: dict[str, tuple[str, ...]], one_process: tuple[str, ...] = ()
+) -> dict[str, Path]:
     """Real reference-trainer runs (side by side), as the stage starts them: determinism env set.
 
     `runs` maps a name to extra trainer flags; every run gets `--steps 3` and `--seed 0` unless given.
+    The runs named in `one_process` go one after another in a single process, so torch and the demo
+    modules are imported once (~2.2 of a run's ~2.45 CPU-s): only for runs whose stream is compared
+    with another process's or whose checkpoint is reloaded, never for twins whose identity across
+    processes a test asserts.
     """
     env = {**os.environ, "PREFLIGHT_DETERMINISTIC": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-    procs = {}
-    for name, extra in runs.items():
-        flags = {"--seed": "0", "--steps": "3", **dict(zip(extra[::2], extra[1::2], strict=True))}
-        cmd = [
-            sys.executable,
-            "-m",
-            "pipeline.demo.reference_trainer",
-            "--out",
-            str(root / name),
-            "--dataset",
-            str(dataset),
-            *[x for kv in flags.items() for x in kv],
-        ]
-        procs[name] = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+    argvs = {name: _reference_argv(root / name, dataset, extra) for name, extra in runs.items()}
+    commands = {
+        name: [sys.executable, "-m", "pipeline.demo.reference_trainer", *argv]
+        for name, argv in argvs.items()
+        if name not in one_process
+    }
+    if one_process:
+        shared = json.dumps([argvs[name] for name in one_process])
+        commands["+".join(one_process)] = [sys.executable, "-c", _ONE_PROCESS, shared]
+    procs = {
+        name: subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for name, cmd in commands.items()
+    }
     for name, proc in procs.items():
         output = proc.communicate(timeout=300)[0]
         assert proc.returncode == 0, f"{name}: {output}"
     return {name: root / name for name in runs}
+
+
+_ONE_PROCESS = (
+    "import json, sys\n"
+    "from pipeline.demo.reference_trainer import main\n"
+    "for argv in json.loads(sys.argv[1]):\n"
+    "    main(argv)\n"
+)
+
+
+def _reference_argv(out: Path, dataset: Path, extra: tuple[str, ...]) -> list[str]:
+    flags = {"--seed": "0", "--steps": "3", **dict(zip(extra[::2], extra[1::2], strict=True))}
+    return ["--out", str(out), "--dataset", str(dataset), *[x for kv in flags.items() for x in kv]]
 
 
 LOADER_TRAINER = Path(__file__).resolve().parent / "loader_trainer.py"

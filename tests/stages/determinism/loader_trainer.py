@@ -1,6 +1,8 @@
 """A third-party smoke trainer with a DataLoader over named samples: what `train_cmd` may point at.
 
-Real torch training (a linear model, Adam, batches of 4 from 32 named samples: 8 steps per epoch) with
+Real torch training (a linear model, plain SGD written out as in `tiny_trainer.py`, so a run without the
+stage's deterministic mode does not pay `torch.optim`'s import of `torch._dynamo`; batches of 4 from 32
+named samples: 8 steps per epoch) with
 the trainlog lines a user adds: `log.step(..., batch=x)`, `log.event("epoch_end")`, `log.watch(loader)`,
 `if log.stop: break`. Each flag plants one real, common bug:
 
@@ -54,6 +56,14 @@ def epoch_order(args: argparse.Namespace, dataset: Named, epoch: int) -> list[in
     return torch.randperm(SAMPLES, generator=generator.manual_seed(seed)).tolist()
 
 
+def sgd_step(model: torch.nn.Module, lr: float) -> None:
+    """`p -= lr * grad`, then the gradients cleared for the next backward."""
+    with torch.no_grad():
+        for param in model.parameters():
+            param -= lr * param.grad
+            param.grad = None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, required=True)
@@ -67,7 +77,6 @@ def main() -> int:
     torch.manual_seed(args.seed)
     dataset = Named(args.seed, args.worker_rng)
     model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     log = trainlog.MetricsLog(args.out)
     step, epoch = 0, 0
     while step < args.steps and not log.stop:
@@ -77,10 +86,9 @@ def main() -> int:
         for x, y in log.watch(loader):
             step += 1
             loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-            optimizer.step()
+            sgd_step(model, lr=1e-2)
             log.step(step, loss=loss, grad_norm=grad_norm, model=model, batch=x)
             if step >= args.steps or log.stop:
                 break

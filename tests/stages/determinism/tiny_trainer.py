@@ -1,8 +1,13 @@
 """A user's own smoke trainer, as small as a real one gets: what `train_cmd` may point at.
 
-Real torch training (a linear model, a few Adam steps on seeded random data) with the two
-`pipeline.trainlog` lines. Test hooks: `--crash-if-out-contains twin_b` makes one twin exit 1;
-`--nondet-op` hits an op torch has no deterministic CPU implementation for (`Tensor.put_`);
+Real torch training (a linear model, a few plain SGD steps on seeded random data) with the two
+`pipeline.trainlog` lines. The update is written out rather than taken from `torch.optim`: an optimizer's
+first use imports `torch._dynamo`, about 1 s of CPU (as long as torch's own import) in every run without
+the stage's deterministic mode (the bare pair's; that mode's `torch.use_deterministic_algorithms` imports
+it anyway), and no check of the stage depends on which optimizer a trainer uses (the reference trainer
+keeps Adam).
+Test hooks: `--crash-if-out-contains twin_b` makes one twin exit 1; `--nondet-op` hits an op torch has
+no deterministic CPU implementation for (`Tensor.put_`);
 `--own-deterministic` switches deterministic algorithms on in the trainer itself (as some jobs do).
 """
 
@@ -15,6 +20,14 @@ from pathlib import Path
 import torch
 
 from pipeline import trainlog
+
+
+def sgd_step(model: torch.nn.Module, lr: float) -> None:
+    """`p -= lr * grad`, then the gradients cleared for the next backward."""
+    with torch.no_grad():
+        for param in model.parameters():
+            param -= lr * param.grad
+            param.grad = None
 
 
 def main() -> int:
@@ -34,16 +47,14 @@ def main() -> int:
     torch.manual_seed(args.seed)
     x, y = torch.randn(64, 3), torch.randn(64, 1)
     model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     log = trainlog.MetricsLog(args.out)
     for step in range(1, args.steps + 1):
         if args.nondet_op:
             torch.zeros(4).put_(torch.tensor([0, 0]), torch.ones(2))
         loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        optimizer.step()
+        sgd_step(model, lr=1e-2)
         log.step(step, loss=loss, grad_norm=grad_norm, model=model)
     log.close()
     return 0
