@@ -61,12 +61,6 @@ def compose_command_line(argv: Sequence[str]) -> Composed:
     return Composed(cfg=cfg if plain else None)
 
 
-def composition_error(argv: Sequence[str]) -> str | None:
-    """The first problem composing `argv` as the launch would, as one line; None when it composes (or
-    when the command line asks Hydra for something other than a run: --help, --info, completion)."""
-    return compose_command_line(argv).problem
-
-
 def _compose(name: str, overrides: list[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="preflight"):
         return compose(config_name=name, overrides=overrides)

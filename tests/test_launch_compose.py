@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.launch_compose import composition_error
+from pipeline.launch_compose import compose_command_line
 from tests.conftest import launch
+
+
+def composition_error(argv: list[str]) -> str | None:
+    """The one-line problem the launch would print (None: it composes, or Hydra's own run decides)."""
+    return compose_command_line(argv).problem
 
 
 @pytest.mark.parametrize(
@@ -64,7 +69,6 @@ def test_a_plain_run_starts_from_the_config_hydras_own_run_would_pass(
     from omegaconf import OmegaConf
 
     from pipeline import launch as launch_module
-    from pipeline.launch_compose import compose_command_line
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "mine.yaml").write_text("path: /ckpt/mine\n")
@@ -81,8 +85,6 @@ def test_a_plain_run_starts_from_the_config_hydras_own_run_would_pass(
 
 
 def test_what_hydra_must_run_itself_is_left_to_it() -> None:
-    from pipeline.launch_compose import compose_command_line
-
     for argv in (["--help"], ["stage=contract", "--cfg", "job"], ["-m", "stage=contract"]):
         composed = compose_command_line(argv)
         assert composed.cfg is None and composed.problem is None, argv

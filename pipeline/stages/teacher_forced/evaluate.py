@@ -76,14 +76,14 @@ def evaluate(
     """Provenance, then the shared samples, then every model on them, then comparisons and pictures."""
     checks: list[Check] = []
     loaded = []
+    device = models.device_for(tf.device)
+    models.fit_threads(device, ctx.cpus)
     for spec in specs:
         try:  # one model's bad file or failing loader is its own row; the others still report
             row, ok = _provenance(spec, tf.require_provenance)
             checks.append(row)
             if ok is not False:
                 key = f"stages.teacher_forced.models[{spec.name}]"
-                device = models.device_for(tf.device)
-                models.fit_threads(device, ctx.cpus)
                 loaded.append(
                     (spec, models.load(spec.name, spec.path, spec.loader, device, spec.inputs, key))
                 )
