@@ -19,6 +19,7 @@ batch order from OS entropy, `clock_seed` seeds everything from the clock.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import time
@@ -202,9 +203,19 @@ def train(args: argparse.Namespace) -> None:
     seed = time.time_ns() % 2**31 if args.fault == "clock_seed" else args.seed
     seed_everything(seed)
     rank, world, device = setup_distributed(args.device)
+    policy, spec, stats = fit(args, seed, rank, world, device)
+    if rank == 0:
+        save(policy, spec, stats, args)
+    leave_process_group(world)
+
+
+def fit(
+    args: argparse.Namespace, seed: int, rank: int, world: int, device: torch.device
+) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """Train; only the bare policy leaves, so the DDP wrapper and its reducer die with this frame."""
     policy, spec = build_policy(args.dataset, args.model, args.training)
     data = training_tensors(args.dataset, spec)
-    x, y, stats = data.x, data.y, data.stats
+    x, y = data.x, data.y
     pixels = [p.pooled.to(device) for p in data.pixels]
     policy = policy.to(device)
     pooled = PooledPolicy(policy)  # the encoders' first (parameter-free) pooling is done once, above
@@ -232,10 +243,24 @@ def train(args: argparse.Namespace) -> None:
             if log.stop:  # the stage's horizon events were reached (and a few steps after them)
                 break
     log.close()
-    if rank == 0:
-        save(policy, spec, stats, args)
-    if world > 1:
-        dist.destroy_process_group()
+    return policy, spec, data.stats
+
+
+def leave_process_group(world: int) -> None:
+    """Leave the gloo group together, with nothing of it left alive at exit.
+
+    Rank 1 has nothing to save, so without the barrier it destroyed its group and exited while rank 0
+    was still saving. The DDP reducer, held in reference cycles until the interpreter's final clean-up,
+    kept gloo's worker threads alive past `destroy_process_group`; tearing them down during exit aborted
+    the process ("terminate called without an active exception", SIGABRT) in about one run in six on two
+    loaded cores, and torchrun then killed rank 0 mid-save. Collecting the cycles first frees the reducer
+    while the interpreter is whole; the barrier keeps every rank in the group until all are done.
+    """
+    if world <= 1:
+        return
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def save(policy: nn.Module, spec: Any, stats: dict[str, Any], args: argparse.Namespace) -> None:

@@ -33,10 +33,10 @@ from pipeline.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, envelope, findings, reload, runner
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
+from pipeline.stages.determinism.ddp import ddp_checks
 from pipeline.stages.determinism.outcome import Outcome, failure_verb, read_outcome
 from pipeline.stages.determinism.runner import BARE, stage_config
 from pipeline.storage import atomic_write_json
-from pipeline.trainlog_spec import metrics_name
 
 __all__ = ["PARTS", "Outcome", "read_outcome", "run", "twins_check"]
 PARTS = ("twin_a", "twin_b", "control", "ddp", *BARE)
@@ -169,55 +169,6 @@ def nondeterministic_ops_check(outcomes: list[Outcome]) -> Check:
     )
 
 
-def ddp_check(outcome: Outcome, nproc: int, metrics_file: str, steps: int) -> Check:
-    """Every rank finished, and the all-reduced loss, grad norm and weights agree across ranks."""
-    evidence: dict[str, Any] = {"ddp": outcome.evidence(), "nproc": nproc}
-    if outcome.input_error:
-        return ROWS("ddp", "ddp", "error", f"ddp part {outcome.problem}", evidence=evidence)
-    done = (outcome.folder / "done.json").exists() and outcome.record.get("returncode") == 0
-    if not done:
-        return ROWS(
-            "ddp",
-            "ddp",
-            "error",
-            f"torchrun --nproc_per_node={nproc} did not complete (exit {outcome.record.get('returncode')})",
-            evidence=evidence,
-        )
-    streams: dict[int, compare.Stream] = {}
-    for rank in range(nproc):
-        path = outcome.folder / "run" / metrics_name(rank, nproc, metrics_file)
-        if not path.exists():
-            return ROWS(
-                "ddp", "ddp", "error", f"rank {rank} wrote no metrics stream ({path})", evidence=evidence
-            )
-        streams[rank] = compare.read_stream(path)
-    per_rank = {rank: compare.divergences(streams[0], s) for rank, s in streams.items() if rank}
-    evidence.update(per_rank=per_rank, steps={r: len(s.rows) for r, s in streams.items()})
-    bad = {r: compare.earliest(d) for r, d in per_rank.items() if compare.earliest(d)}
-    if bad:
-        rank, hit = min(bad.items(), key=lambda kv: kv[1]["step"])
-        return ROWS(
-            "ddp",
-            "ddp",
-            "mismatch",
-            f"rank {rank} disagrees with rank 0: {compare.describe(hit)}",
-            expected="ranks agree",
-            actual=f"rank {rank} differs",
-            evidence=evidence,
-        )
-    return ROWS(
-        "ddp",
-        "ddp",
-        "match",
-        f"{nproc} ranks completed {len(streams[0].rows)} step(s); loss, grad norm "
-        "and parameter digests agree across ranks",
-        expected="ranks agree",
-        actual="agree",
-        configured={"ddp_procs": nproc, "steps": steps},
-        evidence=evidence,
-    )
-
-
 def reload_checks(cfg: DictConfig, config: DeterminismConfig, twin: Outcome) -> list[Check]:
     if not config.reload.enabled:
         return []
@@ -295,7 +246,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
         checks.append(nondeterministic_ops_check(list(got.values())))
     if config.ddp_procs > 1:
         ddp = read_outcome(ctx.part_dir("ddp"), "ddp", metrics_file)
-        checks.append(ddp_check(ddp, config.ddp_procs, metrics_file, config.steps))
+        checks += ddp_checks(ddp, config.ddp_procs, metrics_file, config.steps)
     checks += reload_checks(cfg, config, got["twin_a"])
     curve = None if healthy.problem else healthy.stream
     row, plots = envelope.envelope_check(cfg, config, curve, ctx.fingerprints, ctx.artifacts_dir)

@@ -8,13 +8,17 @@ it anyway), and no check of the stage depends on which optimizer a trainer uses 
 keeps Adam).
 Test hooks: `--crash-if-out-contains twin_b` makes one twin exit 1; `--nondet-op` hits an op torch has
 no deterministic CPU implementation for (`Tensor.put_`);
-`--own-deterministic` switches deterministic algorithms on in the trainer itself (as some jobs do).
+`--own-deterministic` switches deterministic algorithms on in the trainer itself (as some jobs do);
+`--abort-at-exit-rank 1` makes that torchrun rank abort (SIGABRT) after its last logged step, as a rank
+whose process-group teardown aborts does.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -30,6 +34,14 @@ def sgd_step(model: torch.nn.Module, lr: float) -> None:
             param.grad = None
 
 
+def wait_for_rank_zero(out: Path, limit_s: float = 120.0) -> None:
+    """Until rank 0 closed its log (its report is written last): the abort then comes after every rank
+    trained, as a teardown abort does."""
+    deadline = time.monotonic() + limit_s
+    while not (out / "determinism.rank0.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, required=True)
@@ -38,6 +50,7 @@ def main() -> int:
     parser.add_argument("--crash-if-out-contains", default="")
     parser.add_argument("--nondet-op", action="store_true")
     parser.add_argument("--own-deterministic", action="store_true")
+    parser.add_argument("--abort-at-exit-rank", type=int, default=-1)
     args = parser.parse_args()
     if args.own_deterministic:
         torch.use_deterministic_algorithms(True)
@@ -57,6 +70,10 @@ def main() -> int:
         sgd_step(model, lr=1e-2)
         log.step(step, loss=loss, grad_norm=grad_norm, model=model)
     log.close()
+    if trainlog.rank_and_world()[0] == args.abort_at_exit_rank:
+        wait_for_rank_zero(args.out)
+        print("terminate called without an active exception", file=sys.stderr, flush=True)
+        os.abort()
     return 0
 
 
