@@ -136,7 +136,7 @@ def seeds(count: int) -> dict:
     from pipeline.demo.dataset import generate_episodes, write_dataset
     from pipeline.readers import ScanOptions, read_dataset
     from pipeline.readers.base import Contract
-    from pipeline.runfolder import CONF_DIR
+    from pipeline.record.runfolder import CONF_DIR
     from pipeline.stages.config import typed
     from pipeline.stages.contract.alignment import alignment_rows
     from pipeline.stages.contract.config import ContractConfig

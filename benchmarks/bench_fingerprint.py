@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline import hashcache
-from pipeline.fingerprint import Fingerprinter
-from pipeline.hashcache import HashCache
+from pipeline.record import hashcache
+from pipeline.record.fingerprint import Fingerprinter
+from pipeline.record.hashcache import HashCache
 
 
 def write_inputs(root: Path, checkpoint_mib: int, files: int, file_kib: int) -> tuple[Path, Path]:

@@ -17,7 +17,9 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pipeline import launch_inputs, stages
+from pipeline import stages
+from pipeline.cli.checks import validate
+from pipeline.cli.runguard import run_lock, validate_run_folders
 from pipeline.demo import provider
 from pipeline.errors import (
     FULL_ERRNOS,
@@ -29,13 +31,16 @@ from pipeline.errors import (
     disk_full,
     one_line,
 )
-from pipeline.executors import chain_sbatch, require_slurm, sbatch_preview, slurm_available, submit_slurm
-from pipeline.fingerprint import digest_path
-from pipeline.follow import console, follow_slurm, launch_local
-from pipeline.follow import job_rows as _rows
-from pipeline.launch_checks import validate
-from pipeline.local_runner import adoptable
-from pipeline.plan import (
+from pipeline.readers.sif import sha256_file
+from pipeline.record.fingerprint import digest_path
+from pipeline.record.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder
+from pipeline.record.waivers import load_waivers
+from pipeline.run import input_checks as launch_inputs
+from pipeline.run.executors import chain_sbatch, require_slurm, sbatch_preview, slurm_available, submit_slurm
+from pipeline.run.follow import console, follow_slurm, launch_local
+from pipeline.run.follow import job_rows as _rows
+from pipeline.run.local_runner import adoptable
+from pipeline.run.plan import (
     JobSpec,
     audit_key,
     build_plan,
@@ -43,12 +48,8 @@ from pipeline.plan import (
     plan_document,
     write_reused,
 )
-from pipeline.readers.sif import sha256_file
-from pipeline.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder
-from pipeline.runguard import run_lock, validate_run_folders
+from pipeline.run.status import build_table
 from pipeline.stages import container_image
-from pipeline.status import build_table
-from pipeline.waivers import load_waivers
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
 
@@ -301,7 +302,7 @@ def cli() -> None:
     """The console script and `python -m` entry: the command line composed once (launch_compose), so that
     Hydra's composition errors are one line and exit 2 like every other refused launch, and a plain run
     starts from that config; Hydra's own run only for what else its command line offers."""
-    from pipeline.launch_compose import compose_command_line
+    from pipeline.cli.compose import compose_command_line
 
     composed = compose_command_line(sys.argv[1:])
     if composed.problem is not None:

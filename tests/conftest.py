@@ -165,7 +165,7 @@ def demo_config(*overrides: str) -> DictConfig:
     (the shipped demo file plus the dotted overrides), so the digest the launch checks is the same."""
     from omegaconf import OmegaConf
 
-    from pipeline.runfolder import CONF_DIR
+    from pipeline.record.runfolder import CONF_DIR
 
     variant = next((o.split("=", 1)[1] for o in overrides if o.startswith("demo=")), "default")
     dots = [o.removeprefix("demo.") for o in overrides if o.startswith("demo.")]

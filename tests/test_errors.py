@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError, InputError, one_line
-from pipeline.fingerprint import digest_path
-from pipeline.runfolder import RunFolder
+from pipeline.record.fingerprint import digest_path
+from pipeline.record.runfolder import RunFolder
 from tests.conftest import launch, other_stages
 
 

@@ -118,8 +118,13 @@ def _under(module: str, *prefixes: str) -> bool:
 
 
 def test_the_graph_is_read_from_every_module():
-    assert {"pipeline.launch", "pipeline.runfolder", "pipeline.stages", "pipeline.gate"} <= set(GRAPH)
-    assert "pipeline.runfolder" in GRAPH["pipeline.gate"] and "pipeline.gate" in GRAPH["pipeline.jobs"]
+    assert {"pipeline.launch", "pipeline.record.runfolder", "pipeline.stages", "pipeline.run.gate"} <= set(
+        GRAPH
+    )
+    assert (
+        "pipeline.record.runfolder" in GRAPH["pipeline.run.gate"]
+        and "pipeline.run.gate" in GRAPH["pipeline.run.jobs"]
+    )
 
 
 def test_the_cycle_finder_finds_a_function_level_cycle():
@@ -136,19 +141,57 @@ def test_lower_layers_never_reach_the_stages():
     lower = [
         m
         for m in GRAPH
-        if _under(m, "pipeline.readers", "pipeline.records", "pipeline.errors", "pipeline.normalization")
+        if _under(
+            m, "pipeline.readers", "pipeline.record.records", "pipeline.errors", "pipeline.normalization"
+        )
         or m.startswith("pipeline.storage")
     ]
-    assert "pipeline.records" in lower and "pipeline.errors" in lower
+    assert "pipeline.record.records" in lower and "pipeline.errors" in lower
     bad = {m: sorted(t for t in reachable(m) if _under(t, "pipeline.stages")) for m in lower}
     offenders = {m: t for m, t in bad.items() if t}
     assert not offenders, offenders
 
 
+# The package's folders are its layers (docs/architecture.md), top first; a module imports only its own
+# layer or those below it. The longest matching prefix decides, so `pipeline` alone is the package's root.
+LAYERS = (
+    ("entry", ("pipeline.launch", "pipeline.status", "pipeline.audit", "pipeline.images", "pipeline.cli",
+               "pipeline.demo")),
+    ("run", ("pipeline.run",)),
+    ("stages", ("pipeline.stages", "pipeline.trainers")),
+    ("record", ("pipeline.record", "pipeline.records")),
+    ("data", ("pipeline.readers",)),
+    ("base", ("pipeline", "pipeline.errors", "pipeline.normalization", "pipeline.inputs", "pipeline.progress",
+              "pipeline.storage", "pipeline.trainlog")),
+)  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    matches = [(len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes if _under(module, p)]
+    return max(matches)[1]
+
+
+def test_every_module_lies_in_a_layer_and_imports_only_downward():
+    assert layer_of("pipeline.run.gate") == 1 and layer_of("pipeline.storage.files") == 5
+    upward = [
+        f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if layer_of(t) < layer_of(m)
+    ]
+    assert not upward, upward
+
+
+def test_the_top_of_the_package_reads_as_its_layers():
+    """A handful of entry points and base modules beside the layer folders, not thirty files."""
+    files = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(files) <= 10, files
+
+
 def test_stages_never_reach_the_demo_or_the_launcher():
     stage_modules = [m for m in GRAPH if _under(m, "pipeline.stages")]
     bad = {
-        m: sorted(t for t in reachable(m) if _under(t, "pipeline.demo", "pipeline.launch"))
+        m: sorted(t for t in reachable(m) if _under(t, "pipeline.demo", "pipeline.launch", "pipeline.cli"))
         for m in stage_modules
     }
     offenders = {m: t for m, t in bad.items() if t}

@@ -10,8 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pipeline import audit
-from pipeline.records import SCHEMA_PATH
+from pipeline.record import audit
+from pipeline.record.records import SCHEMA_PATH
 from tests.conftest import Launched, gate_of, launch, other_stages, run_dir_of
 from tests.sif_images import build_image
 

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from pipeline.errors import PreflightError, one_line
-from pipeline.fingerprint import digest_path
 from pipeline.readers import read_dataset, read_model, read_training
-from pipeline.waivers import load_waivers
+from pipeline.record.fingerprint import digest_path
+from pipeline.record.waivers import load_waivers
 from tests.malformed import data_cases  # noqa: F401  (registers its cases in CASES)
 from tests.malformed.cases import ROW_CASES, WAIVER
 from tests.malformed.triple import CASES, OPTIONS, Case, Triple, deadline, fifo, make_triple, put

@@ -6,10 +6,10 @@ import re
 
 from rich.console import Console
 
-from pipeline.follow import Follower
-from pipeline.plan import JobSpec
 from pipeline.progress import LineProgress, make_console, progress, track
-from pipeline.runfolder import RunFolder
+from pipeline.record.runfolder import RunFolder
+from pipeline.run.follow import Follower
+from pipeline.run.plan import JobSpec
 from tests.conftest import launch, other_stages, run_dir_of
 
 RES = {"cpus_per_task": 1, "mem_gb": 1, "gpus_per_node": 0, "time_min": 5, "partition": None}

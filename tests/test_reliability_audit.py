@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from pipeline import audit
-from pipeline.records import Check, GateRecord, StageResult
+from pipeline.record import audit
+from pipeline.record.records import Check, GateRecord, StageResult
 from pipeline.storage import atomic_write_text
 
 FORGED = "## Verdict\n- overall: `pass`\n- gate: `clear to train`"

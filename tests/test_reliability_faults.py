@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from pipeline.cli.runguard import validate_run_folders
 from pipeline.errors import ConfigError
-from pipeline.runfolder import RunFolder
-from pipeline.runguard import validate_run_folders
+from pipeline.record.runfolder import RunFolder
 from tests.conftest import launch, other_stages
 from tests.storage.conftest import fill
 from tests.storage.conftest import tmpfs as mounted_tmpfs

@@ -67,7 +67,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def test_wheel_ships_configs_and_schemas(fresh_python, tmp_path):
     code = (
-        "import pipeline, pipeline.launch, pipeline.records as r, pipeline.runfolder as f; "
+        "import pipeline, pipeline.launch, pipeline.record.records as r, pipeline.record.runfolder as f; "
         "print(pipeline.__file__); print(r.SCHEMA_PATH.is_file(), (f.CONF_DIR / 'config.yaml').is_file())"
     )
     out = run(fresh_python, "-c", code, cwd=tmp_path, env=clean_env()).stdout.split()

@@ -20,8 +20,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.errors import InputError
-from pipeline.plan import selected_stages
-from pipeline.runfolder import demo_dir
+from pipeline.record.runfolder import demo_dir
+from pipeline.run.plan import selected_stages
 from pipeline.stages import Stage, is_set
 
 NAME = "demo"

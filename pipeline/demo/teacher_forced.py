@@ -36,7 +36,7 @@ from pipeline.demo.policy import (
     unnormalize,
 )
 from pipeline.demo.train import train_policy
-from pipeline.readers.files import refuse_pickles
+from pipeline.storage.files import refuse_pickles
 
 LOADER = "pipeline.demo.teacher_forced:load_policy"
 NOISE = 0.05  # perturbation std as a fraction of each observation dim's std

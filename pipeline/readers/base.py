@@ -24,7 +24,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.normalization import ROLE_OF_TYPE, ROLES, TYPE_OF_ROLE  # noqa: F401  (re-exported)
-from pipeline.readers.files import (
+from pipeline.storage.files import (
     MAX_JSONL_BYTES,
     MAX_METADATA_BYTES,
     load_yaml,

@@ -18,8 +18,8 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, role_of
-from pipeline.readers.files import regular_file
 from pipeline.readers.scan import ScanOptions, finish, image_summary
+from pipeline.storage.files import regular_file
 
 CHUNK = 65536
 

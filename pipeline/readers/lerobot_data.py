@@ -39,8 +39,8 @@ from pipeline.readers.base import (
     require,
     stats_block,
 )
-from pipeline.readers.files import regular_file
 from pipeline.readers.parquet_columns import read_columns, stream
+from pipeline.storage.files import regular_file
 
 Stats = dict[str, dict[str, np.ndarray]]
 INFO = "meta/info.json"

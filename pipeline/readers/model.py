@@ -37,9 +37,9 @@ from pipeline.readers.base import (
     role_of,
     typed_features,
 )
-from pipeline.readers.files import regular_file
 from pipeline.readers.lerobot_windows import delta_indices
 from pipeline.readers.model_formats import apply_mode_option, read_card, read_openpi, read_openvla
+from pipeline.storage.files import regular_file
 
 LEGACY_PREFIXES = ("normalize_inputs.buffer_", "normalize_targets.buffer_", "unnormalize_outputs.buffer_")
 CARD_NAMES = ("contract.yaml", "contract.yml")

@@ -17,8 +17,8 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
-from pipeline.readers.files import npz_member, regular_file
 from pipeline.readers.scan import ScanOptions, finish, image_summary
+from pipeline.storage.files import npz_member, regular_file
 
 ROLES = {
     "obs_state": "state",

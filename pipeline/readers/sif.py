@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pipeline.digest import sha256_read
 from pipeline.errors import InputError
+from pipeline.storage.digest import sha256_read
 
 HEADER = struct.Struct("<32s10s3s3s16s8q")
 DESCRIPTOR = struct.Struct("<i?3I7q128s384s")

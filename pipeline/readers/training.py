@@ -28,7 +28,7 @@ from pipeline.readers.base import (
     role_of,
     typed_features,
 )
-from pipeline.readers.files import regular_file
+from pipeline.storage.files import regular_file
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
 

@@ -25,8 +25,8 @@ from omegaconf import DictConfig
 
 from pipeline.errors import InputError
 from pipeline.inputs import SECTIONS, Input
-from pipeline.records import Check, Rows, StageResult
-from pipeline.runfolder import RunFolder
+from pipeline.record.records import Check, Rows, StageResult
+from pipeline.record.runfolder import RunFolder
 from pipeline.stages.config import StageConfig, store_registered, typed
 
 BUILTIN_MODULES = (

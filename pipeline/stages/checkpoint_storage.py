@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.readers.base import safetensors_header
-from pipeline.records import Check, Rows, StageResult
+from pipeline.record.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.config import Resources, StageConfig, section, typed
 from pipeline.storage import manifest

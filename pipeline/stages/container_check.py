@@ -22,7 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import InputError
-from pipeline.records import Check, Rows, StageResult
+from pipeline.record.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, container_image, register
 from pipeline.stages.config import Resources, StageConfig, require, settings
 

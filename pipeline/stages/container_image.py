@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pipeline.errors import ConfigError, InputError
 from pipeline.readers.promotion import read_promotion
 from pipeline.readers.sif import SifImage, normalize_sha256, partition_sha256, read_sif, sha256_file
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 
 rows = Rows("container_check", "container")
 LABELS_IN_IMAGE = ".singularity.d/labels.json"

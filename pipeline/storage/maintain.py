@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.digest import sha256_file
 from pipeline.errors import InputError, PreflightError
 from pipeline.storage import manifest
 from pipeline.storage.atomic import _fsync_dir
+from pipeline.storage.digest import sha256_file
 from pipeline.storage.manifest import Entry, Saved
 from pipeline.storage.quota import preflight
 

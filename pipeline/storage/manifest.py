@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.readers.files import read_text
 from pipeline.storage.atomic import atomic_write_bytes, file_lock
+from pipeline.storage.files import read_text
 
 MANIFEST = "checkpoints.manifest.jsonl"
 LOCK = ".checkpoints.manifest.lock"

@@ -20,7 +20,7 @@ What a save verifies, and why that is enough (`write_hashed` + `verify_written`)
 A full read-back is deliberately not done: on a local filesystem it re-reads the same page-cache pages
 the write just filled (it cannot see the medium without dropping them, which doubles the I/O), and it
 measured 0.5-0.8x of a whole `save_file` on tmpfs -- more than the rest of the save's overhead.
-`readers.files.sha256_file` (used by `latest_checkpoint`) re-hashes the file when a checkpoint is loaded.
+`storage.digest.sha256_file` (used by `latest_checkpoint`) re-hashes the file when a checkpoint is loaded.
 """
 
 from __future__ import annotations

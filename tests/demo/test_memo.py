@@ -13,7 +13,7 @@ import yaml
 
 from pipeline.demo import build as build_module
 from pipeline.demo import memo
-from pipeline.runfolder import CONF_DIR
+from pipeline.record.runfolder import CONF_DIR
 from tests.build_ledger import LEDGER
 
 SMALL = {"seed": 4, "episodes": 3, "steps": 30, "train_steps": 20, "hidden": 16, "cameras": {"size": 16}}

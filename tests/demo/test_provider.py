@@ -20,8 +20,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pipeline import stages
-from pipeline.audit import path_name
 from pipeline.demo.provider import named_inputs
+from pipeline.record.audit import path_name
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pipeline"

@@ -1,6 +1,6 @@
 """Two plugin stages that wait for each other: the plan has no order, and launch must say so (exit 2)."""
 
-from pipeline.records import StageResult
+from pipeline.record.records import StageResult
 from pipeline.stages import Stage, register
 
 

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.records import Rows, StageResult
+from pipeline.record.records import Rows, StageResult
 from pipeline.stages import Stage, register
 from pipeline.stages.config import StageConfig
 

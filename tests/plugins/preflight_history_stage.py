@@ -4,7 +4,7 @@ reused from the audit history from one computed again."""
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.records import Rows, StageResult
+from pipeline.record.records import Rows, StageResult
 from pipeline.stages import Stage, register
 from pipeline.stages.config import StageConfig
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.inputs import Input
-from pipeline.records import Rows, StageResult
+from pipeline.record.records import Rows, StageResult
 from pipeline.stages import Stage, register
 from pipeline.stages.config import StageConfig
 

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from pipeline.progress import progress
-from pipeline.records import Rows, StageResult
+from pipeline.record.records import Rows, StageResult
 from pipeline.stages import Stage, register
 from pipeline.stages.config import StageConfig
 

@@ -4,7 +4,7 @@ import json
 import os
 import time
 
-from pipeline.records import Check, StageResult
+from pipeline.record.records import Check, StageResult
 from pipeline.stages import Stage, register
 
 STEPS = int(os.environ.get("PREFLIGHT_TEST_RESUME_STEPS", "20"))

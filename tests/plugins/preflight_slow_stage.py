@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.records import Rows, StageResult
+from pipeline.record.records import Rows, StageResult
 from pipeline.stages import Stage, register
 from pipeline.stages.config import StageConfig
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pipeline.records import Check, StageResult
+from pipeline.record.records import Check, StageResult
 from pipeline.stages import Stage, register
 
 

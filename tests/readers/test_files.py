@@ -1,4 +1,4 @@
-"""How readers open files (pipeline.readers.files): regular files only, metadata capped, YAML bounded."""
+"""How readers open files (pipeline.storage.files): regular files only, metadata capped, YAML bounded."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.readers.base import read_json, read_jsonl, read_yaml
-from pipeline.readers.files import MAX_DEPTH, expanded_size, load_yaml
+from pipeline.storage.files import MAX_DEPTH, expanded_size, load_yaml
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9)

@@ -22,7 +22,7 @@ from pipeline.readers.base import DatasetContract
 from pipeline.readers.lerobot_dataset import prepare
 from pipeline.readers.scan import scan_for
 from pipeline.readers.scan_shards import PARTIAL, merge, read_partial, split, task_count
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages import StageContext
 from pipeline.stages.contract import scan_options, shards
 from pipeline.stages.contract.config import ContractConfig

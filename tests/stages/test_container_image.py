@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from pipeline.errors import ConfigError
 from pipeline.readers.promotion import promotion_record, write_promotion
-from pipeline.records import StageResult
+from pipeline.record.records import StageResult
 from pipeline.stages import container_image
 from tests.sif_images import build_image, sha256sum
 
@@ -164,7 +164,7 @@ def test_launch_validation_names_the_key(image, tmp_path):
 
 
 def test_a_changed_pin_changes_the_fingerprint_so_a_resume_reruns_the_check(image, tmp_path):
-    from pipeline.fingerprint import input_fingerprints
+    from pipeline.record.fingerprint import input_fingerprints
 
     def prints(**container):
         return input_fingerprints({"container": {"image": str(image.path), **container}}, (), {})[0]

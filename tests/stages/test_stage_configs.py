@@ -112,7 +112,7 @@ def test_every_stage_config_derives_from_stage_config():
 
 def test_typed_memory_reaches_sbatch_in_whole_units():
     """A typed `mem_gb` is a float (4 -> 4.0); sbatch refuses `--mem=4.0GB`."""
-    from pipeline.executors import slurm_mem
+    from pipeline.run.executors import slurm_mem
 
     assert slurm_mem(composed().stages.contract.resources.mem_gb) == "4GB"
     assert slurm_mem(0.5) == "512M" and slurm_mem(2) == "2GB"

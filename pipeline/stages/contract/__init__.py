@@ -26,7 +26,7 @@ from pipeline.progress import progress
 from pipeline.readers import read_dataset, read_model, read_training
 from pipeline.readers.base import Contract, DatasetContract
 from pipeline.readers.scan import ScanOptions
-from pipeline.records import Check, Rows, StageResult, jsonable
+from pipeline.record.records import Check, Rows, StageResult, jsonable
 from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.config import settings
 from pipeline.stages.contract import (

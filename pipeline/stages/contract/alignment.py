@@ -19,7 +19,7 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader
 from pipeline.readers.moments import Moments, accumulate, mean_std
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.boundaries import boundary_rows
 from pipeline.stages.contract.config import FramesConfig
 from pipeline.stages.contract.frames import frames_here, informational

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.records import SEVERITIES
+from pipeline.record.records import SEVERITIES
 from pipeline.stages.config import Resources, StageConfig, require
 
 

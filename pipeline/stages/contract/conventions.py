@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.relation import data_relation
 from pipeline.stages.contract.rows import NAME, Pair, Sources, dim_values, dims_text, usable_stats, vec
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.normalization import QUANTILE_LEVELS, stats_shift
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.config import StaleConfig
 from pipeline.stages.contract.rows import (
     NAME,

@@ -19,7 +19,7 @@ from pipeline.errors import InputError
 from pipeline.normalization import IMAGENET_STATS
 from pipeline.readers.frames import FrameReader, probe
 from pipeline.readers.lerobot_data import LeRobotData
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.camera_fit import Fit, Signature, fit, ties
 from pipeline.stages.contract.image_stats import grey_row, stale_row
 from pipeline.stages.contract.rows import NAME, Sources

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers.frames import ImageStats
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.rows import NAME, Sources
 
 ROWS = Rows(NAME, "encoding")

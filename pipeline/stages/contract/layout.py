@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.assignment import assign
 from pipeline.stages.contract.rows import NAME, Pair, Sources, dim_values, fmt, usable_stats, vec
 

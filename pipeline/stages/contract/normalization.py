@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.normalization import NEEDS, SCALE_PAIR
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.rows import NAME, Pair, Sources, dim_values, dims_text, vec
 
 ROWS = Rows(NAME, "normalization")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.rows import NAME, Pair, Sources, dims_text, fmt, usable_stats, vec
 
 ROWS = Rows(NAME, "units")

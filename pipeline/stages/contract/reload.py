@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.normalization import ABSENT_MODE, NEEDS, placeholder_problems
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.rows import NAME, Sources
 
 ROWS = Rows(NAME, "reload")

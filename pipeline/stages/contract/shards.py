@@ -30,7 +30,7 @@ from pipeline.readers.scan_shards import (
     task_count,
     write_partial,
 )
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages import StageContext
 from pipeline.stages.contract.config import ContractConfig
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.config import UnitsConfig
 from pipeline.stages.contract.relation import data_pairs
 from pipeline.stages.contract.rows import (

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import InputError
 from pipeline.inputs import Input
-from pipeline.records import Check, Rows, StageResult
+from pipeline.record.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, envelope, findings, reload, runner
 from pipeline.stages.determinism.config import NAME, DeterminismConfig

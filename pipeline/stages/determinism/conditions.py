@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import InputError
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
-from pipeline.trainlog_spec import ENV_MODE
+from pipeline.trainlog.spec import ENV_MODE
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REF_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")

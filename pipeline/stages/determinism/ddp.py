@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.config import NAME
 from pipeline.stages.determinism.outcome import Outcome
-from pipeline.trainlog_spec import metrics_name
+from pipeline.trainlog.spec import metrics_name
 
 ROWS = Rows(NAME, "determinism")
 LOG_READ_BYTES = 256 * 1024  # the end of the part's log that is searched for how the processes died

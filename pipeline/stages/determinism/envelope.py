@@ -2,7 +2,7 @@
 
 Bit-identical twins prove the run is repeatable, not that it trains as it used to: a new image, a
 changed dataset export or a different checkpoint can give a perfectly deterministic curve that is
-simply elsewhere. The history (`pipeline.history`) keeps each clear run's curve in its record (the
+simply elsewhere. The history (`pipeline.record.history`) keeps each clear run's curve in its record (the
 evidence of this row: per-step floats), so every later run of the same training config
 (`envelope_match`: fingerprints that must be equal, default the training config) is compared with them.
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import history, integrity
-from pipeline.records import Check, Rows
+from pipeline.record import history, integrity
+from pipeline.record.records import Check, Rows
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.storage import atomic_write_bytes

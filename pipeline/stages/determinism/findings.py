@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.conditions import MEANING
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.stages.determinism.outcome import Outcome, failure_verb
-from pipeline.trainlog_spec import KNOWN_EVENTS
+from pipeline.trainlog.spec import KNOWN_EVENTS
 
 ROWS = Rows(NAME, "determinism")
 
@@ -207,7 +207,7 @@ def worker_rng_check(config: DeterminismConfig, twin: Outcome) -> Check | None:
     if twin.problem or twin.stream is None:
         return None
     folder = twin.folder / "run" / "workers"
-    from pipeline.trainlog_workers import duplicates  # imports torch: only in the stage's job
+    from pipeline.trainlog.workers import duplicates  # imports torch: only in the stage's job
 
     streams = duplicates(folder) if folder.is_dir() else []
     repeats = _batch_repeats(twin)

@@ -24,7 +24,7 @@ from pipeline.normalization import ABSENT_MODE, NEEDS
 from pipeline.readers import LeRobotData
 from pipeline.stages.teacher_forced import LEROBOT_LOADER, model_loader
 from pipeline.stages.teacher_forced.models import LeRobotModel, device_for, load_lerobot
-from pipeline.trainlog_spec import Reloaded
+from pipeline.trainlog.spec import Reloaded
 
 LOADER = "pipeline.stages.determinism.lerobot_reload:reload_lerobot"
 POST_SUFFIX = "@postprocessor"  # a post-processor stat that differs from the pre-processor's same key

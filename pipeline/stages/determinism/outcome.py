@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.runfolder import PART_DONE, PART_INPUT_ERROR
+from pipeline.record.runfolder import PART_DONE, PART_INPUT_ERROR
 from pipeline.stages.determinism import compare
 from pipeline.stages.determinism.runner import PART_FILE
-from pipeline.trainlog_spec import EVENTS_FILE, REPORT_FILE
+from pipeline.trainlog.spec import EVENTS_FILE, REPORT_FILE
 
 KEEP = (
     "seed",

@@ -27,9 +27,9 @@ from pipeline.normalization import nonfinite_counts, placeholder_problems
 from pipeline.readers import LeRobotData
 from pipeline.readers.base import read_safetensors
 from pipeline.readers.frames import FrameReader, processor_view
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.config import resolve_callable as resolve
-from pipeline.trainlog_spec import INTENT_FILE, Reloaded
+from pipeline.trainlog.spec import INTENT_FILE, Reloaded
 
 __all__ = ["Reloaded", "resolve", "round_trip"]
 STAGE = "determinism"

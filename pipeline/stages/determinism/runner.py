@@ -33,7 +33,7 @@ from pipeline.stages.config import settings
 from pipeline.stages.determinism import conditions
 from pipeline.stages.determinism.config import NAME, DeterminismConfig
 from pipeline.storage import atomic_write_json
-from pipeline.trainlog_spec import ENV_AFTER, ENV_HORIZON, ENV_MIN_STEPS, NONDET_RE
+from pipeline.trainlog.spec import ENV_AFTER, ENV_HORIZON, ENV_MIN_STEPS, NONDET_RE
 
 PART_FILE = "part.json"
 LOG_FILE = "train.log"

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipeline.errors import InputError
-from pipeline.records import Check, StageResult
+from pipeline.record.records import Check, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register, stage_config
 from pipeline.stages.render_cache import budget as budget_mod
 from pipeline.stages.render_cache.checksums import checksum_rows

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.digest import sha256_file
 from pipeline.errors import InputError
-from pipeline.readers.files import NPY_ERRORS, npz_member
+from pipeline.storage.digest import sha256_file
+from pipeline.storage.files import NPY_ERRORS, npz_member
 
 META_KEYS = ("action", "state", "traj_id")
 

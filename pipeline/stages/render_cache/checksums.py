@@ -14,11 +14,11 @@ import hashlib
 import re
 from pathlib import Path, PurePosixPath
 
-from pipeline.digest import sha256_file
 from pipeline.errors import InputError
-from pipeline.readers.files import read_text
 from pipeline.readers.sif import normalize_sha256
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
+from pipeline.storage.digest import sha256_file
+from pipeline.storage.files import read_text
 
 ROWS = Rows("render_cache", "cache")
 SUMS = "SHA256SUMS"

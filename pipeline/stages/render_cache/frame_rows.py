@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.render_cache.config import RenderCacheConfig
 from pipeline.stages.render_cache.stats import bound_fields, sample_size
 

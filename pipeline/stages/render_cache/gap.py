@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.render_cache import release
 from pipeline.stages.render_cache.config import RenderCacheConfig
 from pipeline.stages.render_cache.partial import Renderers

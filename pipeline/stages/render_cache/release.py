@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.readers.files import MAX_JSONL_BYTES, NPY_ERRORS, npz_member, read_text
+from pipeline.storage.files import MAX_JSONL_BYTES, NPY_ERRORS, npz_member, read_text
 
 HDF5_SUFFIXES = (".h5", ".hdf5")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.render_cache.config import RenderCacheConfig
 from pipeline.stages.render_cache.content import out_of_order
 from pipeline.stages.render_cache.frame_rows import ROWS, frame_rows

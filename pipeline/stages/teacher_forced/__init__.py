@@ -29,11 +29,11 @@ from omegaconf import DictConfig
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.inputs import Input
-from pipeline.readers.files import parse_json, read_text
-from pipeline.records import StageResult
+from pipeline.record.records import StageResult
 from pipeline.stages import Stage, StageContext, register, stage_config
 from pipeline.stages.config import Resources, StageConfig
 from pipeline.stages.teacher_forced.repeatability import check_seeds
+from pipeline.storage.files import parse_json, read_text
 
 NAME = "teacher_forced"
 SEVERITIES = ("hard", "soft")

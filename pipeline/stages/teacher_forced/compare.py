@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.teacher_forced import dims, metrics
 
 ROWS = Rows("teacher_forced", "diagnostics")

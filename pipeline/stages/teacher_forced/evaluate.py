@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.errors import InputError, brief
 from pipeline.readers.lerobot_data import LeRobotData
-from pipeline.records import Check, Rows, StageResult
+from pipeline.record.records import Check, Rows, StageResult
 from pipeline.stages import StageContext
 from pipeline.stages.teacher_forced import (
     compare,

@@ -30,7 +30,7 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader, processor_view
 from pipeline.readers.lerobot_data import LeRobotData
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.teacher_forced.compare import sig
 from pipeline.stages.teacher_forced.samples import Frames, _ranks
 

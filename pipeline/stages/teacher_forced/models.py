@@ -26,8 +26,8 @@ import torch
 
 from pipeline.errors import InputError
 from pipeline.progress import progress
-from pipeline.readers.files import refuse_pickles
 from pipeline.stages.config import resolve_callable as resolve
+from pipeline.storage.files import refuse_pickles
 
 Predict = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 LONG = 50  # batches: from here on a progress bar shows the run is alive

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.teacher_forced import metrics
 from pipeline.stages.teacher_forced.compare import sig
 

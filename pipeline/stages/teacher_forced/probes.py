@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.teacher_forced import alternatives, metrics, models
 from pipeline.stages.teacher_forced.alternatives import Alternative, Batch
 from pipeline.stages.teacher_forced.probe_rows import paired, paired_change, rows

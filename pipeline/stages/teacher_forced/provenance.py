@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from pipeline.digest import sha256_file
 from pipeline.errors import InputError
-from pipeline.readers.files import read_text
 from pipeline.readers.sif import normalize_sha256
+from pipeline.storage.digest import sha256_file
+from pipeline.storage.files import read_text
 
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.records import jsonable
+from pipeline.record.records import jsonable
 from pipeline.stages.teacher_forced import plots, samples
 from pipeline.storage import atomic_write_json
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from pipeline.readers import read_dataset
 from pipeline.readers.base import Contract, Feature
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.rows import Sources
 from tests.readers.test_frames import FPS, write_video
 from tests.stages.contract.helpers import OPTIONS, STAGE_CFG

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline.readers import ScanOptions, read_dataset, read_model, read_training
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.config import typed
 from pipeline.stages.contract import reconcile
 from pipeline.stages.contract.config import ContractConfig

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.readers.base import Contract, DatasetContract, Feature
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.frames import frame_rows
 from pipeline.stages.contract.rows import Sources
 from tests.readers.test_frames import FPS, SIDE, write_video

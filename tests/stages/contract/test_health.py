@@ -11,7 +11,7 @@ import pytest
 from pipeline.readers import read_model
 from pipeline.readers.base import Contract
 from pipeline.readers.dataset import read_dataset
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.health import health_rows
 from pipeline.stages.contract.rows import Sources

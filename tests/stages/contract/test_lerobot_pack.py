@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipeline.readers import ScanOptions, read_dataset, read_model, read_training
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract import reconcile
 from pipeline.stages.contract.camera_fit import Signature, ties
 from pipeline.stages.contract.frames import _generic_base

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from benchmarks.make_large_dataset import Shape, make
-from pipeline.records import StageResult
+from pipeline.record.records import StageResult
 from tests.conftest import launch, other_stages, run_dir_of
 
 SHAPE = Shape(episodes=40, length=30, state_dim=4, action_dim=3, cameras=0, episodes_per_file=7)

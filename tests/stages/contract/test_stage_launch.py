@@ -131,7 +131,7 @@ def _bad_model(cwd: Path, name: str) -> Path:
         ("truncate", "exceed the"),
         ("header", "header length"),
         ("json", "invalid JSON"),
-        # a missing dataset path is refused at launch now (exit 2): tests/test_launch_inputs.py
+        # a missing dataset path is refused at launch now (exit 2): tests/run/test_input_checks.py
     ],
 )
 def test_malformed_inputs_give_an_error_row_and_a_gate_record(cwd: Path, corrupt: str, expected: str) -> None:

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline import history
-from pipeline.audit import record_stem
 from pipeline.errors import ConfigError
-from pipeline.fingerprint import digest_path
-from pipeline.records import GateRecord, StageResult
+from pipeline.record import history
+from pipeline.record.audit import record_stem
+from pipeline.record.fingerprint import digest_path
+from pipeline.record.records import GateRecord, StageResult
 from pipeline.stages.config import typed
 from pipeline.stages.determinism import compare, envelope
 from pipeline.stages.determinism.config import DeterminismConfig

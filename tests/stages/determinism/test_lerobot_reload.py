@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.determinism import reload_loader
 from pipeline.stages.determinism.config import DeterminismConfig
 from pipeline.stages.determinism.lerobot_reload import LOADER

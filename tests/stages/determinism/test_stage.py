@@ -72,7 +72,7 @@ def test_demo_faulty_is_blocked_at_its_first_divergent_step(tmp_path, demo_cache
     """demo=faulty: the reference trainer shuffles from OS entropy; the stage names where twins part.
 
     Only the parts whose rows this test reads run: the bare pair and the reload round trip of the faulty
-    demo are in the full faulty launch's record (tests/test_record_golden.py), and each costs two demo
+    demo are in the full faulty launch's record (tests/record/test_record_golden.py), and each costs two demo
     trainer processes or a reload here (~4 CPU-s apiece, decoding 8400 AV1 frames)."""
     pytest.importorskip("pipeline.demo.build", reason="the embedded demo (issue 3) is not built yet")
     demo_cache.seed(tmp_path, "demo=faulty")  # the session's faulty demo, as a second launch would see it

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.records import StageResult
+from pipeline.record.records import StageResult
 from pipeline.stages.render_cache import check
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 from tests.stages.render_cache.helpers import config

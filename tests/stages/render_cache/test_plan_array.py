@@ -7,10 +7,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pipeline.executors import ArrayJobs, dependency_clause, sbatch_preview
-from pipeline.plan import build_plan
-from pipeline.records import StageResult
-from pipeline.runfolder import RunFolder
+from pipeline.record.records import StageResult
+from pipeline.record.runfolder import RunFolder
+from pipeline.run.executors import ArrayJobs, dependency_clause, sbatch_preview
+from pipeline.run.plan import build_plan
 from pipeline.stages import Stage
 from pipeline.stages.config import StageConfig
 

@@ -165,7 +165,8 @@ def test_a_cache_rendered_on_a_gpu_asks_a_gpu_for_the_stage_and_its_tasks() -> N
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from pipeline import launch, plan, stages
+    from pipeline import launch, stages
+    from pipeline.run import plan
 
     stages.load()
     GlobalHydra.instance().clear()

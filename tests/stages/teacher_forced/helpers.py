@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pipeline.records import StageResult
+from pipeline.record.records import StageResult
 from pipeline.stages import StageContext
 from pipeline.stages.config import typed
 from pipeline.stages.teacher_forced import TeacherForcedConfig, run

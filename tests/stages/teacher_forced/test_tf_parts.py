@@ -166,9 +166,9 @@ def test_a_cpu_job_scores_with_the_cpus_it_asked_for(tmp_path):
     import torch
     from omegaconf import OmegaConf
 
-    from pipeline.jobs import _prepare
-    from pipeline.launch_compose import compose_command_line
-    from pipeline.runfolder import RunFolder
+    from pipeline.cli.compose import compose_command_line
+    from pipeline.record.runfolder import RunFolder
+    from pipeline.run.jobs import _prepare
     from pipeline.stages.teacher_forced import models
 
     OmegaConf.save(compose_command_line(["stage=teacher_forced"]).cfg, tmp_path / "config.yaml")

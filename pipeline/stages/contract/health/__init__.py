@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from pipeline.readers.lerobot_data import LeRobotData
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.health import episodes, meta, motion, timing
 from pipeline.stages.contract.health.common import ROWS, listed
 from pipeline.stages.contract.rows import Sources

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Rows
+from pipeline.record.records import Rows
 from pipeline.stages.contract.rows import NAME, Sources
 
 ROWS = Rows(NAME, "health")

@@ -16,7 +16,7 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_windows import span
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed
 from pipeline.stages.contract.rows import Sources
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pipeline.errors import InputError
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.scan import INDEX_COLUMNS
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import ROWS, listed
 
 REQUIRED = (

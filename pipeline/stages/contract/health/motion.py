@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import (
     ROWS,
     column,

@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from pipeline.records import Check  # noqa: E402
+from pipeline.record.records import Check  # noqa: E402
 from pipeline.storage import atomic_write_bytes  # noqa: E402
 
 

@@ -1,0 +1,117 @@
+import json
+
+import jsonschema
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.record.records import (
+    CATEGORIES,
+    SCHEMA_PATH,
+    SEVERITIES,
+    VERDICTS,
+    Check,
+    GateRecord,
+    RecordError,
+    StageResult,
+    derive_status,
+)
+
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+checks = st.builds(
+    Check,
+    id=st.text(min_size=1, max_size=10),
+    stage=st.just("s"),
+    category=st.sampled_from(CATEGORIES),
+    feature=st.text(max_size=10),
+    verdict=st.sampled_from(VERDICTS),
+    severity=st.sampled_from(SEVERITIES),
+    expected=json_values,
+    configured=json_values,
+    actual=json_values,
+    message=st.text(max_size=20),
+    evidence=st.dictionaries(st.text(max_size=5), json_values, max_size=3),
+)
+
+
+def record(stages):
+    return GateRecord(
+        run_id="r1",
+        created="2026-12-02T10:00:00+00:00",
+        verdict="pass",
+        gate="clear",
+        reasons=(),
+        stages=tuple(stages),
+        sources={
+            "model": {"name": "m", "path": None},
+            "training": {"path": None},
+            "dataset": {"name": "d", "path": None},
+            "container": {"kind": "none"},
+        },
+    )
+
+
+@given(st.lists(checks, max_size=5))
+def test_gate_record_round_trips_through_json_and_validates(rows):
+    result = StageResult.from_checks("s", rows, artifacts={"plot": "/x.png"}, timings={"wall_s": 1.5})
+    gate = record([result])
+    text = json.dumps(gate.to_dict())
+    jsonschema.validate(json.loads(text), SCHEMA)
+    assert GateRecord.from_dict(json.loads(text)) == gate
+
+
+def test_numpy_evidence_becomes_plain_json():
+    import numpy as np
+
+    check = Check(
+        id="a",
+        stage="s",
+        category="units",
+        feature="x",
+        verdict="match",
+        evidence={"v": np.arange(3, dtype=np.float32), "nan": float("nan"), "inf": float("inf")},
+    )
+    data = json.loads(json.dumps(check.to_dict(), allow_nan=False))
+    assert data["evidence"] == {"v": [0.0, 1.0, 2.0], "nan": "NaN", "inf": "inf"}
+
+
+@pytest.mark.parametrize("field, value", [("verdict", "ok"), ("category", "misc"), ("severity", "medium")])
+def test_bad_enum_values_are_refused_with_the_field_named(field, value):
+    kwargs = {"id": "a", "stage": "s", "category": "units", "feature": "x", "verdict": "match", field: value}
+    with pytest.raises(RecordError, match=field):
+        Check(**kwargs)
+
+
+def test_unknown_and_missing_fields_are_named():
+    with pytest.raises(RecordError, match="unknown field"):
+        StageResult.from_dict({"stage": "s", "status": "pass", "bogus": 1})
+    with pytest.raises(RecordError, match="missing field.*status"):
+        StageResult.from_dict({"stage": "s"})
+
+
+def test_status_is_the_worst_check():
+    def c(verdict, severity="hard"):
+        return Check(
+            id=verdict + severity,
+            stage="s",
+            category="units",
+            feature="x",
+            verdict=verdict,
+            severity=severity,
+        )
+
+    assert derive_status([c("match")]) == "pass"
+    assert derive_status([c("match"), c("mismatch", "soft")]) == "warn"
+    assert derive_status([c("mismatch", "soft"), c("unverifiable")]) == "unverifiable"
+    assert derive_status([c("unverifiable"), c("mismatch")]) == "fail"
+    assert derive_status([c("mismatch"), c("error")]) == "error"
+    assert derive_status([c("waived")]) == "pass"
