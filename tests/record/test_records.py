@@ -115,3 +115,16 @@ def test_status_is_the_worst_check():
     assert derive_status([c("unverifiable"), c("mismatch")]) == "fail"
     assert derive_status([c("mismatch"), c("error")]) == "error"
     assert derive_status([c("waived")]) == "pass"
+
+
+def test_the_old_records_path_still_imports_and_says_where_it_went():
+    import importlib
+    import sys
+    import warnings
+
+    sys.modules.pop("pipeline.records", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = importlib.import_module("pipeline.records")
+    assert old.Check is Check and old.Rows.__module__ == "pipeline.record.records"
+    assert any("pipeline.record" in str(w.message) and w.category is DeprecationWarning for w in caught)
