@@ -291,10 +291,16 @@ def main_code(cfg: DictConfig) -> int:
     return 2
 
 
+_TRAINING_COMMAND: list[str] = []  # after `--` on the command line, for Hydra's own run (cli sets it)
+
+
 # an absolute path: a console script (`preflight-launch`) calls `main` from outside the package, where
 # Hydra would look for a relative "conf" as the Python package `pipeline.conf` (it has no __init__.py)
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
+    from pipeline.cli.compose import attach_command
+
+    attach_command(cfg, _TRAINING_COMMAND)
     sys.exit(main_code(cfg))
 
 
@@ -302,13 +308,16 @@ def cli() -> None:
     """The console script and `python -m` entry: the command line composed once (launch_compose), so that
     Hydra's composition errors are one line and exit 2 like every other refused launch, and a plain run
     starts from that config; Hydra's own run only for what else its command line offers."""
-    from pipeline.cli.compose import compose_command_line
+    from pipeline.cli.compose import compose_command_line, split_training_command
 
-    composed = compose_command_line(sys.argv[1:])
+    overrides, command = split_training_command(sys.argv[1:])
+    composed = compose_command_line(overrides, command)
     if composed.problem is not None:
         _say(f"config error: {composed.problem} (nothing was submitted)")
         sys.exit(2)
     if composed.cfg is None:
+        sys.argv[1:] = overrides
+        _TRAINING_COMMAND[:] = command
         main()
         return
     sys.exit(main_code(composed.cfg))

@@ -16,6 +16,7 @@ Hydra's own run.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra._internal.utils import get_args_parser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from pipeline import stages
@@ -42,8 +43,33 @@ class Composed:
     problem: str | None = None
 
 
-def compose_command_line(argv: Sequence[str]) -> Composed:
-    """`argv` composed as the launch would."""
+def split_training_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The launch's own arguments, and the training command: everything after the first lone `--`, kept as
+    the argv list it is (never joined into a shell string), so that a flag like
+    `--rename_map='{"a": "b"}'` reaches the record, the determinism runs and the chained job unchanged."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
+def attach_command(cfg: DictConfig, command: Sequence[str]) -> None:
+    """`training.command` set to the argv exactly as typed: set through OmegaConf, not Hydra's override
+    grammar (which would re-parse quotes, commas and backslashes), with `${` escaped so that OmegaConf
+    never resolves an item as an interpolation."""
+    if command:
+        with open_dict(cfg):
+            cfg.training.command = [_literal(item) for item in command]
+
+
+def _literal(item: str) -> str:
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", item)
+
+
+def compose_command_line(argv: Sequence[str], command: Sequence[str] = ()) -> Composed:
+    """`argv` composed as the launch would, with the training command after `--` (if any) in
+    `training.command`."""
     stages.load()  # the stages' typed configs are in Hydra's ConfigStore before anything composes
     args = get_args_parser().parse_args(list(argv))
     if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
@@ -58,6 +84,7 @@ def compose_command_line(argv: Sequence[str]) -> Composed:
     except (HydraException, OmegaConfBaseException) as exc:
         return Composed(problem=describe(exc, args.config_name or CONFIG_NAME, overrides))
     plain = not (args.cfg or args.multirun or args.config_path or args.package)
+    attach_command(cfg, command)
     return Composed(cfg=cfg if plain else None)
 
 

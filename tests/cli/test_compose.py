@@ -88,3 +88,18 @@ def test_what_hydra_must_run_itself_is_left_to_it() -> None:
     for argv in (["--help"], ["stage=contract", "--cfg", "job"], ["-m", "stage=contract"]):
         composed = compose_command_line(argv)
         assert composed.cfg is None and composed.problem is None, argv
+
+
+def test_everything_after_a_lone_double_dash_is_the_training_command_kept_as_typed():
+    from pipeline.cli.compose import split_training_command
+
+    command = [
+        "lerobot-train", "--policy.path=lerobot/smolvla_base",
+        '--rename_map={"observation.images.front": "observation.images.camera1"}',
+        "--dataset.episodes=[0,1,2]", "a,b", "x=y", "${oc.env:HOME}", "back\\slash", "it's", "--", "",
+    ]  # fmt: skip
+    overrides, got = split_training_command(["stage=contract", "launcher=local", "--", *command])
+    assert overrides == ["stage=contract", "launcher=local"] and got == command
+    composed = compose_command_line(overrides, got)
+    assert composed.problem is None and list(composed.cfg.training.command) == command
+    assert compose_command_line(["stage=contract"]).cfg.training.command is None
