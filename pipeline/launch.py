@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline import stages
+from pipeline.cli import training_command
 from pipeline.cli.checks import validate
 from pipeline.cli.runguard import run_lock, validate_run_folders
 from pipeline.demo import provider
@@ -139,6 +140,8 @@ def launch(cfg: DictConfig) -> int:
     except InputError as exc:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
     audit_key(cfg)  # a bad audit.key_file is one line now, not a gate that cannot seal its record
+    if said := training_command.fill(cfg):  # A, B, C from the lerobot-train command after `--`
+        _say(said)
     launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
     if provider.named_inputs(cfg, registry) or not cfg.get("demo"):
         unrunnable(cfg, registry)  # no demo will fill anything: refused now, before anything is built

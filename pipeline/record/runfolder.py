@@ -107,6 +107,11 @@ class RunFolder:
         return self.root / "config.yaml"
 
     @property
+    def train_config_file(self) -> Path:
+        """The training config composed from the command after `--` (what the record judged as B)."""
+        return self.root / "train_config.json"
+
+    @property
     def plan_file(self) -> Path:
         return self.root / "plan.json"
 
@@ -233,6 +238,9 @@ class RunFolder:
 
     # ----------------------------------------------------------------------------------- writes
     def write_config(self, cfg: DictConfig) -> Path:
+        if (cfg.get("training") or {}).get("composed_by"):  # B composed from the command: kept here too
+            composed = Path(cfg.training.path).read_text(encoding="utf-8")
+            atomic_write_text(self.train_config_file, composed)
         return atomic_write_text(self.config_file, OmegaConf.to_yaml(cfg))
 
     def write_plan(self, document: dict[str, Any]) -> Path:

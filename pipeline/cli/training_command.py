@@ -1,0 +1,99 @@
+"""The inputs a `lerobot-train` command names, filled in before the launch checks anything.
+
+`preflight-launch stage=full -- lerobot-train --policy.path=<id> --dataset.repo_id=<id> ...` names A, B
+and C without a single key: A is the base (a folder, or a Hub id in the local cache), C the dataset
+folder, and B the training config lerobot-train would compose from the same argv, written once under
+`<output_root>/composed/<digest>/train_config.json` (content-addressed, so an unchanged command is the
+same file and reuse holds) and copied into the run folder by the launch. Explicit `model.path`,
+`dataset.path` and `training.path` win. Where lerobot is importable here, B is lerobot's own composition;
+elsewhere (a login node) our reader composes it from the base's config and the flags, and the record
+says so (`training.composed_by`): never a silent guess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, open_dict
+
+from pipeline.readers import lerobot_command
+from pipeline.readers.lerobot_command import COMPOSED_BY, LeRobotCommand
+from pipeline.storage import atomic_write_json
+
+COMPOSED_DIR = "composed"
+TRAIN_CONFIG = "train_config.json"
+
+
+def fill(cfg: DictConfig) -> str | None:
+    """A, B and C from `training.command` where the user did not set them; one line to say, or None."""
+    argv = [str(item) for item in (cfg.training.get("command") or [])]
+    command = lerobot_command.parse(argv) if argv else None
+    if command is None:
+        return None
+    base = lerobot_command.resolve_base(command.policy_path) if command.policy_path else None
+    with open_dict(cfg):
+        if not cfg.model.get("path") and base is not None:
+            cfg.model.path = str(base)
+        if not cfg.dataset.get("path"):
+            cfg.dataset.path = str(lerobot_command.resolve_dataset(command))
+        if cfg.training.get("path"):
+            return None
+        composed, by = compose(command, base, Path(cfg.dataset.path))
+        cfg.training.path = str(write_composed(Path(cfg.output_root), composed))
+        cfg.training.composed_by = by
+        if not cfg.training.get("name"):
+            cfg.training.name = command.policy_type or Path(str(command.policy_path)).name
+    where = f"base {base}, " if base else f"no base (--policy.type={command.policy_type}), "
+    return f"lerobot-train: {where}dataset {cfg.dataset.path}, training config composed by {by}"
+
+
+def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[dict[str, Any], str]:
+    """B and who composed it: lerobot's own parser where lerobot is importable, else our reader."""
+    composed = compose_with_lerobot(command)
+    if composed is not None:
+        return composed, "lerobot"
+    return lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
+
+
+def compose_with_lerobot(command: LeRobotCommand) -> dict[str, Any] | None:
+    """lerobot-train's own composition of the same argv (its parser reads `sys.argv` for `--policy.path`,
+    so the argv is lerobot-train's while it runs); None where lerobot is not importable."""
+    try:
+        import draccus
+        from lerobot.configs.train import TrainPipelineConfig
+    except ImportError:
+        return None
+    start = 1 if Path(command.argv[0]).name in lerobot_command.PROGRAMS else command.argv.index("-m") + 2
+    args = list(command.argv[start:])
+    saved = sys.argv
+    sys.argv = ["lerobot-train", *args]
+    try:
+        config = draccus.parse(config_class=TrainPipelineConfig, args=args)
+        config.validate()
+        text = draccus.dump(config)
+    finally:
+        sys.argv = saved
+    data = json.loads(text) if text.lstrip().startswith("{") else _yaml(text)
+    data[COMPOSED_BY] = {"tool": "lerobot", "argv": list(command.argv)}
+    return data
+
+
+def _yaml(text: str) -> dict[str, Any]:
+    import yaml
+
+    loaded = yaml.safe_load(text)
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def write_composed(output_root: Path, composed: dict[str, Any]) -> Path:
+    """`<output_root>/composed/<digest>/train_config.json`: the same composition is the same file."""
+    text = json.dumps(composed, indent=2, sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = output_root.resolve() / COMPOSED_DIR / digest / TRAIN_CONFIG
+    if not path.is_file():
+        atomic_write_json(path, json.loads(text))
+    return path

@@ -1,0 +1,255 @@
+"""A `lerobot-train` command line, read before the run: the base it names (A), the dataset (C), and the
+training config it composes (B).
+
+Before training, a LeRobot user has none of the files the gate judges after a run (`train_config.json`
+is written when training starts); they have a command line. This reads it the way lerobot-train does:
+`--policy.path` is a folder or a Hub id whose files sit in the local Hugging Face cache (compute nodes
+run offline, so only the cache is looked in, with huggingface_hub's own lookup); `--dataset.repo_id`
+lives under `--dataset.root` or `HF_LEROBOT_HOME/<repo_id>`. Anything else on the line (`--batch_size`,
+`--policy.device`, ...) is kept as typed. A command that is not lerobot-train is not read here: it stays
+the user's command, chained as typed, and the inputs are given as keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.errors import InputError
+from pipeline.storage.files import parse_json, read_text
+
+FIELD = "training.command"
+PROGRAMS = ("lerobot-train",)
+MODULES = ("lerobot.scripts.lerobot_train", "lerobot.scripts.train")
+
+
+@dataclass(frozen=True)
+class LeRobotCommand:
+    """The lerobot-train argv and its `--key=value` flags (dotted keys, the last one typed wins)."""
+
+    argv: tuple[str, ...]
+    flags: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, key: str) -> str | None:
+        return self.flags.get(key)
+
+    @property
+    def policy_path(self) -> str | None:
+        return self.get("policy.path")
+
+    @property
+    def policy_type(self) -> str | None:
+        return self.get("policy.type")
+
+    @property
+    def repo_id(self) -> str | None:
+        return self.get("dataset.repo_id")
+
+    @property
+    def rename_map(self) -> dict[str, str]:
+        raw = self.get("rename_map")
+        value = _value(raw, "rename_map") if raw else {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise InputError(
+                f"{FIELD}: --rename_map={raw!r} is not a JSON mapping of dataset key -> policy key",
+                field=FIELD,
+            )
+        return {str(k): v for k, v in value.items()}
+
+    @property
+    def episodes(self) -> list[int] | None:
+        raw = self.get("dataset.episodes")
+        if raw is None:
+            return None
+        value = _value(raw, "dataset.episodes")
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise InputError(
+                f"{FIELD}: --dataset.episodes={raw!r} is not a list of episode indices", field=FIELD
+            )
+        return value
+
+
+def is_lerobot_train(argv: Sequence[str]) -> bool:
+    """`lerobot-train ...` (any path to it) or `python -m lerobot.scripts.lerobot_train ...`."""
+    return bool(argv) and (Path(argv[0]).name in PROGRAMS or _module_at(argv) is not None)
+
+
+def _module_at(argv: Sequence[str]) -> int | None:
+    """The index after `-m <lerobot train module>` when argv runs it through an interpreter."""
+    for i in range(1, len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1] in MODULES:
+            return i + 2
+    return None
+
+
+def parse(argv: Sequence[str]) -> LeRobotCommand | None:
+    """The command's flags, or None when it is not lerobot-train."""
+    if not is_lerobot_train(argv):
+        return None
+    start = 1 if Path(argv[0]).name in PROGRAMS else _module_at(argv)
+    return LeRobotCommand(tuple(argv), parse_flags(argv[start:]))
+
+
+def parse_flags(args: Sequence[str]) -> dict[str, str]:
+    """`--a.b=c` and `--a.b c` (draccus' two forms); a bare `--flag` is `true`. lerobot-train takes no
+    positional argument, so one is a mistake named here rather than at training time."""
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        item = args[i]
+        if not item.startswith("--") or item == "--":
+            raise InputError(f"{FIELD}: {item!r} is not a --key=value flag of lerobot-train", field=FIELD)
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+            value = args[i + 1] if has_value else "true"
+            i += 1 if has_value else 0
+        flags[key.replace("-", "_")] = value
+        i += 1
+    return flags
+
+
+def _value(raw: str, key: str) -> Any:
+    """A flag's value as draccus reads a structured one: JSON, else YAML (`[0, 1]`, `{a: b}`)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        pass
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{FIELD}: --{key}={raw!r} is neither JSON nor YAML ({exc})", field=FIELD) from None
+
+
+def hub_cache() -> Path:
+    """Where huggingface_hub looks (HF_HUB_CACHE, else HF_HOME/hub), read now, not at its import."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    return Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser() / "hub"
+
+
+def lerobot_home() -> Path:
+    """LeRobot's dataset home: HF_LEROBOT_HOME, else HF_HOME/lerobot (lerobot.utils.constants)."""
+    if os.environ.get("HF_LEROBOT_HOME"):
+        return Path(os.environ["HF_LEROBOT_HOME"]).expanduser()
+    return Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser() / "lerobot"
+
+
+def resolve_base(policy_path: str) -> Path:
+    """`--policy.path`: a folder as it is, else a Hub id in the local cache (offline, never fetched)."""
+    folder = Path(policy_path).expanduser()
+    if folder.is_dir():
+        return folder.resolve()
+    if policy_path.startswith(("/", ".", "~")):
+        raise InputError(f"{FIELD}: --policy.path={policy_path}: no such folder", path=folder, field=FIELD)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    cache = hub_cache()
+    try:
+        return Path(snapshot_download(repo_id=policy_path, local_files_only=True, cache_dir=cache))
+    except (LocalEntryNotFoundError, HFValidationError, FileNotFoundError, OSError) as exc:
+        raise InputError(
+            f"{FIELD}: --policy.path={policy_path} is not in the local Hugging Face cache {cache} "
+            f"({type(exc).__name__}); fetch it where there is internet: "
+            f"huggingface-cli download {policy_path}",
+            field=FIELD,
+        ) from None
+
+
+def resolve_dataset(command: LeRobotCommand) -> Path:
+    """`--dataset.root`, else `HF_LEROBOT_HOME/<repo_id>`, as LeRobotDataset finds it."""
+    root, repo_id = command.get("dataset.root"), command.repo_id
+    if not root and not repo_id:
+        raise InputError(f"{FIELD}: lerobot-train needs --dataset.repo_id (or --dataset.root)", field=FIELD)
+    folder = Path(root).expanduser() if root else lerobot_home() / str(repo_id)
+    if not (folder / "meta" / "info.json").is_file():
+        fetch = f"huggingface-cli download --repo-type dataset {repo_id} --local-dir {folder}"
+        raise InputError(
+            f"{FIELD}: dataset {repo_id or root}: no LeRobot dataset at {folder} (meta/info.json missing)"
+            + (f"; fetch it where there is internet: {fetch}" if repo_id else ""),
+            path=folder,
+            field=FIELD,
+        )
+    return folder.resolve()
+
+
+COMPOSED_BY = "composed_by"  # train_config.json's key naming who composed it (lerobot adds no such key)
+TOP_LEVEL_SKIP = ("config_path", "rename_map")
+
+
+def compose_training(command: LeRobotCommand, base: Path | None, dataset: Path) -> dict[str, Any]:
+    """B as lerobot-train would compose it, where lerobot itself is not importable: the base's
+    config.json (or just `--policy.type`), every `--policy.*` flag over it, the output features refreshed
+    from the dataset (lerobot's make_policy does that; the input features stay the base's), and the
+    dataset, rename map and top-level flags as typed. `composed_by` says that lerobot did not compose it."""
+    policy = _base_policy(command, base)
+    for key, raw in command.flags.items():
+        if key.startswith("policy.") and key not in ("policy.path", "policy.type"):
+            _set_dotted(policy, key.removeprefix("policy."), _scalar(raw))
+    policy["output_features"] = _action_features(dataset) or policy.get("output_features") or {}
+    top = {k: _scalar(v) for k, v in command.flags.items() if "." not in k and k not in TOP_LEVEL_SKIP}
+    data = {"repo_id": command.repo_id, "root": str(dataset), "episodes": command.episodes}
+    if command.get("dataset.use_imagenet_stats") is not None:
+        data["use_imagenet_stats"] = _scalar(command.get("dataset.use_imagenet_stats"))
+    return {
+        **top,
+        "policy": policy,
+        "dataset": data,
+        "rename_map": command.rename_map,
+        COMPOSED_BY: {"tool": "hpc-preflight", "lerobot": None, "argv": list(command.argv)},
+    }
+
+
+def _base_policy(command: LeRobotCommand, base: Path | None) -> dict[str, Any]:
+    if base is not None:
+        config = _json(base / "config.json", "a LeRobot policy config.json")
+        if not isinstance(config, dict):
+            raise InputError(f"{base / 'config.json'}: expected a JSON object", path=base, field="<root>")
+        if command.policy_type and config.get("type") != command.policy_type:
+            raise InputError(
+                f"{FIELD}: --policy.type={command.policy_type} but the base {base} is type "
+                f"{config.get('type')!r}",
+                field=FIELD,
+            )
+        return {**config, "pretrained_path": str(base)}
+    if not command.policy_type:
+        raise InputError(f"{FIELD}: lerobot-train needs --policy.path or --policy.type", field=FIELD)
+    return {"type": command.policy_type, "input_features": {}, "output_features": {}}
+
+
+def _action_features(dataset: Path) -> dict[str, Any]:
+    info = _json(dataset / "meta" / "info.json", "a LeRobot meta/info.json")
+    features = (info or {}).get("features") if isinstance(info, dict) else None
+    action = features.get("action") if isinstance(features, dict) else None
+    if not isinstance(action, dict) or "shape" not in action:
+        return {}
+    return {"action": {"type": "ACTION", "shape": list(action["shape"])}}
+
+
+def _json(path: Path, what: str) -> Any:
+    return parse_json(read_text(path, what), path, what)
+
+
+def _scalar(raw: str | None) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw is not None else None
+    except yaml.YAMLError:
+        return raw
+
+
+def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    for part in parents:
+        child = target.get(part)
+        target[part] = child = child if isinstance(child, dict) else {}
+        target = child
+    target[leaf] = value

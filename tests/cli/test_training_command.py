@@ -1,0 +1,72 @@
+"""The lerobot-train command after `--` names A, B and C: a base by Hub id in the local Hugging Face
+cache, a dataset by repo id under HF_LEROBOT_HOME, and B composed from the same argv (here by our
+reader: lerobot is not in this venv; scripts/test_lerobot.sh runs lerobot's own composition)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+
+BASE_ID, DATA_ID = "acme/pick_base", "acme/so101_pick"
+COMMIT = "0" * 40
+
+
+def hub_snapshot(cache: Path, repo_id: str, folder: Path) -> Path:
+    """A model repo in huggingface_hub's cache layout: models--org--name/{refs/main, snapshots/<sha>}."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(folder, repo / "snapshots" / COMMIT)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    return repo / "snapshots" / COMMIT
+
+
+@pytest.fixture()
+def hf_home(tmp_path, monkeypatch, demo_cache: DemoCache) -> dict[str, Path]:
+    seed = demo_cache.seed(tmp_path / "seed")
+    hub, home = tmp_path / "hf" / "hub", tmp_path / "hf" / "lerobot"
+    base = hub_snapshot(hub, BASE_ID, seed / "model")
+    shutil.copytree(seed / "dataset", home / DATA_ID)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return {"base": base, "dataset": home / DATA_ID, "hub": hub}
+
+
+def test_a_lerobot_train_line_alone_names_a_b_and_c_and_clears(tmp_path, hf_home):
+    cwd = tmp_path / "run"
+    cwd.mkdir()
+    command = ["lerobot-train", f"--policy.path={BASE_ID}", f"--dataset.repo_id={DATA_ID}", "--steps=10"]
+    proc = launch(cwd, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"base {hf_home['base']}" in proc.stdout and "composed by hpc-preflight" in proc.stdout
+    run = run_dir_of(cwd, proc)
+    composed = json.loads((run / "train_config.json").read_text())
+    assert composed["policy"]["pretrained_path"] == str(hf_home["base"])
+    assert composed["composed_by"]["argv"] == command and composed["dataset"]["repo_id"] == DATA_ID
+    gate = gate_of(run)
+    assert gate["gate"] == "clear"
+    sources = json.dumps(gate["sources"])
+    assert str(hf_home["base"]) in sources and str(hf_home["dataset"]) in sources
+    assert "train_config.json" in sources
+
+
+def test_a_hub_id_not_in_the_cache_is_one_line_and_nothing_submitted(tmp_path, hf_home):
+    command = ["lerobot-train", "--policy.path=acme/never_fetched", f"--dataset.repo_id={DATA_ID}"]
+    proc = launch(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stdout.strip().splitlines()[-1]
+    assert "acme/never_fetched" in line and str(hf_home["hub"]) in line
+    assert "huggingface-cli download acme/never_fetched" in line
+    assert not (tmp_path / "preflight" / "runs").exists()
+
+
+def test_a_dataset_repo_id_not_under_the_lerobot_home_is_one_line(tmp_path, hf_home):
+    command = ["lerobot-train", f"--policy.path={BASE_ID}", "--dataset.repo_id=acme/missing"]
+    proc = launch(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
+    assert proc.returncode == 2
+    assert "acme/missing" in proc.stdout and "--repo-type dataset" in proc.stdout
