@@ -172,3 +172,49 @@ def test_cached_frames_of_another_size_or_shape_are_named_and_rendered_again(
     assert f"{kept}: array '0/{cameras.FRONT}' has shape {found}, expected [20, 16, 16, 3]" in line
     with np.load(kept) as archive:
         assert {archive[name].shape for name in archive.files} == {(20, 16, 16, 3)}
+
+
+def test_a_fifo_inside_a_kept_policy_is_named_never_opened_and_the_policy_trained_again(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """The kept policy's small files are read through the safe reader too (its final loss was read with
+    a plain `read_text`, which blocks on a FIFO)."""
+    from pipeline.demo.policy import default_spec
+
+    monkeypatch.setenv("PREFLIGHT_CACHE", str(tmp_path / "cache"))
+    data = [{"state": np.zeros((4, 2), np.float32)}]
+    made = DemoPolicy(2, 2, 8)
+    made.final_loss = 0.5
+    stats = {k: {"mean": np.zeros(2), "std": np.ones(2)} for k in ("observation.state", "action")}
+    trained = (made, stats, default_spec(2, 2))
+    memo.policy(data, {"seed": 0}, lambda: trained)
+    kept = only_entry(tmp_path / "cache" / "demo-policies")
+    (kept / "final_loss.json").unlink()
+    os.mkfifo(kept / "final_loss.json")
+    with unblocked(kept / "final_loss.json"), caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert memo.policy(data, {"seed": 0}, lambda: trained) is trained
+    (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert f"{kept}: final_loss.json: is a FIFO (named pipe), expected a regular file" in line
+    assert memo.policy(data, {"seed": 0}, never)[0].final_loss == 0.5
+
+
+@pytest.mark.parametrize("damage", ["rows", "folder"])
+def test_kept_episodes_of_another_length_or_a_folder_in_their_place_are_named_and_made_again(
+    damage, tmp_path, monkeypatch, caplog
+) -> None:
+    monkeypatch.setenv("PREFLIGHT_CACHE", str(tmp_path / "cache"))
+    made = [{"state": np.full((5, 2), i, np.float32)} for i in range(2)]
+    memo.episodes(2, 5, 0, lambda: made)
+    kept = only_entry(tmp_path / "cache" / "demo-episodes")
+    if damage == "rows":  # the second episode cut short: a build would write a dataset one row short
+        with open(kept, "wb") as handle:
+            np.savez(handle, **{"0/state": made[0]["state"], "1/state": made[1]["state"][:4]})
+    else:
+        kept.unlink()
+        kept.mkdir()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert memo.episodes(2, 5, 0, lambda: made) is made
+    (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    wrong = "array '1/state' has shape [4, 2], expected [5, 2]" if damage == "rows" else "is a directory"
+    assert f"{kept}: {wrong}" in line
+    assert memo.episodes(2, 5, 0, never)[1]["state"].shape == (5, 2)
