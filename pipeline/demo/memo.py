@@ -5,7 +5,9 @@ episodes and the policies trained on them, beside the rendered frames (`cameras.
 one (or any later build with the same settings) reuses ~25 s of rollouts and training instead of
 repeating them. A key covers every input (settings, the arrays trained on, the library versions, a
 version bumped when the code that makes them changes), so a hit is what a rebuild would give: the
-policy's weights and normalizer files are byte-identical (tested). A damaged entry is made again.
+policy's weights and normalizer files are byte-identical (tested). An entry is judged when read
+(`cache_entries.py`: its type, then its arrays' and its config's shapes against these settings and this
+data); a damaged one is named on one log line, discarded and made again.
 """
 
 from __future__ import annotations
