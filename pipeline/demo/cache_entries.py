@@ -43,7 +43,8 @@ def kept(path: Path, folder: bool = False) -> bool:
         raise Damaged(f"cannot stat it: {exc}") from exc
     wanted, name = (stat.S_ISDIR, "a folder") if folder else (stat.S_ISREG, "a regular file")
     if not wanted(info.st_mode):
-        raise Damaged(f"is {kind_of(info.st_mode)}, expected {name}; not opened")
+        found = "a regular file" if stat.S_ISREG(info.st_mode) else kind_of(info.st_mode)
+        raise Damaged(f"is {found}, expected {name}; not opened")
     return True
 
 

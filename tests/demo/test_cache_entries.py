@@ -174,11 +174,19 @@ def test_cached_frames_of_another_size_or_shape_are_named_and_rendered_again(
         assert {archive[name].shape for name in archive.files} == {(20, 16, 16, 3)}
 
 
-def test_a_fifo_inside_a_kept_policy_is_named_never_opened_and_the_policy_trained_again(
-    tmp_path, monkeypatch, caplog
+@pytest.mark.parametrize(
+    ("damage", "wrong"),
+    [
+        ("fifo", "final_loss.json: is a FIFO (named pipe), expected a regular file"),
+        ("file", "is a regular file, expected a folder; not opened"),
+    ],
+    ids=["fifo", "file"],
+)
+def test_a_fifo_inside_a_kept_policy_or_a_file_in_its_place_is_named_never_opened_and_trained_again(
+    damage, wrong, tmp_path, monkeypatch, caplog
 ) -> None:
     """The kept policy's small files are read through the safe reader too (its final loss was read with
-    a plain `read_text`, which blocks on a FIFO)."""
+    a plain `read_text`, which blocks on a FIFO), and its folder must be one."""
     from pipeline.demo.policy import default_spec
 
     monkeypatch.setenv("PREFLIGHT_CACHE", str(tmp_path / "cache"))
@@ -189,12 +197,17 @@ def test_a_fifo_inside_a_kept_policy_is_named_never_opened_and_the_policy_traine
     trained = (made, stats, default_spec(2, 2))
     memo.policy(data, {"seed": 0}, lambda: trained)
     kept = only_entry(tmp_path / "cache" / "demo-policies")
-    (kept / "final_loss.json").unlink()
-    os.mkfifo(kept / "final_loss.json")
-    with unblocked(kept / "final_loss.json"), caplog.at_level(logging.WARNING, logger=LOGGER):
+    pipe = kept / "final_loss.json"
+    pipe.unlink()
+    if damage == "fifo":
+        os.mkfifo(pipe)
+    else:
+        shutil.rmtree(kept)
+        kept.write_text("{}")
+    with unblocked(pipe), caplog.at_level(logging.WARNING, logger=LOGGER):
         assert memo.policy(data, {"seed": 0}, lambda: trained) is trained
     (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert f"{kept}: final_loss.json: is a FIFO (named pipe), expected a regular file" in line
+    assert f"{kept}: {wrong}" in line
     assert memo.policy(data, {"seed": 0}, never)[0].final_loss == 0.5
 
 
