@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.demo.cache_entries import Damaged, discard, expect_array, expect_names, kept, load_npz
 from pipeline.storage.atomic import atomic_write_bytes
 
 ENV_ID = "cube-single-v0"
@@ -53,11 +54,11 @@ def render_episodes(episodes: Sequence[Mapping[str, np.ndarray]], size: int) -> 
     """Per episode `{camera key: uint8 [T, size, size, 3]}` for the recorded `qpos`/`mocap_*` rows."""
     key = _key(episodes, size)
     cached = cache_dir() / f"{key}.npz"
-    if cached.is_file():
-        try:
-            return _load(cached, len(episodes))
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache file is rendered again and replaced
+    try:
+        if kept(cached):
+            return _kept_frames(cached, [len(e["qpos"]) for e in episodes], size)
+    except Damaged as exc:  # rendered again and replaced
+        discard(cached, exc)
     states: list[State] = [(e["qpos"], e["mocap_pos"], e["mocap_quat"]) for e in episodes]
     total = sum(len(s[0]) for s in states)
     workers = min(2, os.cpu_count() or 1, len(states)) if total >= PARALLEL_FROM else 1
@@ -96,6 +97,18 @@ def _key(episodes: Sequence[Mapping[str, np.ndarray]], size: int) -> str:
         for name in POSE:
             h.update(np.ascontiguousarray(e[name], np.float64).tobytes())
     return h.hexdigest()[:32]
+
+
+def _kept_frames(path: Path, lengths: Sequence[int], size: int) -> list[dict[str, np.ndarray]]:
+    """The kept frames, or `Damaged`: one uint8 [T, size, size, 3] array per episode and camera, T that
+    episode's rows, nothing else (frames of another size would be used as they are, and the demo's
+    models would then look broken)."""
+    arrays = load_npz(path)
+    expect_names(list(arrays), [f"{i}/{cam}" for i in range(len(lengths)) for cam in CAMERAS])
+    for i, rows in enumerate(lengths):
+        for cam in CAMERAS:
+            expect_array(f"{i}/{cam}", arrays[f"{i}/{cam}"], (rows, size, size, 3), np.uint8)
+    return [{cam: arrays[f"{i}/{cam}"] for cam in CAMERAS} for i in range(len(lengths))]
 
 
 def _load(path: Path, n: int) -> list[dict[str, np.ndarray]]:

@@ -23,6 +23,7 @@ import torch
 from safetensors.numpy import save_file as save_numpy
 from torch import nn
 
+from pipeline.errors import InputError
 from pipeline.normalization import AFFINE, flat_stats, unflatten_stats
 from pipeline.readers.base import read_json, read_safetensors
 from pipeline.storage import save_checkpoint
@@ -252,9 +253,29 @@ def load_pretrained(out_dir: str | Path) -> LoadedPolicy:
         config["state_dim"], config["action_dim"], config.get("hidden", 64), config.get("cameras", 0)
     )
     weights = read_safetensors(root / "model.safetensors")  # header validated before any tensor is read
+    _check_weights(root / "model.safetensors", weights, policy.state_dict())
     policy.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
     policy.eval()
     stats = unflatten_stats(read_safetensors(root / PRE_STATE))
     for feature, values in unflatten_stats(read_safetensors(root / POST_STATE)).items():
         stats.setdefault(feature, {}).update(values)
     return LoadedPolicy(policy, spec, stats)
+
+
+def _check_weights(path: Path, weights: Mapping[str, np.ndarray], wanted: Mapping[str, torch.Tensor]) -> None:
+    """An InputError naming the file and the first tensor that is missing, unexpected or of another shape
+    than the module config.json describes (torch's own error is a multi-line RuntimeError naming neither
+    the file nor the config)."""
+    missing, extra = sorted(set(wanted) - set(weights)), sorted(set(weights) - set(wanted))
+    if missing or extra:
+        name = (missing or extra)[0]
+        what = "lacks tensor" if missing else "holds a tensor the policy config.json describes lacks:"
+        raise InputError(f"{path}: {what} {name!r}", path=path, field=name)
+    for name, tensor in wanted.items():
+        if tuple(weights[name].shape) != tuple(tensor.shape):
+            raise InputError(
+                f"{path}: tensor {name!r} has shape {list(weights[name].shape)}, expected "
+                f"{list(tensor.shape)} (the policy config.json describes)",
+                path=path,
+                field=name,
+            )
