@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
 from pipeline.readers import lerobot_command
-from pipeline.readers.lerobot_command import COMPOSED_BY, LeRobotCommand
+from pipeline.readers.lerobot_command import LeRobotCommand
 from pipeline.storage import atomic_write_json
 
 COMPOSED_DIR = "composed"
@@ -53,40 +52,10 @@ def fill(cfg: DictConfig) -> str | None:
 
 def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[dict[str, Any], str]:
     """B and who composed it: lerobot's own parser where lerobot is importable, else our reader."""
-    composed = compose_with_lerobot(command)
+    composed = lerobot_command.compose_with_lerobot(command)
     if composed is not None:
         return composed, "lerobot"
     return lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
-
-
-def compose_with_lerobot(command: LeRobotCommand) -> dict[str, Any] | None:
-    """lerobot-train's own composition of the same argv (its parser reads `sys.argv` for `--policy.path`,
-    so the argv is lerobot-train's while it runs); None where lerobot is not importable."""
-    try:
-        import draccus
-        from lerobot.configs.train import TrainPipelineConfig
-    except ImportError:
-        return None
-    start = 1 if Path(command.argv[0]).name in lerobot_command.PROGRAMS else command.argv.index("-m") + 2
-    args = list(command.argv[start:])
-    saved = sys.argv
-    sys.argv = ["lerobot-train", *args]
-    try:
-        config = draccus.parse(config_class=TrainPipelineConfig, args=args)
-        config.validate()
-        text = draccus.dump(config)
-    finally:
-        sys.argv = saved
-    data = json.loads(text) if text.lstrip().startswith("{") else _yaml(text)
-    data[COMPOSED_BY] = {"tool": "lerobot", "argv": list(command.argv)}
-    return data
-
-
-def _yaml(text: str) -> dict[str, Any]:
-    import yaml
-
-    loaded = yaml.safe_load(text)
-    return loaded if isinstance(loaded, dict) else {}
 
 
 def write_composed(output_root: Path, composed: dict[str, Any]) -> Path:

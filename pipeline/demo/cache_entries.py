@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import InputError, one_line
-from pipeline.readers.files import NPY_ERRORS, kind_of, npz_member, regular_file
+from pipeline.storage.files import NPY_ERRORS, kind_of, npz_member, regular_file
 
 log = logging.getLogger("pipeline.demo.cache")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,6 +234,36 @@ def _action_features(dataset: Path) -> dict[str, Any]:
     if not isinstance(action, dict) or "shape" not in action:
         return {}
     return {"action": {"type": "ACTION", "shape": list(action["shape"])}}
+
+
+def compose_with_lerobot(command: LeRobotCommand) -> dict[str, Any] | None:
+    """lerobot-train's own composition of the same argv (its parser reads `sys.argv` for `--policy.path`,
+    so the argv is lerobot-train's while it runs); None where lerobot is not importable."""
+    try:
+        import draccus
+        from lerobot.configs.train import TrainPipelineConfig
+    except ImportError:
+        return None
+    start = 1 if Path(command.argv[0]).name in PROGRAMS else command.argv.index("-m") + 2
+    args = list(command.argv[start:])
+    saved = sys.argv
+    sys.argv = ["lerobot-train", *args]
+    try:
+        config = draccus.parse(config_class=TrainPipelineConfig, args=args)
+        config.validate()
+        text = draccus.dump(config)
+    finally:
+        sys.argv = saved
+    data = json.loads(text) if text.lstrip().startswith("{") else _yaml(text)
+    data[COMPOSED_BY] = {"tool": "lerobot", "argv": list(command.argv)}
+    return data
+
+
+def _yaml(text: str) -> dict[str, Any]:
+    import yaml
+
+    loaded = yaml.safe_load(text)
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def _json(path: Path, what: str) -> Any:
