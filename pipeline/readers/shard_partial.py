@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.readers.files import NPY_ERRORS, npz_member, parse_json, read_text, regular_file
+from pipeline.readers.files import NPY_ERRORS, kind_of, npz_member, parse_json, read_text, regular_file
 from pipeline.readers.sketch_kernel import BUCKETS, CELLS
 from pipeline.storage import atomic_write_bytes, atomic_write_json
 
@@ -92,12 +93,7 @@ def read(path: Path, stamp: Mapping[str, Any] | None = None) -> dict[str, Any]:
     marker = _marker(path.with_name(DONE))
     if stamp is not None:
         _same_stamp(marker["stamp"], stamp, path.with_name(DONE))
-    regular_file(path, "an array task's partial (.npz)")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the partial: {exc}", path=path, field=PARTIAL) from exc
+    data = _regular_bytes(path)
     if len(data) != marker["bytes"] or hashlib.sha256(data).hexdigest() != marker["sha256"]:
         raise InputError(
             f"{path}: {len(data)} bytes that are not the {marker['bytes']} its done marker {DONE} names "
@@ -106,12 +102,34 @@ def read(path: Path, stamp: Mapping[str, Any] | None = None) -> dict[str, Any]:
             field=PARTIAL,
         )
     arrays = _arrays(data, path)
+    if "meta.json" not in arrays:
+        raise InputError(f"{path}: holds no meta.json array; not merged", path=path, field="meta.json")
     meta = parse_json(str(arrays.pop("meta.json")), path, "a partial's metadata", "meta.json")
     part = unpack(meta, arrays, path)
     _check(part, path)
     if stamp is not None:
         _same_stamp(part["stamp"], stamp, path)
     return part
+
+
+def _regular_bytes(path: Path) -> bytes:
+    """The partial's bytes, opened only as a regular file: a FIFO put in its place (before the stat or
+    between it and the open) would block the main job forever, so the open does not wait and the
+    opened file is checked again."""
+    regular_file(path, "an array task's partial (.npz)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open the partial: {exc}", path=path, field=PARTIAL) from exc
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = f"{path}: is {kind_of(mode)}, expected a regular file (a partial); not read"
+            raise InputError(what, path=path, field=PARTIAL)
+        try:
+            return handle.read()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the partial: {exc}", path=path, field=PARTIAL) from exc
 
 
 def _marker(path: Path) -> dict[str, Any]:

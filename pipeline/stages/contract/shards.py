@@ -161,7 +161,8 @@ def _single(
     try:
         finish(contract, lambda: data.blocks(dims), options)
     except InputError as exc:
-        message = f"{exc} (the main job read the data in one pass: array partials not merged, {why})"
+        reason = why.replace(str(exc), "the same one") if str(exc) in why else why
+        message = f"{exc} (the main job read the data in one pass: array partials not merged, {reason})"
         raise InputError(message, path=exc.path, field=exc.field) from exc
     message = f"array partials not merged ({why}); the main job read the data in one pass"
     row = ROWS("shards", "data pass", "unverifiable", message, severity="soft", expected=evidence["tasks"],

@@ -28,6 +28,7 @@ from pipeline.records import Check
 from pipeline.stages import StageContext
 from pipeline.stages.contract import scan_options, shards
 from pipeline.stages.contract.config import ContractConfig
+from tests.stages.contract.helpers import null_action
 
 SHAPE = Shape(episodes=40, length=30, state_dim=4, action_dim=3, cameras=0, episodes_per_file=7)
 CONFIG = ContractConfig(shard_rows=300)
@@ -133,16 +134,6 @@ def test_a_partial_of_an_earlier_launch_or_other_inputs_is_not_merged(dataset: P
     assert main_job(dataset, run, {"dataset": "aaaa"})[1].verdict == "match"
     _, row = main_job(dataset, run, {"dataset": "bbbb"})  # the inputs changed since the tasks ran
     fell_back(row, "task-0000", "written for other inputs: dataset aaaa then, bbbb now")
-
-
-def null_action(path: Path, row: int) -> None:
-    table = pq.read_table(path)
-    action = table.column("action").to_pylist()
-    action[row] = None
-    field = table.schema.field("action")
-    pq.write_table(
-        table.set_column(table.schema.get_field_index("action"), field, pa.array(action, field.type)), path
-    )
 
 
 def test_the_stale_partial_relaunch_names_the_changed_file(dataset: Path, tmp_path: Path) -> None:
@@ -273,3 +264,19 @@ def test_a_partial_that_is_a_fifo_falls_back_never_opened(dataset: Path, tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("unverifiable array partials not merged (task-0001: "), proc.stdout
     assert f"{partial}: is a FIFO (named pipe), expected a regular file" in proc.stdout
+
+
+def test_a_partial_whose_arrays_do_not_fit_falls_back_naming_the_field(dataset: Path, tmp_path: Path) -> None:
+    """An array the merge would add to one pass's (a histogram of other buckets, a level-2 row of a
+    dim the feature lacks) is named before the merge runs, never a broadcast error or an IndexError."""
+    run = tmp_path / "run"
+    first_launch(dataset, run)
+    partial = run / "parts/contract/task-0003" / PARTIAL
+
+    def retarget(meta: dict) -> str:
+        meta["stats"]["action"]["hist"] = meta["stats"]["action"]["count"]  # a (3,) array, not (3, buckets)
+        return json.dumps(meta)
+
+    rewrite_meta(partial, retarget)
+    _, row = main_job(dataset, run)
+    fell_back(row, "task-0003", f"{partial}: meta.json/stats/action/hist is shape (3,) int64, expected")
