@@ -5,7 +5,9 @@ Why: the pass reads every row (DROID: 27 M rows); one job reads them at one node
 task per `shard_rows` (whole data files, at most one task per file, the render_cache stage's array
 machinery: part "task", `run_part` per task); each task scans its range of files and writes its partial
 facts (`pipeline.readers.scan_shards`) under the run folder; the stage's main job merges them into the
-scan one pass would have made and reconciles as always. The `contract.shards` row says how many tasks
+scan one pass would have made and reconciles as always. It merges only what this launch's tasks finished
+for these inputs over files unchanged since (`pipeline.readers.shard_partial`): a relaunch of the run id
+finds the earlier launch's partials in the same folders. The `contract.shards` row says how many tasks
 read which files (its `actual` the task count), or why the main job read the data itself.
 """
 
