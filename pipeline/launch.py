@@ -156,6 +156,7 @@ def launch(cfg: DictConfig) -> int:
     extra = {
         "history": history_notes(rcfg),
         "run_id": rcfg.run_id,
+        "launch_id": secrets.token_hex(8),  # this launch of the run id: what its array partials carry
         "executor": executor,
         "git_sha": git_sha(),
         "waivers": waivers,

@@ -12,30 +12,25 @@ task's files into the next (a v3.0 file holds whole episodes); where one does, t
 the caller runs the single pass.
 
 The partial is one `.npz` (arrays, and the JSON-able rest as one string; read with allow_pickle=False),
-written atomically under the run folder's part directory.
+written atomically under the run folder's part directory and followed by a done marker; what the main
+job accepts of it (this launch, these inputs, these bytes, files unchanged) is
+`pipeline.readers.shard_partial`'s.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import math
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.errors import InputError
 from pipeline.readers import health_merge
 from pipeline.readers.scan import Scan
+from pipeline.readers.shard_partial import pack, write
 from pipeline.readers.sketch_kernel import CELLS
 from pipeline.readers.stats import FeatureStats
-from pipeline.storage import atomic_write_bytes
-
-PARTIAL = "scan_partial.npz"
-SEP = "::"  # joins nested keys in the npz (feature names hold dots and slashes)
 
 
 def task_count(total_rows: int, files: int, shard_rows: int) -> int:
@@ -74,57 +69,23 @@ def _feature_arrays(fs: FeatureStats) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
-def pack(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
-    """Arrays into `arrays` under their key path; returns the JSON-able rest with the paths marked."""
-    if isinstance(obj, np.ndarray):
-        arrays[prefix] = obj
-        return {"__array__": prefix}
-    if isinstance(obj, Mapping):
-        return {str(k): pack(v, f"{prefix}{SEP}{k}", arrays) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [pack(v, f"{prefix}{SEP}{i}", arrays) for i, v in enumerate(obj)]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
-
-
-def unpack(obj: Any, arrays: Mapping[str, np.ndarray]) -> Any:
-    if isinstance(obj, dict):
-        if set(obj) == {"__array__"}:
-            return arrays[obj["__array__"]]
-        return {k: unpack(v, arrays) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [unpack(v, arrays) for v in obj]
-    return obj
-
-
-def write_partial(scan: Scan, files: Sequence[str], path: Path) -> Path:
-    """One task's facts after `scan.reduce` over its files, atomically, for the main job to merge."""
+def write_partial(
+    scan: Scan, files: Sequence[str], seen: Mapping[str, list[int]], path: Path, stamp: Mapping[str, Any]
+) -> Path:
+    """One task's facts after `scan.reduce` over its files (`seen`: each file's size and mtime before it
+    was read), then its done marker, for the main job to merge (`pipeline.readers.shard_partial`)."""
     arrays: dict[str, np.ndarray] = {}
     dyn = scan.dynamics()
     meta = {
         "files": list(files),
+        "identity": dict(seen),
         "rows": scan.rows,
         "episodes": pack(np.array(sorted(scan.episodes), np.int64), "episodes", arrays),
         "dynamics": pack(dyn, "dynamics", arrays),
         "stats": pack({k: _feature_arrays(fs) for k, fs in scan.sketches.items()}, "stats", arrays),
         "health": pack(health_merge.partial(scan.health), "health", arrays) if scan.health else None,
     }
-    arrays["meta.json"] = np.array(json.dumps(meta))
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return atomic_write_bytes(path, buffer.getvalue())
-
-
-def read_partial(path: Path) -> dict[str, Any]:
-    """A task's partial, nothing unpickled; a missing or unreadable file is an InputError naming it."""
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        meta = json.loads(str(arrays.pop("meta.json")))
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: no readable array task partial ({exc})", path=path, field=PARTIAL) from exc
-    return unpack(meta, arrays)
+    return write(meta, arrays, path, stamp)
 
 
 # --------------------------------------------------------------------------------------- merge

@@ -21,7 +21,9 @@ from pipeline.readers import stats as stats_module
 from pipeline.readers.base import DatasetContract
 from pipeline.readers.lerobot_dataset import prepare
 from pipeline.readers.scan import scan_for
-from pipeline.readers.scan_shards import PARTIAL, merge, read_partial, split, task_count
+from pipeline.readers.scan_shards import merge, split, task_count
+from pipeline.readers.shard_partial import PARTIAL
+from pipeline.readers.shard_partial import read as read_partial
 from pipeline.record.records import Check
 from pipeline.stages import StageContext
 from pipeline.stages.contract import scan_options, shards

@@ -116,3 +116,13 @@ def run(model: Path, training: Path, dataset: Path, options: dict | None = None)
 
 def hard(checks: list[Check]) -> dict[str, Check]:
     return {c.id: c for c in checks if c.blocking}
+
+
+def null_action(path: Path, row: int) -> None:
+    """Row `row` of a data file's `action` column set to null (a partial re-upload that lost a value)."""
+    table = pq.read_table(path)
+    action = table.column("action").to_pylist()
+    action[row] = None
+    field = table.schema.field("action")
+    column = pa.array(action, field.type)
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), field, column), path)

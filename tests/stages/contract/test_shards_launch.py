@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import pytest
 
 from benchmarks.make_large_dataset import Shape, make
 from pipeline.record.records import StageResult
-from tests.conftest import launch, other_stages, run_dir_of
+from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.stages.contract.helpers import null_action
 
 SHAPE = Shape(episodes=40, length=30, state_dim=4, action_dim=3, cameras=0, episodes_per_file=7)
 SHARDED = "stages.contract.shard_rows=300"
@@ -124,6 +126,39 @@ def test_local_executor_array_equals_one_pass(
     assert parts == [f"task-{i:04d}" for i in range(4)]
     assert [(s["verdict"], s["actual"]) for s in found["shards"]] == [("match", 4)]
     assert differences(rows, unsharded) == []
+
+
+def test_a_relaunch_after_a_data_file_changed_never_merges_the_first_launch_partial(
+    tmp_path: Path, inputs: tuple[str, ...]
+) -> None:
+    """The relaunch of the same run id after a data file changed: the task whose file it is stops on it
+    (a null action), and the main job must not merge that task's partial of the first launch: the gate
+    blocks as a one-pass run on the same data does, its row naming the file and the task."""
+    data = tmp_path / "ds"
+    shutil.copytree(inputs[0].split("=", 1)[1], data)
+    own = (
+        "launcher=local",
+        "launcher.poll_s=0.2",
+        SHARDED,
+        "run_id=again",
+        f"dataset.path={data}",
+        *inputs[1:],
+    )
+    first = launch(tmp_path, *own, timeout=600)
+    _, found = contract_rows(tmp_path, first)
+    assert [(s["verdict"], s["actual"]) for s in found["shards"]] == [("match", 4)]
+    changed = sorted((data / "data").rglob("*.parquet"))[3]  # task 2 reads it and the next
+    null_action(changed, 5)
+    second = launch(tmp_path, *own, timeout=600)
+    assert second.returncode == 3, second.stdout + second.stderr
+    run_dir = found["run_dir"]
+    task = run_dir / "parts/contract/task-0002"
+    assert (task / "input_error.json").is_file() and not (task / "scan_partial.npz").exists()
+    assert gate_of(run_dir)["gate"] == "blocked"
+    result = json.loads((run_dir / "stages" / "contract.json").read_text())
+    [row] = [c for c in result["checks"] if c["verdict"] == "error"]
+    assert f"{changed}: column 'action' has 1 null rows" in row["message"]
+    assert "task-0002 stopped on a bad input" in row["message"], row["message"]
 
 
 @pytest.mark.slurm
