@@ -55,6 +55,21 @@ def test_a_lerobot_train_line_alone_names_a_b_and_c_and_clears(tmp_path, hf_home
     assert "train_config.json" in sources
 
 
+REAL_ACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "real" / "lerobot-0.4.4" / "act_trained"
+
+
+@pytest.mark.skipif(not REAL_ACT.is_dir(), reason=f"needs the real lerobot 0.4.4 pack at {REAL_ACT}")
+def test_the_real_clients_act_by_hub_id_gives_no_false_hard_row(tmp_path, hf_home):
+    """act_trained: a state-only ACT that lerobot-train 0.4.4 trained on the demo dataset."""
+    hub_snapshot(hf_home["hub"], "acme/act_trained", REAL_ACT / "pretrained_model")
+    command = ["lerobot-train", "--policy.path=acme/act_trained", f"--dataset.repo_id={DATA_ID}"]
+    proc = launch(tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
+    stage = next(s for s in gate_of(run_dir_of(tmp_path, proc))["stages"] if s["stage"] == "contract")
+    bad = ("mismatch", "error")
+    hard = [c["id"] for c in stage["checks"] if c["verdict"] in bad and c["severity"] == "hard"]
+    assert proc.returncode == 0 and not hard, (hard, proc.stdout[-2000:])
+
+
 def test_a_hub_id_not_in_the_cache_is_one_line_and_nothing_submitted(tmp_path, hf_home):
     command = ["lerobot-train", "--policy.path=acme/never_fetched", f"--dataset.repo_id={DATA_ID}"]
     proc = launch(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
