@@ -159,7 +159,7 @@ def camera_rows(cfg: FramesConfig, reader: FrameReader, key: str, states: States
         return [_unverifiable(key, why, base)]
     fps = float(reader.data.info.get("fps") or 0)
     lag_row, lag = _lag_row(cfg, key, windows, fps, base)
-    shift = shift_row(cfg, key, windows, states, base)
+    shift = shift_row(cfg, reader, key, states, (sampled_episodes(reader, cfg.align_episodes), base))
     if shift is not None and shift.verdict == "mismatch":  # the lag and per-episode fits used wrong pairs
         return [_lag_of_shifted(lag_row, shift), shift]
     rows = [lag_row] if lag is None else [lag_row, _neighbour_row(cfg, key, windows, states, lag, base)]

@@ -199,9 +199,9 @@ class FramesConfig:
     lag_bootstrap: int = 200  # bootstrap draws over the sampled episodes
     lag_min_episodes: int = 3  # fewer measured episodes: a bootstrap over them says nothing, the lag is soft
     neighbour_margin: float = 0.2  # a neighbour's state fits an episode's frames this much better
-    # a whole camera shifted by episodes: offsets +-1..+-this tested, pooled over the sampled episodes
-    # (the state rows of the sampled episodes and of this many neighbours each side are read); 0: off
-    max_episode_shift: int = 2
+    # a whole camera shifted by episodes: offsets +-1..+-this tested, pooled over the sampled episodes;
+    # each offset decodes one more window per sampled episode and reads that neighbour's state; 0: off
+    max_episode_shift: int = 1
     still_level: float = 0.5  # image motion (grey levels 0-255) below this in every window: still camera
     jump_ratio: float = 2.0  # a reset jump: the largest change around a v3.0 boundary, this x the next
 
