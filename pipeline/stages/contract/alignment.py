@@ -5,8 +5,10 @@ A camera recorded late (USB capture latency, an asynchronous recorder) or an epi
 points at the next episode's frames (a v3.0 `from_timestamp` off by one episode after a merge) passes
 every structural check: counts, fps and shapes agree. Only the pictures tell: their motion
 (`pipeline.stages.contract.motion`) follows the state's speed at some lag, pooled over sampled
-episodes, with a bootstrap over episodes for how sure the peak is. Every threshold is a field of
-`frames` in the contract config and is printed in its row, with the episodes and frames used.
+episodes, with a bootstrap over episodes for how sure the peak is. A camera whose every episode holds
+another episode's frames is named by `episode_shift.py`, and its lag row then points there. Every
+threshold is a field of `frames` in the contract config and is printed in its row, with the episodes and
+frames used.
 """
 
 from __future__ import annotations
