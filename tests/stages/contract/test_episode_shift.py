@@ -86,3 +86,13 @@ def test_one_episode_holding_its_neighbours_frames_is_no_whole_camera_shift(tmp_
     found = by_id(alignment_rows(sources(tmp_path)))
     assert found[f"frames.episode_frames:{FRONT}"].verdict == "mismatch"
     assert found[f"frames.episode_shift:{FRONT}"].verdict == "match"
+
+
+def test_a_negative_max_episode_shift_is_refused_naming_its_key() -> None:
+    from pipeline.errors import ConfigError
+    from pipeline.stages.config import typed
+    from pipeline.stages.contract.config import ContractConfig
+
+    with pytest.raises(ConfigError) as info:
+        typed(ContractConfig, {"frames": {"max_episode_shift": -1}}, "stages.contract")
+    assert info.value.key == "stages.contract.frames.max_episode_shift" and "got -1" in str(info.value)
