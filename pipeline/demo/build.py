@@ -37,7 +37,8 @@ def plant_faults(
     episodes: list[dict[str, np.ndarray]], faults: Mapping[str, Any]
 ) -> list[dict[str, np.ndarray]]:
     """The data-side faults: swap state columns, record action columns in degrees instead of radians, an
-    episode whose timestamps run backwards, an episode recorded twice."""
+    episode whose timestamps run backwards, camera faults, a camera shifted by whole episodes, an episode
+    recorded twice."""
     out = copy.deepcopy(episodes)
     swap = faults.get("swap_state_dims")
     degrees = faults.get("degrees_action_dims") or []
@@ -54,6 +55,7 @@ def plant_faults(
         steps[len(steps) // 2 :] -= len(steps) // 4
         episode["timestamp"] = (steps / FPS).astype(np.float32)
     _camera_faults(out, faults)
+    _episode_shift(out, dict(faults.get("episode_shift_camera") or {}))
     if faults.get("duplicate_episode") is not None:  # a merge that took one episode twice
         twice = int(faults["duplicate_episode"])
         out.append(copy.deepcopy(out[twice if twice <= last else max(last - 1, 0)]))
@@ -76,6 +78,20 @@ def _camera_faults(episodes: list[dict[str, np.ndarray]], faults: Mapping[str, A
             if key in episode:
                 late = np.clip(np.arange(len(episode[key])) - int(k), 0, None)
                 episode[key] = np.ascontiguousarray(episode[key][late])
+
+
+def _episode_shift(episodes: list[dict[str, np.ndarray]], shifts: Mapping[str, int]) -> None:
+    """A camera shifted by whole episodes: episode e's frames under the key are episode e+k's (a v3.0
+    `from_timestamp` off by k episodes for the whole file, v2.x files renumbered), counted round the end;
+    each episode keeps its own frame count (the other's cut, or its last frame repeated)."""
+    n = len(episodes)
+    for key, k in shifts.items():
+        if not n or not all(key in e for e in episodes):
+            continue
+        source = [episodes[(e + int(k)) % n][key] for e in range(n)]
+        for episode, frames in zip(episodes, source, strict=True):
+            pick = np.clip(np.arange(len(episode[key])), 0, len(frames) - 1)
+            episode[key] = np.ascontiguousarray(frames[pick])
 
 
 def build(demo_cfg: Any, out_dir: str | Path) -> dict[str, str]:

@@ -132,6 +132,17 @@ def test_plant_faults_runs_one_clock_back_and_records_one_episode_twice() -> Non
     )
 
 
+def test_plant_faults_shifts_one_camera_by_whole_episodes() -> None:
+    """Episode e's frames under the key become episode e+1's (round the end), each keeping its length."""
+    episodes = [
+        {"cam": 10 * k + np.arange(n)[:, None], "state": np.full((n, 1), k)} for k, n in enumerate((3, 4, 2))
+    ]
+    out = plant_faults(episodes, {"episode_shift_camera": {"cam": 1}})
+    assert [e["cam"][:, 0].tolist() for e in out] == [[10, 11, 12], [20, 21, 21, 21], [0, 1]]
+    assert [e["state"][:, 0].tolist() for e in out] == [e["state"][:, 0].tolist() for e in episodes]
+    assert episodes[0]["cam"][:, 0].tolist() == [0, 1, 2]  # the input is left as it was
+
+
 def test_ensure_builds_once_and_rebuilds_on_change(tmp_path: Path) -> None:
     # settings of its own (SMALL is the module's, built once): one short episode and no cameras
     tiny = {**SMALL, "episodes": 1, "steps": 20, "cameras": {"size": 0}}

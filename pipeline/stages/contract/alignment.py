@@ -5,13 +5,15 @@ A camera recorded late (USB capture latency, an asynchronous recorder) or an epi
 points at the next episode's frames (a v3.0 `from_timestamp` off by one episode after a merge) passes
 every structural check: counts, fps and shapes agree. Only the pictures tell: their motion
 (`pipeline.stages.contract.motion`) follows the state's speed at some lag, pooled over sampled
-episodes, with a bootstrap over episodes for how sure the peak is. Every threshold is a field of
-`frames` in the contract config and is printed in its row, with the episodes and frames used.
+episodes, with a bootstrap over episodes for how sure the peak is. A camera whose every episode holds
+another episode's frames is named by `episode_shift.py`, and its lag row then points there. Every
+threshold is a field of `frames` in the contract config and is printed in its row, with the episodes and
+frames used.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,7 @@ from pipeline.readers.moments import Moments, accumulate, mean_std
 from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.boundaries import boundary_rows
 from pipeline.stages.contract.config import FramesConfig
+from pipeline.stages.contract.episode_shift import shift_row
 from pipeline.stages.contract.frames import frames_here, informational
 from pipeline.stages.contract.motion import (
     Window,
@@ -71,7 +74,7 @@ def _camera_alignment(src: Sources, reader: FrameReader, cams: list[str]) -> lis
         return [ROWS("frames.lag", "|".join(cams), "unverifiable", why, severity="soft")]
     episodes = sampled_episodes(reader, src.cfg.frames.align_episodes)
     try:
-        states = _states(reader, keys, episodes)
+        states = _states(reader, keys, episodes, max(1, src.cfg.frames.max_episode_shift))
     except InputError as exc:
         return [ROWS("frames.lag", "|".join(cams), "error", str(exc), evidence={"state": list(keys)})]
     out: list[Check] = []
@@ -81,17 +84,18 @@ def _camera_alignment(src: Sources, reader: FrameReader, cams: list[str]) -> lis
     return out
 
 
-def _states(reader: FrameReader, keys: tuple[str, ...], episodes: list[int]) -> States:
-    """The sampled episodes' state rows and their neighbours' (the episode-frames row), each read from
-    its own data file (`EpisodeRows`), and each dim's spread over every row, streamed: the whole
-    dataset's state is never held (it grew ~110 B a row, issue 35)."""
+def _states(reader: FrameReader, keys: tuple[str, ...], episodes: list[int], reach: int = 1) -> States:
+    """The sampled episodes' state rows and their neighbours' up to `reach` episodes away (the
+    episode-frames and episode-shift rows), each read from its own data file (`EpisodeRows`), and each
+    dim's spread over every row, streamed: the whole dataset's state is never held (it grew ~110 B a
+    row, issue 35)."""
     data = reader.data
     acc: dict[str, Moments | None] = {k: None for k in keys}
     for block in data.blocks({k: data.feature_dim(k) for k in keys}):
         for key in keys:
             acc[key] = accumulate(acc[key], block[key])
     scale = np.concatenate([mean_std(m)[1] if m is not None else np.zeros(0) for m in acc.values()])
-    wanted = sorted({e + d for e in episodes for d in (-1, 0, 1) if e + d >= 0})
+    wanted = sorted({e + d for e in episodes for d in range(-reach, reach + 1) if e + d >= 0})
     episode, state = [], []
     for e, table in reader.rows.tables(wanted, list(keys)).items():
         if table.num_rows:
@@ -157,14 +161,28 @@ def camera_rows(cfg: FramesConfig, reader: FrameReader, key: str, states: States
         return [_unverifiable(key, why, base)]
     fps = float(reader.data.info.get("fps") or 0)
     lag_row, lag = _lag_row(cfg, key, windows, fps, base)
-    if lag is None:
-        return [lag_row]
-    return [lag_row, _neighbour_row(cfg, key, windows, states, lag, base)]
+    shift = shift_row(cfg, reader, key, states, (sampled_episodes(reader, cfg.align_episodes), base))
+    if shift is not None and shift.verdict == "mismatch":  # the lag and per-episode fits used wrong pairs
+        return [_lag_of_shifted(lag_row, shift), shift]
+    rows = [lag_row] if lag is None else [lag_row, _neighbour_row(cfg, key, windows, states, lag, base)]
+    return rows + ([shift] if shift is not None else [])
+
+
+def _lag_of_shifted(lag_row: Check, shift: Check) -> Check:
+    """The lag row of a camera whose frames are another episode's: its fit against the episodes' own
+    state says nothing about timing, so it is soft `unverifiable` and points at the cause."""
+    d = shift.actual
+    text = (
+        f"{lag_row.feature}: lag not measurable against the episodes' own state: the frames are episode "
+        f"e{d:+d}'s ({shift.id.removeprefix(NAME + '.')}); against their own state: "
+        f"{lag_row.message.split(': ', 1)[-1]}"
+    )
+    return replace(lag_row, verdict="unverifiable", severity="soft", message=text, actual=None)
 
 
 def _limits(cfg: FramesConfig) -> dict[str, Any]:
     names = ("max_lag", "align_episodes", "align_frames", "lag_min_corr", "lag_margin", "lag_confidence")
-    names += ("lag_min_episodes", "lag_bootstrap")
+    names += ("lag_min_episodes", "lag_bootstrap", "max_episode_shift")
     return {"thresholds": {n: getattr(cfg, n) for n in (*names, "neighbour_margin", "still_level")}}
 
 

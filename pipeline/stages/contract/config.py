@@ -199,6 +199,9 @@ class FramesConfig:
     lag_bootstrap: int = 200  # bootstrap draws over the sampled episodes
     lag_min_episodes: int = 3  # fewer measured episodes: a bootstrap over them says nothing, the lag is soft
     neighbour_margin: float = 0.2  # a neighbour's state fits an episode's frames this much better
+    # a whole camera shifted by episodes: offsets +-1..+-this tested, pooled over the sampled episodes;
+    # each offset decodes one more window per sampled episode and reads that neighbour's state; 0: off
+    max_episode_shift: int = 1
     still_level: float = 0.5  # image motion (grey levels 0-255) below this in every window: still camera
     jump_ratio: float = 2.0  # a reset jump: the largest change around a v3.0 boundary, this x the next
 
@@ -208,6 +211,9 @@ class FramesConfig:
         require(self.span_files >= 1, f"{key}.span_files", "a file count >= 1", self.span_files)
         require(self.jump_ratio > 1, f"{key}.jump_ratio", "a ratio > 1", self.jump_ratio)
         require(self.max_lag >= 1, f"{key}.max_lag", "a lag >= 1 frame", self.max_lag)
+        require(
+            self.max_episode_shift >= 0, f"{key}.max_episode_shift", "an offset >= 0", self.max_episode_shift
+        )
         for name in ("align_episodes", "lag_bootstrap", "lag_min_episodes"):
             require(getattr(self, name) >= 1, f"{key}.{name}", "a count >= 1", getattr(self, name))
         need = 2 * self.max_lag + 2

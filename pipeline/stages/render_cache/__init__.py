@@ -6,8 +6,9 @@ trajectory ids row for row, proprio recomputed, the release's observation reprod
 re-render agreement on a seeded sample under a calibrated tolerance (tolerance.py; the renderer string of
 the check and of the cache named), with the pairing convention the cache claims tested and a mismatch
 explained as a shifted row, the other pairing, or diagnosed (diagnose.py: BGR, lighting, camera, size,
-row/episode, noise), goal frames == renders of the terminal states, higher-resolution caches (their order
-also from content, content.py), and the raw-release vs eval-renderer gap. `rendered_on: gpu` asks a GPU.
+row/episode, noise), goal frames == renders of the terminal states (every row, the same tolerance),
+higher-resolution caches (their order also from content, content.py), and the raw-release vs eval-renderer
+gap. `rendered_on: gpu` asks a GPU.
 
 Sharding: with `shards: N > 1` the plan submits budgets x N tasks as one job array; each task checks one
 episode range of one budget and writes `parts/render_cache/task-XXXX/partial.json`; this stage's main

@@ -36,6 +36,7 @@ class Faults:
     still: str | None = None
     span_shift: dict[int, int] = field(default_factory=dict)  # v3.0: episode -> from/to moved (frames)
     unrelated: str | None = None  # a camera whose picture flickers with no relation to the robot
+    shift_all: int = 0  # every episode holds episode e+shift_all's frames (counted round the end)
 
 
 def trajectory(n: int, seed: int) -> np.ndarray:
@@ -101,6 +102,9 @@ def write(
     if faults.neighbour is not None and version == "v2.1":  # the episode's file is its neighbour's
         for key in frames:
             frames[key][faults.neighbour] = frames[key][faults.neighbour + 1]
+    if faults.shift_all and version == "v2.1":  # the files renumbered: each episode's is another's
+        for key in frames:
+            frames[key] = [frames[key][(e + faults.shift_all) % episodes] for e in range(episodes)]
     _rows(root, state)
     _videos(root, version, codec, frames, faults, n)
     return frames
@@ -141,6 +145,8 @@ def _videos(root: Path, version: str, codec: str, frames: dict, faults: Faults, 
         span = np.arange(episodes)
         if faults.neighbour is not None:  # from/to_timestamp off by one episode for this one
             span[faults.neighbour] += 1
+        if faults.shift_all:  # ... or for every episode
+            span = (span + faults.shift_all) % episodes
         moved = np.array([faults.span_shift.get(e, 0) for e in range(episodes)]) / FPS
         for key, per in frames.items():
             path = root / template.format(video_key=key, chunk_index=0, file_index=0)
