@@ -22,7 +22,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader
-from pipeline.records import Check, Rows
+from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.config import FramesConfig
 from pipeline.stages.contract.motion import Moments, Window, busiest, image_motion
 from pipeline.stages.contract.rows import NAME

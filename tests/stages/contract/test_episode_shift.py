@@ -17,7 +17,7 @@ from pipeline.demo.cameras import FRONT, WRIST, render_episodes
 from pipeline.demo.dataset import generate_episodes, write_dataset
 from pipeline.readers import read_dataset
 from pipeline.readers.base import Contract
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.contract.alignment import alignment_rows
 from pipeline.stages.contract.rows import Sources
 from tests.stages.contract.alignment_data import Faults, by_id, sources, write

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.records import Check
+from pipeline.record.records import Check
 from pipeline.stages.render_cache import budget, rows
 from pipeline.stages.render_cache.partial import Renderers, episode_range
 from pipeline.stages.render_cache.tolerance import compare
