@@ -48,12 +48,13 @@ def spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
     fps = float(data.info.get("fps") or 0)
     if eps is None or eps.length is None or not fps:
         return {"problems": [], "checked": 0, "why": "meta/episodes records no lengths (or info.json no fps)"}
-    off, missing, files = [], [], {}
+    off, missing, invalid, files = [], [], [], {}
     for ep, length in zip(eps.index.tolist(), eps.length.tolist(), strict=True):
         try:
             path, start, end = data.video_location(key, int(ep))
-        except InputError:
-            missing.append(int(ep))
+        except InputError as exc:  # a value LeRobot never writes is named as such, not as a lost video
+            bad_value = bool(exc.field) and (exc.field == "video_path" or exc.field.startswith("videos/"))
+            (invalid if bad_value else missing).append(str(exc) if bad_value else int(ep))
             continue
         if end is not None and round((end - start) * fps) != int(length):
             off.append([int(ep), round((end - start) * fps), int(length)])
@@ -67,13 +68,21 @@ def spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
         elif have and have + 0.5 < files[path]:
             short.append([str(path), have, round(files[path])])
     return {
-        "problems": _problems(missing, off, short),
+        "problems": _invalid(invalid) + _problems(missing, off, short),
         "checked": len(eps.index),
         "files_probed": len(read),
         "files": len(files),
         "capped": len(read) < len(files),
         "span_files": max_files,
     }
+
+
+def _invalid(invalid: list[str]) -> list[str]:
+    """Episodes whose video location in the metadata is no location (a NaN or null number, a NaN or
+    negative timestamp, a template of unknown fields): how many, and the first one's whole error."""
+    if not invalid:
+        return []
+    return [f"{len(invalid)} episode(s) with a video location LeRobot never writes, the first: {invalid[0]}"]
 
 
 def _problems(missing: list[Any], off: list[list[int]], short: list[list[Any]]) -> list[str]:
