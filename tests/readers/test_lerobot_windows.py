@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,52 @@ def test_equal_to_what_lerobot_computes_for_every_pack_folder(real_data: Path) -
             if (value := getattr(theirs, f"{kind}_delta_indices")) is not None
         }
         assert delta_indices(config) == want, name
+
+
+def _planted(real_data: Path, tmp_path: Path, name: str, **fields: object) -> Path:
+    """A copy of a pack folder whose config.json has `fields` set (the rest as LeRobot wrote it)."""
+    folder = tmp_path / name
+    shutil.copytree(real_data / PACK / name / "pretrained_model", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | fields))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "frames", "said"),
+    [
+        ("act", {"chunk_size": 10**12}, 10**12, "action [0..999999999999] (1000000000000 frames)"),
+        ("diffusion", {"n_obs_steps": 10**9, "horizon": 16}, 10**9, "observation [-999999999..0]"),
+        ("vqbet", {"n_obs_steps": 3 * 10**18}, 3 * 10**18 + 6, "observation [-2999999999999999999..0]"),
+    ],
+)
+def test_a_huge_window_is_computed_not_listed(
+    real_data: Path, tmp_path: Path, name: str, fields: dict, frames: int, said: str
+) -> None:
+    """A window of 10**12 frames was a MemoryError building its index list; it is arithmetic now: the
+    episodes are all too short for it, and the row can say so."""
+    from pipeline.stages.contract.health.episodes import sample_window
+    from tests.malformed.triple import deadline
+
+    with deadline():
+        contract = read_model(_planted(real_data, tmp_path, name, **fields))
+        need, rule = sample_window(contract.hints)
+    assert need == frames and said in rule, (need, rule)
+    json.dumps(contract.hints["delta_indices"])  # the row's evidence stays JSON, and small
+    assert len(json.dumps(contract.hints["delta_indices"])) < 1000
+
+
+def test_sarm_windows_are_ranges_huge_or_small() -> None:
+    """SARM reads frames around the sampled one plus rewind steps: a huge count is its ends, a small one
+    LeRobot 0.4.4's list exactly."""
+    from tests.malformed.triple import deadline
+
+    with deadline():
+        huge = delta_indices(
+            {"type": "sarm", "n_obs_steps": 10**12, "frame_gap": 2, "max_rewind_steps": 10**12}
+        )
+    assert huge is not None and span(huge) == 10**12 + 2 * 10**12 + 1  # from -2e12 (rewind) to +1e12
+    c = {"type": "sarm", "n_obs_steps": 5, "frame_gap": 3, "max_rewind_steps": 4}
+    around = [-6, -3, 0, 3, 6]
+    assert delta_indices(c) == {"observation": around + [-3 * (i + 1) for i in range(4)]}
+    assert span(delta_indices(c)) == 6 - (-12) + 1
