@@ -11,6 +11,7 @@ and the row says how many were read of how many, never silently fewer.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,20 +46,22 @@ def spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
     what is wrong; `capped` says the headers read were fewer than the files."""
     data = reader.data
     eps = data.episodes()
-    fps = float(data.info.get("fps") or 0)
-    if eps is None or eps.length is None or not fps:
+    fps = data.info.get("fps")
+    usable = isinstance(fps, int | float) and not isinstance(fps, bool) and math.isfinite(fps) and fps > 0
+    if eps is None or eps.length is None or not usable:
         return {"problems": [], "checked": 0, "why": "meta/episodes records no lengths (or info.json no fps)"}
     off, missing, invalid, files = [], [], [], {}
     for ep, length in zip(eps.index.tolist(), eps.length.tolist(), strict=True):
         try:
-            path, start, end = data.video_location(key, int(ep))
+            path, held, last = _span(data, key, int(ep), int(length), float(fps))
         except InputError as exc:  # a value LeRobot never writes is named as such, not as a lost video
             bad_value = bool(exc.field) and (exc.field == "video_path" or exc.field.startswith("videos/"))
             (invalid if bad_value else missing).append(str(exc) if bad_value else int(ep))
             continue
-        if end is not None and round((end - start) * fps) != int(length):
-            off.append([int(ep), round((end - start) * fps), int(length)])
-        last = (start if end is None else end) * fps + (length if end is None else 0)
+        if held is not None and held != int(length):
+            off.append(
+                [int(ep), held if held < 10**15 else float(held), int(length)]
+            )  # 1e300: not 300 digits
         files[path] = max(files.get(path, 0.0), last)
     read = list(files)[:max_files]
     short = []
@@ -75,6 +78,23 @@ def spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
         "capped": len(read) < len(files),
         "span_files": max_files,
     }
+
+
+def _span(data: Any, key: str, ep: int, length: int, fps: float) -> tuple[Path, int | None, float]:
+    """An episode's video file, the frames its span holds (None: the whole file, v2.x) and the frame its
+    file must reach; a span too long for any video (its frame count overflows) is an InputError."""
+    path, start, end = data.video_location(key, ep)
+    last = (start if end is None else end) * fps + (length if end is None else 0)
+    if not math.isfinite(last):
+        where = data.root / "meta/episodes"
+        field = f"videos/{key}/to_timestamp"
+        raise InputError(
+            f"{where}: episode {ep}: field '{field}' is {end!r}, {last:g} frames at {fps:g} fps; expected "
+            "seconds inside the episode's video file",
+            path=where,
+            field=field,
+        )
+    return path, None if end is None else round((end - start) * fps), last
 
 
 def _invalid(invalid: list[str]) -> list[str]:
