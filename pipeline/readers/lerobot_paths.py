@@ -94,3 +94,10 @@ def span(start: Any, end: Any, path: Path, prefix: str, episode: Any) -> tuple[f
             field=prefix + "to_timestamp",
         )
     return float(start), float(end)
+
+
+def unwritten(exc: InputError) -> bool:
+    """Whether a `video_location` error is a value LeRobot never writes (a location or span refused
+    here, a `video_path` of unknown fields) rather than an episode or file that is not there: rows name
+    the first as such, not as a missing video."""
+    return bool(exc.field) and (exc.field == "video_path" or str(exc.field).startswith("videos/"))

@@ -254,3 +254,21 @@ def test_the_contract_records_an_error_row_naming_it(column: str, written: Path,
     assert "meta/episodes" in row.message and f"videos/{KEY}/{column}" in row.message, row.message
     assert "episode 0" in row.message and "nan" in row.message, row.message
     assert "contract.frames.cameras" in rows
+
+
+@pytest.mark.parametrize(
+    ("column", "value"), [(V + "chunk_index", float("nan")), (V + "from_timestamp", float("nan"))]
+)
+def test_the_health_videos_row_names_the_location_not_a_missing_video(
+    column: str, value: float, real_data: Path, tmp_path: Path
+) -> None:
+    """The health pass locates every camera's video for every episode: a NaN there was `int(NaN)` (a
+    stage crash); now the videos row names the field, the episode and the value."""
+    from tests.stages.contract.test_health import health
+
+    root = real_copy(real_data, tmp_path)
+    plant(root, column, 1, value)
+    with deadline():
+        row = health(root, tmp_path / "h", cameras=(CAM,))["contract.health.videos"]
+    assert row.verdict == "mismatch" and row.severity == "hard", row
+    assert "LeRobot never writes" in row.message and column in row.message and "episode 1" in row.message

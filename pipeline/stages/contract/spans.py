@@ -20,6 +20,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader, probe
+from pipeline.readers.lerobot_paths import unwritten
 
 HEADER_THREADS = 8  # files opened at once: the header read waits on the filesystem more than the CPU
 
@@ -55,8 +56,7 @@ def spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
         try:
             path, held, last = _span(data, key, int(ep), int(length), float(fps))
         except InputError as exc:  # a value LeRobot never writes is named as such, not as a lost video
-            bad_value = bool(exc.field) and (exc.field == "video_path" or exc.field.startswith("videos/"))
-            (invalid if bad_value else missing).append(str(exc) if bad_value else int(ep))
+            (invalid if unwritten(exc) else missing).append(str(exc) if unwritten(exc) else int(ep))
             continue
         if held is not None and held != int(length):
             off.append(

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from pipeline.errors import InputError
 from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.readers.lerobot_paths import unwritten
 from pipeline.readers.scan import INDEX_COLUMNS
 from pipeline.records import Check
 from pipeline.stages.contract.health.common import ROWS, listed
@@ -166,14 +167,21 @@ def _videos(src: Any, data: LeRobotData, episodes: list[int]) -> list[Check]:
     if not keys or not episodes:
         return []
     missing: dict[str, list[int]] = {}
+    bad: list[str] = []  # locations LeRobot never writes (NaN chunk, a template of unknown fields): named
     for key in keys:
         for episode in episodes:
             try:
                 path, _, _ = data.video_location(key, episode)
-            except InputError:
+            except InputError as exc:
+                if unwritten(exc):
+                    bad.append(str(exc))
+                    continue
                 path = None
             if path is None or not Path(path).is_file():
                 missing.setdefault(key, []).append(episode)
+    if bad:
+        message = f"{len(bad)} camera video location(s) LeRobot never writes, the first: {bad[0]}"
+        return [ROWS("health.videos", "videos", "mismatch", message, evidence={"invalid": bad[:20]})]
     total, count = len(keys) * len(episodes), sum(len(v) for v in missing.values())
     read = [k for k in missing if src.reads_camera(k)]
     evidence = {
