@@ -272,3 +272,29 @@ def test_the_health_videos_row_names_the_location_not_a_missing_video(
         row = health(root, tmp_path / "h", cameras=(CAM,))["contract.health.videos"]
     assert row.verdict == "mismatch" and row.severity == "hard", row
     assert "LeRobot never writes" in row.message and column in row.message and "episode 1" in row.message
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "words"),
+    [
+        (lambda r: plant(r, "data/chunk_index", 3, float("nan")), "data/chunk_index", ("episode 3", "nan")),
+        (lambda r: plant(r, "data/file_index", 0, None), "data/file_index", ("episode 0", "None")),
+        (lambda r: edit_info(r, data_path="data/{camera_name}.parquet"), "data_path", ("{camera_name}",)),
+    ],
+)
+def test_a_data_location_lerobot_never_writes_is_a_health_row(
+    edit: Callable[[Path], None], field: str, words: tuple[str, ...], real_data: Path, tmp_path: Path
+) -> None:
+    """The contract's scan reads every data file whatever meta/episodes says, so a state-only run never
+    looked the location up and said nothing, while LeRobot's loader stops on it: now a hard row."""
+    from tests.stages.contract.test_health import health
+
+    root = real_copy(real_data, tmp_path)
+    edit(root)
+    with deadline():
+        rows = health(root, tmp_path / "h")
+    row = rows["contract.health.meta.locations"]
+    assert row.verdict == "mismatch" and row.severity == "hard" and row.evidence["field"] == field, row
+    assert all(w in row.message for w in words), row.message
+    clean = health(real_copy(real_data, tmp_path / "clean"), tmp_path / "h2")
+    assert "contract.health.meta.locations" not in clean
