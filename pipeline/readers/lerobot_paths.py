@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 import string
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,13 @@ from pipeline.errors import InputError
 # type; the width at most 3 digits, so a spec cannot make a path of gigabytes
 SPEC = re.compile(r"(.?[<>=^])?[+\- ]?z?#?0?\d{0,3}[,_]?(\.\d{1,3})?[bcdeEfFgGnosxX%]?", re.DOTALL)
 PATH_CHARS = 4096  # PATH_MAX: a filled template longer than this names no file
+_SHOWN = reprlib.Repr()  # a value in a message: a template whole, a list of a million entries cut short
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict = 240, 240, 8, 8
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` for an error message, cut at a few hundred characters (a hostile file's value)."""
+    return _SHOWN.repr(value)
 
 
 def fill(template: Any, fields: Mapping[str, Any], path: Path, field: str) -> str:
@@ -33,8 +41,8 @@ def fill(template: Any, fields: Mapping[str, Any], path: Path, field: str) -> st
 
     def refuse(why: str) -> InputError:
         return InputError(
-            f"{path}: field '{field}' {template!r}: {why}; expected a path template using only {allowed} "
-            "(plain names, an optional format spec such as :03d)",
+            f"{path}: field '{field}' {shown(template)}: {why}; expected a path template using only "
+            f"{allowed} (plain names, an optional format spec such as :03d)",
             path=path,
             field=field,
         )
@@ -66,7 +74,7 @@ def location(value: Any, path: Path, field: str, episode: Any) -> int:
     number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not number or value < 0 or value != int(value):
         raise InputError(
-            f"{path}: episode {episode}: field '{field}' is {value!r}; expected a non-negative integer "
+            f"{path}: episode {episode}: field '{field}' is {shown(value)}; expected a non-negative integer "
             "(the chunk or file number LeRobot writes)",
             path=path,
             field=field,
@@ -81,8 +89,8 @@ def span(start: Any, end: Any, path: Path, prefix: str, episode: Any) -> tuple[f
         number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         if not number or value < 0:
             raise InputError(
-                f"{path}: episode {episode}: field '{prefix}{name}' is {value!r}; expected finite seconds "
-                ">= 0 (where the episode lies in its video file)",
+                f"{path}: episode {episode}: field '{prefix}{name}' is {shown(value)}; expected finite "
+                "seconds >= 0 (where the episode lies in its video file)",
                 path=path,
                 field=prefix + name,
             )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.readers.lerobot_paths import shown
 
 Pieces = tuple[range, ...] | None  # the indices, as runs of evenly spaced frames (lazy: never listed)
 Deltas = tuple[Pieces, Pieces, Pieces]  # observation, action, reward
@@ -114,7 +115,7 @@ def checked_config(config: Any, path: Path) -> dict[str, Any]:
     kind = config.get("type")
     if kind is not None and not isinstance(kind, str):
         raise InputError(
-            f"{path}: field 'type' is {kind!r}; expected a policy type name, a string such as 'act'",
+            f"{path}: field 'type' is {shown(kind)}; expected a policy type name, a string such as 'act'",
             path=path,
             field="type",
         )
@@ -123,7 +124,7 @@ def checked_config(config: Any, path: Path) -> dict[str, Any]:
         whole = isinstance(value, int) and not isinstance(value, bool)
         if value is not None and (not whole or value < least):
             raise InputError(
-                f"{path}: field '{name}' is {value!r}; expected an integer >= {least} (frames or steps "
+                f"{path}: field '{name}' is {shown(value)}; expected an integer >= {least} (frames or steps "
                 "of the training window)",
                 path=path,
                 field=name,

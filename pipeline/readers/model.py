@@ -38,6 +38,7 @@ from pipeline.readers.base import (
     typed_features,
 )
 from pipeline.readers.files import regular_file
+from pipeline.readers.lerobot_paths import shown
 from pipeline.readers.lerobot_windows import checked_config, delta_indices
 from pipeline.readers.model_formats import apply_mode_option, read_card, read_openpi, read_openvla
 
@@ -176,7 +177,7 @@ def _normalizing_step(
     ):
         if not isinstance(value, want):
             raise InputError(
-                f"{path}: field 'steps[{index}].{field}' is {value!r}; expected "
+                f"{path}: field 'steps[{index}].{field}' is {shown(value)}; expected "
                 + ("an object of the step's settings" if want is dict else "a file name in the checkpoint"),
                 path=path,
                 field=f"steps[{index}].{field}",

@@ -106,3 +106,16 @@ def test_a_huge_window_is_computed_not_listed(
     assert need == frames and said in rule, (need, rule)
     json.dumps(contract.hints["delta_indices"])  # the row's evidence stays JSON, and small
     assert len(json.dumps(contract.hints["delta_indices"])) < 1000
+
+
+def test_a_hostile_value_is_named_in_a_short_message(tmp_path: Path) -> None:
+    """A `type` of a million entries or a window field of a 5,000-digit string: one line naming the
+    field, its value cut to a few hundred characters (the message lands in a row and a console)."""
+    from pipeline.errors import InputError
+    from pipeline.readers.lerobot_windows import checked_config
+
+    for field, value in (("type", ["act"] * 10**6), ("chunk_size", "9" * 5000)):
+        with pytest.raises(InputError) as info:
+            checked_config({"type": "act", field: value}, tmp_path / "config.json")
+        assert info.value.field == field and len(str(info.value)) < 600, len(str(info.value))
+        assert "config.json" in str(info.value) and "\n" not in str(info.value)

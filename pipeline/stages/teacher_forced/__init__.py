@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 from pipeline.errors import ConfigError, InputError
 from pipeline.inputs import Input
 from pipeline.readers.files import parse_json, read_text
+from pipeline.readers.lerobot_paths import shown
 from pipeline.records import StageResult
 from pipeline.stages import Stage, StageContext, register, stage_config
 from pipeline.stages.config import Resources, StageConfig
@@ -174,7 +175,7 @@ def model_loader(path: str | Path) -> str | None:
     kind = data.get("type") if isinstance(data, dict) else None
     if kind is not None and not isinstance(kind, str):  # a list is unhashable: no set lookup on it
         raise InputError(
-            f"{config}: field 'type' is {kind!r}; expected a policy type name, a string such as 'act'",
+            f"{config}: field 'type' is {shown(kind)}; expected a policy type name, a string such as 'act'",
             path=config,
             field="type",
         )
