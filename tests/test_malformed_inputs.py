@@ -28,7 +28,18 @@ from pipeline.record.fingerprint import digest_path
 from pipeline.record.waivers import load_waivers
 from tests.malformed import data_cases  # noqa: F401  (registers its cases in CASES)
 from tests.malformed.cases import ROW_CASES, WAIVER
-from tests.malformed.triple import CASES, OPTIONS, Case, Triple, deadline, fifo, make_triple, put
+from tests.malformed.triple import (
+    CASES,
+    OPTIONS,
+    Case,
+    Triple,
+    deadline,
+    edit_json,
+    fifo,
+    make_triple,
+    put,
+    top,
+)
 
 # ------------------------------------------------------------------------------------------ the runner
 
@@ -252,6 +263,12 @@ EXIT_3 = {
         "contract.error",
         "episode_\\xff\\xfe",
         "data file",
+    ),
+    "launch_data_path_unknown_field": (
+        lambda t: edit_json(t.info, top(data_path="data/chunk-{episode_chunk:03d}/{camera_name}.parquet")),
+        "contract.health.meta.locations",
+        "info.json",
+        "data_path",
     ),
 }
 

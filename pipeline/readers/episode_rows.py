@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
+from pipeline.readers.lerobot_paths import fill, location
 from pipeline.readers.parquet_columns import column_array, open_parquet
 
 if TYPE_CHECKING:
@@ -42,9 +43,10 @@ class EpisodeRows:
         self._paths: dict[tuple[Any, Any], Path | None] = {}
 
     @cached_property
-    def _template(self) -> str | None:
-        found = self.data.info.get("data_path")
-        return found if isinstance(found, str) and found else None
+    def _template(self) -> Any:
+        """info.json's `data_path`; None where it has none (every file is read). One that is there but
+        not a template of the documented fields is refused when filled (`lerobot_paths.fill`)."""
+        return self.data.info.get("data_path")
 
     @cached_property
     def _v3_files(self) -> dict[int, tuple[Any, Any]] | None:
@@ -55,8 +57,11 @@ class EpisodeRows:
         if any(name not in cols for name in (EPISODE, *LOCATION)):
             return None
         out: dict[int, tuple[Any, Any]] = {}
+        where = self.data.root / "meta/episodes"
         for ep, chunk, number in zip(*(cols[n] for n in (EPISODE, *LOCATION)), strict=True):
-            out.setdefault(int(ep), (chunk, number))
+            ep = location(ep, where, EPISODE, ep)
+            if ep not in out:  # the first listing, as LeRobot's lookup finds it
+                out[ep] = (location(chunk, where, LOCATION[0], ep), location(number, where, LOCATION[1], ep))
         return out
 
     def located(self, episode: int) -> Path | None:
@@ -65,9 +70,9 @@ class EpisodeRows:
             return None
         if self._v3_files is not None:
             where = self._v3_files.get(int(episode))
-            if where is None or None in where:
+            if where is None:
                 return None
-            fields = {"chunk_index": int(where[0]), "file_index": int(where[1])}
+            fields = {"chunk_index": where[0], "file_index": where[1]}
         elif str(self.data.version).startswith("v3"):
             return None
         else:
@@ -75,12 +80,9 @@ class EpisodeRows:
             fields = {"episode_chunk": chunk, "episode_index": int(episode)}
         key = (fields.get("chunk_index", fields.get("episode_chunk")), fields.get("file_index", episode))
         if key not in self._paths:
-            try:
-                rel = self._template.format(**fields)
-            except (KeyError, IndexError, ValueError):
-                rel = None
-            path = None if rel is None else self.data.file(rel, f"data file of episode {episode}")
-            self._paths[key] = path if path is not None and path.is_file() else None
+            rel = fill(self._template, fields, self.data.root / "meta/info.json", "data_path")
+            path = self.data.file(rel, f"data file of episode {episode}")
+            self._paths[key] = path if path.is_file() else None
         return self._paths[key]
 
     def table(self, episode: int, columns: Sequence[str]) -> pa.Table:

@@ -112,7 +112,7 @@ def _decode(container: Any, wanted: np.ndarray, tol: float, threads: int, label:
     # one reformatter for the whole episode: `frame.to_ndarray(format=...)` builds a new swscale context
     # per frame, which costs ~10x the decoding itself on small frames; the pixels are identical
     rgb = VideoReformatter()
-    container.seek(max(int((wanted[0] - tol) / base), 0), stream=stream, backward=True)  # keyframe at/before
+    _seek(container, stream, wanted, tol, label)
     out: list[np.ndarray] = []
     last = -np.inf
     for frame in container.decode(stream):
@@ -135,6 +135,40 @@ def _decode(container: Any, wanted: np.ndarray, tol: float, threads: int, label:
         f"frame at {wanted[len(out)]:.6f} s (video shorter than its episode, or truncated)",
         path=label,
     )
+
+
+def _seek(container: Any, stream: Any, wanted: np.ndarray, tol: float, label: str) -> None:
+    """One seek to the keyframe at or before the first time wanted, refused first where the times are not
+    finite or begin past the file's end (metadata LeRobot never writes: a NaN or 1e300 from_timestamp
+    reached `int(NaN)`, or an int64 overflow inside PyAV's seek)."""
+    bad = wanted[~np.isfinite(wanted)]
+    if bad.size:
+        raise InputError(
+            f"{label}: frame time {bad[0]} s is not finite; expected seconds inside the video (the "
+            "episode's from_timestamp in meta/episodes plus its row timestamps)",
+            path=label,
+            field="timestamp",
+        )
+    base = float(stream.time_base)
+    end = None if stream.duration is None else float(stream.duration * stream.time_base)
+    if not end and container.duration:
+        end = container.duration / 1_000_000  # AV_TIME_BASE: microseconds
+    if end and end > 0 and wanted[0] > end + tol:  # a header with no (or a zero) duration says nothing
+        raise InputError(
+            f"{label}: first frame wanted at {wanted[0]:.6f} s, past the video's end at {end:.6f} s; "
+            "expected the episode's span inside its video file (from_timestamp in meta/episodes)",
+            path=label,
+            field="timestamp",
+        )
+    try:
+        container.seek(max(int((wanted[0] - tol) / base), 0), stream=stream, backward=True)
+    except OverflowError as exc:
+        raise InputError(
+            f"{label}: frame time {wanted[0]} s cannot be sought in this file ({exc}); expected seconds "
+            "inside the video",
+            path=label,
+            field="timestamp",
+        ) from exc
 
 
 class FrameReader:

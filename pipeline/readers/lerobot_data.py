@@ -39,11 +39,13 @@ from pipeline.readers.base import (
     require,
     stats_block,
 )
+from pipeline.readers.lerobot_paths import fill, location, span
 from pipeline.readers.parquet_columns import read_columns, stream
 from pipeline.storage.files import regular_file
 
 Stats = dict[str, dict[str, np.ndarray]]
 INFO = "meta/info.json"
+LOCATION = ("chunk_index", "file_index")
 
 
 @dataclass(frozen=True)
@@ -210,26 +212,28 @@ class LeRobotData:
         from `video_path` (end None: the whole file); v3.0 from meta/episodes `videos/<key>/...`.
         Called for every episode of every camera (health, spans): after the first call per camera it
         is dictionary lookups, a file's path resolved once."""
-        template = self._video_template
+        template, info = self._video_template, self.root / INFO
         if not str(self.version).startswith("v3"):
-            chunk = episode // int(self.info.get("chunks_size", 1000) or 1000)
-            rel = template.format(episode_chunk=chunk, video_key=key, episode_index=episode)
+            fields = {"episode_chunk": episode // int(self.info.get("chunks_size", 1000) or 1000)}
+            rel = fill(template, fields | {"video_key": key, "episode_index": episode}, info, "video_path")
             return self.file(rel, f"video of {key} episode {episode}"), 0.0, None
         rows, cols = self._video_rows(key)
-        row = rows.get(episode)
+        row, where, prefix = rows.get(episode), self.root / "meta/episodes", f"videos/{key}/"
         if row is None:
-            where = self.root / "meta/episodes"
             raise InputError(f"{where}: episode {episode} not listed", path=where, field="episode_index")
-        chunk, number, start, end = (col[row] for col in cols)
+        chunk, number = (location(cols[i][row], where, prefix + n, episode) for i, n in enumerate(LOCATION))
+        start, end = span(cols[2][row], cols[3][row], where, prefix, episode)
         path = self._video_paths.get((key, chunk, number))
         if path is None:  # resolved (containment, symlinks) once per file, not once per episode
-            rel = template.format(video_key=key, chunk_index=int(chunk), file_index=int(number))
+            rel = fill(
+                template, {"video_key": key, "chunk_index": chunk, "file_index": number}, info, "video_path"
+            )
             path = self._video_paths.setdefault((key, chunk, number), self.file(rel, f"video of {key}"))
-        return path, float(start), float(end)
+        return path, start, end
 
     @cached_property
-    def _video_template(self) -> str:
-        return str(require(self.info, "video_path", self.root / INFO, "a video path template"))
+    def _video_template(self) -> Any:
+        return require(self.info, "video_path", self.root / INFO, "a video path template")
 
     def _video_rows(self, key: str) -> tuple[dict[Any, int], list[list[Any]]]:
         """v3.0, per camera, built once: episode -> its row in meta/episodes (the first listing, as a

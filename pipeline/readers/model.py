@@ -37,7 +37,8 @@ from pipeline.readers.base import (
     role_of,
     typed_features,
 )
-from pipeline.readers.lerobot_windows import delta_indices
+from pipeline.readers.lerobot_paths import shown
+from pipeline.readers.lerobot_windows import checked_config, delta_indices
 from pipeline.readers.model_formats import apply_mode_option, read_card, read_openpi, read_openvla
 from pipeline.storage.files import regular_file
 
@@ -168,7 +169,19 @@ def _normalizing_step(
 ) -> dict[str, Any] | None:
     """LeRobot's (un)normalizer step, or a policy's own step that normalizes inside itself (a flag of
     `OWN_NORMALIZER_FLAGS` in its config: its mode, its feature types fixed by that policy's code)."""
-    config = step.get("config") or {}
+    config, state_file = step.get("config", {}), step.get("state_file")
+    config = {} if config is None else config
+    for field, value, want in (
+        ("config", config, dict),
+        ("state_file", "" if state_file is None else state_file, str),
+    ):
+        if not isinstance(value, want):
+            raise InputError(
+                f"{path}: field 'steps[{index}].{field}' is {shown(value)}; expected "
+                + ("an object of the step's settings" if want is dict else "a file name in the checkpoint"),
+                path=path,
+                field=f"steps[{index}].{field}",
+            )
     own = next((mode for flag, mode in OWN_NORMALIZER_FLAGS.items() if config.get(flag) is not None), None)
     if "normalizer" not in name and own is None:
         return None
@@ -180,7 +193,7 @@ def _normalizing_step(
         "features": typed_features(config.get("features"), path, f"{where}.features"),
         "norm_map": norm_map_of(config.get("norm_map"), path, f"{where}.norm_map"),
         "own": None,
-        "state_file": step.get("state_file"),
+        "state_file": state_file,
         "stats": None,
     }
     if own is not None and "normalizer" not in name:
@@ -203,7 +216,7 @@ def _read_lerobot(target: Path, options: dict[str, Any]) -> Contract:
         _adopt_processor(contract, proc, "pre")
         return contract
     config_path = target / "config.json"
-    config = read_json(config_path, "a LeRobot policy config")
+    config = checked_config(read_json(config_path, "a LeRobot policy config"), config_path)
     if "input_features" not in config and ("input_shapes" in config or "input_normalization_modes" in config):
         return _read_legacy(target, config, options)
     contract = Contract("A", "lerobot", str(target))

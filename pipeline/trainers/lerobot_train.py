@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+REQUIRES = ("lerobot",)  # checked at launch (determinism's `unmet`): missing, no part job starts
 LEROBOT_OUT = "lerobot"  # lerobot-train's output_dir inside <out>; it must not exist beforehand
 
 

@@ -81,18 +81,20 @@ cases(
 
 
 # LeRobot policy config.json as the model
+POLICY = {
+    "type": "act",
+    "input_features": {"observation.state": {"type": "STATE", "shape": [3]}},
+    "output_features": {"action": {"type": "ACTION", "shape": [3]}},
+    "normalization_mapping": {"STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
+}
+
+
 def _policy(t: Triple, config: Any = None, raw: str | None = None, proc: Any = None) -> Any:
     folder_ = t.root / "policy"
     folder_.mkdir(exist_ok=True)
-    good = {
-        "type": "act",
-        "input_features": {"observation.state": {"type": "STATE", "shape": [3]}},
-        "output_features": {"action": {"type": "ACTION", "shape": [3]}},
-        "normalization_mapping": {"STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
-    }
     put(
         folder_ / "config.json",
-        raw if raw is not None else json.dumps(config if config is not None else good),
+        raw if raw is not None else json.dumps(config if config is not None else POLICY),
     )
     if proc is not None:
         put(folder_ / "policy_preprocessor.json", json.dumps(proc))
@@ -146,6 +148,15 @@ cases(
             _policy_case(config={"input_shapes": {"observation.state": ["six"]}}),
             "input_shapes",
         ),
+        "config_type_a_list": (_policy_case(config={**POLICY, "type": ["act"]}), "type"),
+        "config_chunk_size_negative": (_policy_case(config={**POLICY, "chunk_size": -5}), "chunk_size"),
+        "config_chunk_size_string": (_policy_case(config={**POLICY, "chunk_size": "100"}), "chunk_size"),
+        "config_chunk_size_fraction": (_policy_case(config={**POLICY, "chunk_size": 2.5}), "chunk_size"),
+        "config_n_obs_steps_true": (_policy_case(config={**POLICY, "n_obs_steps": True}), "n_obs_steps"),
+        "config_horizon_zero": (
+            _policy_case(config={**POLICY, "type": "diffusion", "horizon": 0, "n_obs_steps": 2}),
+            "horizon",
+        ),
     },
 )
 cases(
@@ -158,6 +169,18 @@ cases(
             "state_file",
         ),
         "processor_step_not_object": (_policy_case(proc={"steps": [5]}), "steps[0]"),
+        "processor_step_config_a_list": (
+            _policy_case(proc={"steps": [{**STEP, "config": [{"eps": 1e-8}]}]}),
+            "steps[0].config",
+        ),
+        "processor_state_file_a_number": (
+            _policy_case(proc={"steps": [{**STEP, "state_file": 5}]}),
+            "steps[0].state_file",
+        ),
+        "processor_state_file_a_list": (
+            _policy_case(proc={"steps": [{**STEP, "state_file": ["a.safetensors"]}]}),
+            "steps[0].state_file",
+        ),
     },
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,50 @@ def test_equal_to_what_lerobot_computes_for_every_pack_folder(real_data: Path) -
             if (value := getattr(theirs, f"{kind}_delta_indices")) is not None
         }
         assert delta_indices(config) == want, name
+
+
+def _planted(real_data: Path, tmp_path: Path, name: str, **fields: object) -> Path:
+    """A copy of a pack folder whose config.json has `fields` set (the rest as LeRobot wrote it)."""
+    folder = tmp_path / name
+    shutil.copytree(real_data / PACK / name / "pretrained_model", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | fields))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "frames", "said"),
+    [
+        ("act", {"chunk_size": 10**12}, 10**12, "action [0..999999999999] (1000000000000 frames)"),
+        ("diffusion", {"n_obs_steps": 10**12, "horizon": 16}, 10**12, "observation [-999999999999..0]"),
+        ("vqbet", {"n_obs_steps": 3 * 10**18}, 3 * 10**18 + 6, "observation [-2999999999999999999..0]"),
+    ],
+)
+def test_a_huge_window_is_computed_not_listed(
+    real_data: Path, tmp_path: Path, name: str, fields: dict, frames: int, said: str
+) -> None:
+    """A window of 10**12 frames was a MemoryError building its index list; it is arithmetic now: the
+    episodes are all too short for it, and the row can say so. (Sizes past what a list can preallocate:
+    on the code before they fail at once; 10**9 filled ~36 GB first.)"""
+    from pipeline.stages.contract.health.episodes import sample_window
+    from tests.malformed.triple import deadline
+
+    with deadline():
+        contract = read_model(_planted(real_data, tmp_path, name, **fields))
+        need, rule = sample_window(contract.hints)
+    assert need == frames and said in rule, (need, rule)
+    json.dumps(contract.hints["delta_indices"])  # the row's evidence stays JSON, and small
+    assert len(json.dumps(contract.hints["delta_indices"])) < 1000
+
+
+def test_a_hostile_value_is_named_in_a_short_message(tmp_path: Path) -> None:
+    """A `type` of a million entries or a window field of a 5,000-digit string: one line naming the
+    field, its value cut to a few hundred characters (the message lands in a row and a console)."""
+    from pipeline.errors import InputError
+    from pipeline.readers.lerobot_windows import checked_config
+
+    for field, value in (("type", ["act"] * 10**6), ("chunk_size", "9" * 5000)):
+        with pytest.raises(InputError) as info:
+            checked_config({"type": "act", field: value}, tmp_path / "config.json")
+        assert info.value.field == field and len(str(info.value)) < 600, len(str(info.value))
+        assert "config.json" in str(info.value) and "\n" not in str(info.value)

@@ -11,6 +11,7 @@ and the row says how many were read of how many, never silently fewer.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader, probe
+from pipeline.readers.lerobot_paths import unwritten
 
 HEADER_THREADS = 8  # files opened at once: the header read waits on the filesystem more than the CPU
 
@@ -45,19 +47,21 @@ def spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
     what is wrong; `capped` says the headers read were fewer than the files."""
     data = reader.data
     eps = data.episodes()
-    fps = float(data.info.get("fps") or 0)
-    if eps is None or eps.length is None or not fps:
+    fps = data.info.get("fps")
+    usable = isinstance(fps, int | float) and not isinstance(fps, bool) and math.isfinite(fps) and fps > 0
+    if eps is None or eps.length is None or not usable:
         return {"problems": [], "checked": 0, "why": "meta/episodes records no lengths (or info.json no fps)"}
-    off, missing, files = [], [], {}
+    off, missing, invalid, files = [], [], [], {}
     for ep, length in zip(eps.index.tolist(), eps.length.tolist(), strict=True):
         try:
-            path, start, end = data.video_location(key, int(ep))
-        except InputError:
-            missing.append(int(ep))
+            path, held, last = _span(data, key, int(ep), int(length), float(fps))
+        except InputError as exc:  # a value LeRobot never writes is named as such, not as a lost video
+            (invalid if unwritten(exc) else missing).append(str(exc) if unwritten(exc) else int(ep))
             continue
-        if end is not None and round((end - start) * fps) != int(length):
-            off.append([int(ep), round((end - start) * fps), int(length)])
-        last = (start if end is None else end) * fps + (length if end is None else 0)
+        if held is not None and held != int(length):
+            off.append(
+                [int(ep), held if held < 10**15 else float(held), int(length)]
+            )  # 1e300: not 300 digits
         files[path] = max(files.get(path, 0.0), last)
     read = list(files)[:max_files]
     short = []
@@ -67,13 +71,38 @@ def spans(reader: FrameReader, key: str, max_files: int) -> dict[str, Any]:
         elif have and have + 0.5 < files[path]:
             short.append([str(path), have, round(files[path])])
     return {
-        "problems": _problems(missing, off, short),
+        "problems": _invalid(invalid) + _problems(missing, off, short),
         "checked": len(eps.index),
         "files_probed": len(read),
         "files": len(files),
         "capped": len(read) < len(files),
         "span_files": max_files,
     }
+
+
+def _span(data: Any, key: str, ep: int, length: int, fps: float) -> tuple[Path, int | None, float]:
+    """An episode's video file, the frames its span holds (None: the whole file, v2.x) and the frame its
+    file must reach; a span too long for any video (its frame count overflows) is an InputError."""
+    path, start, end = data.video_location(key, ep)
+    last = (start if end is None else end) * fps + (length if end is None else 0)
+    if not math.isfinite(last):
+        where = data.root / "meta/episodes"
+        field = f"videos/{key}/to_timestamp"
+        raise InputError(
+            f"{where}: episode {ep}: field '{field}' is {end!r}, {last:g} frames at {fps:g} fps; expected "
+            "seconds inside the episode's video file",
+            path=where,
+            field=field,
+        )
+    return path, None if end is None else round((end - start) * fps), last
+
+
+def _invalid(invalid: list[str]) -> list[str]:
+    """Episodes whose video location in the metadata is no location (a NaN or null number, a NaN or
+    negative timestamp, a template of unknown fields): how many, and the first one's whole error."""
+    if not invalid:
+        return []
+    return [f"{len(invalid)} episode(s) with a video location LeRobot never writes, the first: {invalid[0]}"]
 
 
 def _problems(missing: list[Any], off: list[list[int]], short: list[list[Any]]) -> list[str]:

@@ -22,12 +22,15 @@ training config in the audit history, and keeps this run's curve for the runs af
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.inputs import Input
 from pipeline.record.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
@@ -41,6 +44,7 @@ from pipeline.storage import atomic_write_json
 __all__ = ["PARTS", "Outcome", "read_outcome", "run", "twins_check"]
 PARTS = ("twin_a", "twin_b", "control", "ddp", *BARE)
 ROWS = Rows(NAME, "determinism")
+TRAINERS = "pipeline.trainers."  # the shipped smoke trainers: each declares the packages it needs
 
 
 def twins_check(
@@ -259,6 +263,33 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, timings=_part_timings(got))
 
 
+def unmet(cfg: Any) -> tuple[str, ...]:
+    """At launch: a command that runs one of the shipped trainers (`-m pipeline.trainers.<name>`) whose
+    declared packages (`REQUIRES`, lerobot for lerobot_train) are not importable is exit 2 now, one line
+    naming the key, as a teacher-forced loader's are (`loader_installed`); else every part job would
+    start only to record "No module named lerobot"."""
+    section = (cfg.get("stages") or {}).get(NAME) or {}
+    for name in ("train_cmd", "ddp_cmd"):
+        argv = section.get(name)
+        if not isinstance(argv, Sequence) or isinstance(argv, str):
+            continue  # a shell string is refused where the command is filled (runner.substitute)
+        items = [str(a) for a in argv]
+        modules = [m for flag, m in zip(items, items[1:], strict=False) if flag == "-m"]
+        for module in (m for m in modules if m.startswith(TRAINERS)):
+            try:
+                needs = getattr(importlib.import_module(module), "REQUIRES", ())
+            except ImportError as exc:
+                raise ConfigError(f"stages.{NAME}.{name}", f"{module} cannot be imported: {exc}") from exc
+            missing = [p for p in needs if importlib.util.find_spec(p) is None]
+            if missing:
+                raise ConfigError(
+                    f"stages.{NAME}.{name}",
+                    f"runs {module}, which needs {', '.join(missing)}: not importable here "
+                    f"(install {' '.join(missing)} where the stage runs, or train with another command)",
+                )
+    return ()
+
+
 def _part_timings(got: dict[str, Outcome]) -> dict[str, float]:
     """Start/end of each run, so overlapping twins are visible in the record."""
     out: dict[str, float] = {}
@@ -279,6 +310,7 @@ register(
         inputs=("model", "training", "dataset", Input("stages.determinism.reload.dataset", "dataset")),
         category="determinism",
         needs=(f"stages.{NAME}.train_cmd",),
+        unmet=unmet,
         description="same-seed twins bit-identical, control differs, DDP ranks agree, reload round trip",
     )
 )

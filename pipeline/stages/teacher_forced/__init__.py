@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.inputs import Input
+from pipeline.readers.lerobot_paths import shown
 from pipeline.record.records import StageResult
 from pipeline.stages import Stage, StageContext, register, stage_config
 from pipeline.stages.config import Resources, StageConfig
@@ -172,6 +173,12 @@ def model_loader(path: str | Path) -> str | None:
         return None
     data = parse_json(read_text(config, "a model config"), config, "a model config")
     kind = data.get("type") if isinstance(data, dict) else None
+    if kind is not None and not isinstance(kind, str):  # a list is unhashable: no set lookup on it
+        raise InputError(
+            f"{config}: field 'type' is {shown(kind)}; expected a policy type name, a string such as 'act'",
+            path=config,
+            field="type",
+        )
     return LEROBOT_LOADER if kind in LEROBOT_POLICY_TYPES else None
 
 

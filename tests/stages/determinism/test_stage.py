@@ -6,6 +6,7 @@ trainer standing in for a user's own script.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -162,3 +163,39 @@ def test_parts_that_never_ran_are_errors_not_a_pass(tmp_path, tiny_dataset):
     verdicts = {c.id: c.verdict for c in result.checks}
     assert verdicts["determinism.twins"] == verdicts["determinism.control"] == "error"
     assert verdicts["determinism.reload.checkpoint"] == "error" and result.status == "error"
+
+
+LEROBOT_TRAIN = ["{python}", "-m", "pipeline.trainers.lerobot_train", "--seed", "{seed}", "--out", "{out}"]
+NO_LEROBOT = pytest.mark.skipif(
+    importlib.util.find_spec("lerobot") is not None, reason="lerobot is importable here: nothing to refuse"
+)
+
+
+@NO_LEROBOT
+@pytest.mark.parametrize("key", ["train_cmd", "ddp_cmd"])
+def test_the_lerobot_train_wrapper_without_lerobot_is_refused_before_planning(key, tiny_dataset):
+    """The wrapper declares `REQUIRES = ("lerobot",)`: a command that runs it where lerobot is not
+    importable is a ConfigError naming the key (the part jobs used to run and fail one by one)."""
+    from pipeline import stages
+    from pipeline.errors import ConfigError
+
+    section = {"train_cmd": ["{python}", "my_train.py", "--seed", "{seed}"], key: LEROBOT_TRAIN}
+    cfg = OmegaConf.create({"dataset": {"path": str(tiny_dataset)}, "stages": {"determinism": section}})
+    with pytest.raises(ConfigError) as info:
+        stages.missing_keys(stages.get("determinism"), cfg)
+    assert info.value.key == f"stages.determinism.{key}"
+    assert "pipeline.trainers.lerobot_train" in str(info.value) and "lerobot: not importable" in str(
+        info.value
+    )
+
+
+@NO_LEROBOT
+def test_the_lerobot_train_wrapper_without_lerobot_is_exit_2_at_launch(tmp_path, tiny_dataset):
+    cmd = "stages.determinism.train_cmd=[" + ",".join(f"'{i}'" for i in LEROBOT_TRAIN) + "]"
+    proc = launch(tmp_path, "launcher=local", "stage=full", "~demo", f"dataset.path={tiny_dataset}", cmd)
+    lines = [line for line in proc.stdout.splitlines() if "error" in line]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(lines) == 1 and "stages.determinism.train_cmd" in lines[0], proc.stdout
+    assert "lerobot: not importable" in lines[0] and "nothing was submitted" in lines[0], proc.stdout
+    runs = tmp_path / "preflight" / "runs"
+    assert not runs.exists() or not any(runs.iterdir()), "a refused launch left a run folder (parts ran)"

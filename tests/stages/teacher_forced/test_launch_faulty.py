@@ -21,3 +21,32 @@ def test_faulty_demo_blocks_on_its_own_rows(tmp_path):
     result = json.loads((run_dir / "stages" / "teacher_forced.json").read_text())
     assert (run_dir / "artifacts" / "teacher_forced" / "per_dim_l1.png").is_file()
     assert any(c["id"] == "teacher_forced.compare.noise_injected_vs_base" for c in result["checks"])
+
+
+def test_a_config_type_that_is_a_list_is_an_error_row_not_a_launch_traceback(tmp_path, real_data):
+    """model.path's config.json with `type: ["act"]`: the loader lookup was `kind in frozenset` at
+    launch (TypeError: unhashable, exit 1 with a traceback); now the stage's error row names the file,
+    the field and the value, and the gate blocks."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(real_data / "lerobot-0.4.4" / "act" / "pretrained_model", model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config | {"type": ["act"]}))
+    dataset = real_data / "SamueleSandrini__record-test"
+    proc = launch(
+        tmp_path,
+        "stage=teacher_forced",
+        "launcher=local",
+        "~demo",
+        f"model.path={model}",
+        f"dataset.path={dataset}",
+    )
+    assert proc.returncode == 3 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    result = json.loads((run_dir_of(tmp_path, proc) / "stages" / "teacher_forced.json").read_text())
+    (row,) = [c for c in result["checks"] if c["verdict"] == "error"]
+    assert "config.json" in row["message"] and "field 'type' is ['act']" in row["message"], row
+    assert (
+        "expected a policy type name" in row["message"]
+        and gate_of(run_dir_of(tmp_path, proc))["gate"] == "blocked"
+    )

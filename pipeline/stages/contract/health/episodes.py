@@ -55,8 +55,10 @@ def sample_window(hints: dict[str, Any]) -> tuple[int | None, str]:
     return model_horizon(fields), "from " + ", ".join(f"{k}={v}" for k, v in fields.items())
 
 
-def _range(indices: list[int]) -> str:
-    """`[a..b]` for consecutive indices, else the list."""
+def _range(indices: Any) -> str:
+    """`[a..b]` for consecutive indices, else the list; a window too long to list by its ends and count."""
+    if isinstance(indices, dict):
+        return f"[{indices['first']}..{indices['last']}] ({indices['count']} frames)"
     if indices and indices == list(range(indices[0], indices[-1] + 1)):
         return f"[{indices[0]}..{indices[-1]}]"
     return str(indices)

@@ -14,7 +14,9 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.errors import InputError
+from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.readers.lerobot_paths import unwritten
 from pipeline.readers.scan import INDEX_COLUMNS
 from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import ROWS, listed
@@ -44,8 +46,28 @@ def meta_rows(src: Any, data: LeRobotData | None) -> list[Check]:
         _columns(data, schema),
         _types(schema),
         _stray(data),
+        *_data_locations(data),
         *_videos(src, data, [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]),
     ]
+
+
+def _data_locations(data: LeRobotData) -> list[Check]:
+    """Where each episode's rows lie, as LeRobot reads it (v3.0 meta/episodes `data/chunk_index` and
+    `data/file_index` through info.json's `data_path`; v2.x the template alone): a NaN or null number or a
+    template of unknown fields is a row naming it, since the loader, the frame sampler and teacher_forced
+    stop on it, while the scan here reads every file whatever the metadata says. Nothing when sound."""
+    try:
+        eps = data.episodes()
+    except InputError:
+        return []  # the episode rows name an unreadable meta/episodes
+    if eps is None or not eps.index.size:
+        return []
+    try:  # the first episode's lookup reads every episode's numbers, and fills the template
+        EpisodeRows(data).located(int(eps.index[0]))
+    except InputError as exc:
+        evidence = {"field": exc.field, "path": exc.path, "episodes": []}
+        return [ROWS("health.meta.locations", "meta/episodes", "mismatch", str(exc), evidence=evidence)]
+    return []
 
 
 def _required(data: LeRobotData) -> Check:
@@ -166,14 +188,21 @@ def _videos(src: Any, data: LeRobotData, episodes: list[int]) -> list[Check]:
     if not keys or not episodes:
         return []
     missing: dict[str, list[int]] = {}
+    bad: list[str] = []  # locations LeRobot never writes (NaN chunk, a template of unknown fields): named
     for key in keys:
         for episode in episodes:
             try:
                 path, _, _ = data.video_location(key, episode)
-            except InputError:
+            except InputError as exc:
+                if unwritten(exc):
+                    bad.append(str(exc))
+                    continue
                 path = None
             if path is None or not Path(path).is_file():
                 missing.setdefault(key, []).append(episode)
+    if bad:
+        message = f"{len(bad)} camera video location(s) LeRobot never writes, the first: {bad[0]}"
+        return [ROWS("health.videos", "videos", "mismatch", message, evidence={"invalid": bad[:20]})]
     total, count = len(keys) * len(episodes), sum(len(v) for v in missing.values())
     read = [k for k in missing if src.reads_camera(k)]
     evidence = {
