@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,8 +96,7 @@ def parse(argv: Sequence[str]) -> LeRobotCommand | None:
     """The command's flags, or None when it is not lerobot-train."""
     if not is_lerobot_train(argv):
         return None
-    start = 1 if Path(argv[0]).name in PROGRAMS else _module_at(argv)
-    return LeRobotCommand(tuple(argv), parse_flags(argv[start:]))
+    return LeRobotCommand(tuple(argv), parse_flags(argv[_args_start(argv) :]))
 
 
 def parse_flags(args: Sequence[str]) -> dict[str, str]:
@@ -196,7 +196,7 @@ def compose_training(command: LeRobotCommand, base: Path | None, dataset: Path) 
     for key, raw in command.flags.items():
         if key.startswith("policy.") and key not in ("policy.path", "policy.type"):
             _set_dotted(policy, key.removeprefix("policy."), _scalar(raw))
-    policy["output_features"] = _action_features(dataset) or policy.get("output_features") or {}
+    policy["output_features"] = action_features(dataset) or policy.get("output_features") or {}
     top = {k: _scalar(v) for k, v in command.flags.items() if "." not in k and k not in TOP_LEVEL_SKIP}
     data = {"repo_id": command.repo_id, "root": str(dataset), "episodes": command.episodes}
     if command.get("dataset.use_imagenet_stats") is not None:
@@ -227,7 +227,7 @@ def _base_policy(command: LeRobotCommand, base: Path | None) -> dict[str, Any]:
     return {"type": command.policy_type, "input_features": {}, "output_features": {}}
 
 
-def _action_features(dataset: Path) -> dict[str, Any]:
+def action_features(dataset: Path) -> dict[str, Any]:
     info = _json(dataset / "meta" / "info.json", "a LeRobot meta/info.json")
     features = (info or {}).get("features") if isinstance(info, dict) else None
     action = features.get("action") if isinstance(features, dict) else None
@@ -237,33 +237,43 @@ def _action_features(dataset: Path) -> dict[str, Any]:
 
 
 def compose_with_lerobot(command: LeRobotCommand) -> dict[str, Any] | None:
-    """lerobot-train's own composition of the same argv (its parser reads `sys.argv` for `--policy.path`,
-    so the argv is lerobot-train's while it runs); None where lerobot is not importable."""
+    """lerobot-train's own composition of the same argv: its `parser.wrap` (plugins, `--config_path`,
+    `.path` fields) and `TrainPipelineConfig.validate` (the base's config from `--policy.path` with the
+    `--policy.*` overrides), saved as lerobot saves train_config.json. Both read `sys.argv`, so it is
+    lerobot-train's argv while they run. None where lerobot is not importable."""
     try:
-        import draccus
+        import lerobot.policies  # noqa: F401  (registers every policy type's config, as lerobot-train does)
+        from lerobot.configs import parser
         from lerobot.configs.train import TrainPipelineConfig
     except ImportError:
         return None
-    start = 1 if Path(command.argv[0]).name in PROGRAMS else command.argv.index("-m") + 2
-    args = list(command.argv[start:])
+
+    def take(cfg: Any) -> Any:
+        return cfg
+
+    take.__annotations__ = {"cfg": TrainPipelineConfig}  # wrap reads the class from the annotation
+
     saved = sys.argv
-    sys.argv = ["lerobot-train", *args]
+    sys.argv = ["lerobot-train", *command.argv[_args_start(command.argv) :]]
     try:
-        config = draccus.parse(config_class=TrainPipelineConfig, args=args)
+        config = parser.wrap()(take)()
         config.validate()
-        text = draccus.dump(config)
+        with tempfile.TemporaryDirectory() as folder:
+            config._save_pretrained(Path(folder))
+            data = parse_json(
+                read_text(Path(folder) / "train_config.json", "train_config.json"), Path(folder), "x"
+            )
+    except Exception as exc:  # noqa: BLE001 - whatever lerobot's parser raises, the command is refused
+        what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        raise InputError(f"{FIELD}: lerobot's parser refused the command ({what})", field=FIELD) from None
     finally:
         sys.argv = saved
-    data = json.loads(text) if text.lstrip().startswith("{") else _yaml(text)
     data[COMPOSED_BY] = {"tool": "lerobot", "argv": list(command.argv)}
     return data
 
 
-def _yaml(text: str) -> dict[str, Any]:
-    import yaml
-
-    loaded = yaml.safe_load(text)
-    return loaded if isinstance(loaded, dict) else {}
+def _args_start(argv: Sequence[str]) -> int:
+    return 1 if Path(argv[0]).name in PROGRAMS else int(_module_at(argv) or 1)
 
 
 def _json(path: Path, what: str) -> Any:

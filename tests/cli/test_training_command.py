@@ -85,3 +85,19 @@ def test_a_dataset_repo_id_not_under_the_lerobot_home_is_one_line(tmp_path, hf_h
     proc = launch(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
     assert proc.returncode == 2
     assert "acme/missing" in proc.stdout and "--repo-type dataset" in proc.stdout
+
+
+@pytest.mark.lerobot
+def test_lerobots_own_parser_composes_b_where_lerobot_is_importable(tmp_path, hf_home):
+    """In the lerobot venv (scripts/test_lerobot.sh): B is lerobot's composition of the same argv."""
+    pytest.importorskip("lerobot", reason="needs lerobot (scripts/test_lerobot.sh builds a venv with it)")
+    hub_snapshot(hf_home["hub"], "acme/act_trained", REAL_ACT / "pretrained_model")
+    command = ["lerobot-train", "--policy.path=acme/act_trained", f"--dataset.repo_id={DATA_ID}", "--steps=7",
+               "--policy.device=cpu", "--policy.push_to_hub=false"]  # fmt: skip
+    proc = launch(tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "composed by lerobot" in proc.stdout
+    composed = json.loads((run_dir_of(tmp_path, proc) / "train_config.json").read_text())
+    assert composed["composed_by"] == {"tool": "lerobot", "argv": command}
+    assert composed["steps"] == 7 and composed["policy"]["type"] == "act"
+    assert composed["dataset"]["repo_id"] == DATA_ID
