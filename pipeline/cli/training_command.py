@@ -67,8 +67,7 @@ def compose_with_lerobot(command: LeRobotCommand) -> dict[str, Any] | None:
         from lerobot.configs.train import TrainPipelineConfig
     except ImportError:
         return None
-    start = 1 if Path(command.argv[0]).name in lerobot_command.PROGRAMS else command.argv.index("-m") + 2
-    args = list(command.argv[start:])
+    args = command.args
     saved = sys.argv
     sys.argv = ["lerobot-train", *args]
     try:

@@ -40,6 +40,12 @@ class LeRobotCommand:
         return self.flags.get(key)
 
     @property
+    def args(self) -> list[str]:
+        """The items after the program (`lerobot-train`, or `python -m <lerobot train module>`), as typed."""
+        start = 1 if Path(self.argv[0]).name in PROGRAMS else _module_at(self.argv)
+        return list(self.argv[start:])
+
+    @property
     def policy_path(self) -> str | None:
         return self.get("policy.path")
 
@@ -94,8 +100,8 @@ def parse(argv: Sequence[str]) -> LeRobotCommand | None:
     """The command's flags, or None when it is not lerobot-train."""
     if not is_lerobot_train(argv):
         return None
-    start = 1 if Path(argv[0]).name in PROGRAMS else _module_at(argv)
-    return LeRobotCommand(tuple(argv), parse_flags(argv[start:]))
+    command = LeRobotCommand(tuple(argv))
+    return LeRobotCommand(command.argv, parse_flags(command.args))
 
 
 def parse_flags(args: Sequence[str]) -> dict[str, str]:

@@ -88,10 +88,13 @@ def check_stage(cfg: DictConfig, stage: stages.Stage) -> None:
 
 
 def check_inputs(cfg: DictConfig, registry: Mapping[str, stages.Stage]) -> None:
-    """Launch: the inputs of the selected stages (stage=, skip=, and what they run after), and the
-    chained job's script; `cfg` is the resolved config (demo paths filled, paths absolute)."""
+    """Launch: the inputs of the selected stages (stage=, skip=, and what they run after), what a
+    selected stage that will run needs on this machine (`Stage.launch_check`), and the chained job's
+    script; `cfg` is the resolved config (demo paths filled, paths absolute)."""
     for stage in selected_stages(cfg, registry):
         check_stage(cfg, stage)
+        if stage.launch_check is not None and not stages.missing_keys(stage, cfg):
+            stage.launch_check(cfg)
     chain = (cfg.get("chain") or {}).get("sbatch")
     if chain:
         check("chain.sbatch", str(chain), lambda p: regular_file(p, "an sbatch script"))

@@ -279,6 +279,8 @@ register(
         inputs=("model", "training", "dataset", Input("stages.determinism.reload.dataset", "dataset")),
         category="determinism",
         needs=(f"stages.{NAME}.train_cmd",),
+        derives=runner.derived,  # a lerobot-train command after `--` is run as the smoke training
+        launch_check=runner.launch_check,
         description="same-seed twins bit-identical, control differs, DDP ranks agree, reload round trip",
     )
 )
