@@ -124,8 +124,12 @@ def test_locally_a_blocked_gate_never_starts_the_command(tmp_path):
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm")
-def test_on_slurm_the_chained_job_is_pending_on_the_gate_with_the_typed_argv(tmp_path):
-    command = ["python", "-c", PRINT_ARGV, *TRICKY]
+def test_on_slurm_the_chained_job_waits_on_the_gate_then_gets_the_typed_argv(tmp_path):
+    from tests.test_slurm import final
+
+    marker = tmp_path / "argv.json"
+    code = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
+    command = [sys.executable, "-c", code, str(marker), *TRICKY]
     args = ("launcher=slurm", "~demo", other_stages("container_check"))
     proc = launch(tmp_path, *args, "+chain.args=['--job-name=chained-argv-test']", "--", *command)
     chained = re.search(r"chained job: (\d+) \(afterok:(\d+)\)", proc.stdout)
@@ -136,11 +140,14 @@ def test_on_slurm_the_chained_job_is_pending_on_the_gate_with_the_typed_argv(tmp
         shown = subprocess.run(
             ["scontrol", "show", "job", train], capture_output=True, text=True, check=True, env=os.environ
         ).stdout
+        # read right after submission: the gate waits for container_check, so it cannot have ended yet
         dependency = re.search(r"Dependency=(\S+)", shown)
         assert dependency and dependency.group(1).startswith(f"afterok:{gate}"), shown
         assert "JobState=PENDING" in shown and "JobName=chained-argv-test" in shown, shown
         script = run_dir_of(tmp_path, proc) / "train.sbatch"
         assert re.search(rf"Command={re.escape(str(script))}\b", shown), shown
+        assert final(train)["State"] == "COMPLETED"  # after the clear gate, with the argv as typed
+        assert json.loads(marker.read_text()) == TRICKY
     finally:
         found = [*ids, *(chained.groups()[:1] if chained else ())]
         if found:  # the test's own jobs only

@@ -5,6 +5,7 @@ the stage's seed, steps and output folder put in (refused at launch where lerobo
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 from pathlib import Path
 
@@ -180,3 +181,6 @@ def test_without_lerobot_the_launch_refuses_determinism_on_the_command_unless_sk
     assert last.startswith("config error: stages.determinism.train_cmd: ") and "['lerobot']" in last, last
     skipped = launch(tmp_path, *args, "skip=[determinism]", "--", *line, seed_demo=False)
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    chained = next(x for x in skipped.stdout.splitlines() if x.startswith("sbatch argv: "))
+    argv = shlex.split(chained.removeprefix("sbatch argv: "))
+    assert argv[-len(line) :] == line and argv[-len(line) - 1].endswith("/train.sbatch")  # chained as typed
