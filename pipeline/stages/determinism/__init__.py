@@ -1,7 +1,9 @@
 """determinism: same-seed twin runs, a different-seed control, DDP sanity, and the reload round trip.
 
 Reference 001's manual checklist, done exactly and on every gate. Four part jobs run the user's smoke
-training command (`stages.determinism.train_cmd`): `twin_a` and `twin_b` with the same seed, `control`
+training command (`stages.determinism.train_cmd`, else the lerobot-train line typed after `--` on the launch
+line, run through `pipeline.trainers.lerobot_train`: `runner.train_argv`): `twin_a` and `twin_b` with the
+same seed, `control`
 with another seed, and `ddp` under torchrun when `ddp_procs` > 1 (parts are fixed per stage, so with
 `ddp_procs: 1` the ddp part only records that it was skipped, in a second). The main job then compares
 the metrics streams bit for bit, and reloads twin A's checkpoint through the configured eval loader.
