@@ -244,8 +244,8 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra:
     console.print(f"gate job: {gate_id}")
     script, command = (cfg.get("chain") or {}).get("sbatch"), chain.training_command(cfg)
     if script or command:
-        script = Path(script) if script else chain.write_script(cfg, folder)
-        job = _chain(script, submitted, chain.chain_args(cfg), command)
+        path = Path(script) if script else chain.write_script(cfg, folder)
+        job = _chain(path, submitted, chain.chain_args(cfg), command)
         console.print(f"chained job: {job} (afterok:{gate_id})")
     if not cfg.wait:
         return 0
