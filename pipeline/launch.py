@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pipeline import stages
 from pipeline.cli import training_command
 from pipeline.cli.checks import validate
+from pipeline.cli.compose import attach_command
 from pipeline.cli.runguard import run_lock, validate_run_folders
 from pipeline.demo import provider
 from pipeline.errors import (
@@ -36,6 +37,7 @@ from pipeline.readers.sif import sha256_file
 from pipeline.record.fingerprint import digest_path
 from pipeline.record.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder
 from pipeline.record.waivers import load_waivers
+from pipeline.run import chain
 from pipeline.run import input_checks as launch_inputs
 from pipeline.run.executors import chain_sbatch, require_slurm, sbatch_preview, slurm_available, submit_slurm
 from pipeline.run.follow import console, follow_slurm, launch_local
@@ -88,6 +90,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         container_image.prepare(out)  # absolute image/record paths
         provider.provide(out, load_registry(out))  # the demo's inputs, only when the launch named none
         out.launcher.name = executor
+        attach_command(out, chain.training_command(cfg))  # literal again: OmegaConf.create re-reads `${`
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good", "release", "cache"):
             if out.get(section) and out[section].get("path"):
@@ -190,7 +193,8 @@ def _launch_locked(
         console.print(f"run {rcfg.run_id}: {folder.root} ({executor})")
         if executor == "slurm":
             return launch_slurm(jobs, rcfg, folder, extra)
-        return launch_local(jobs, rcfg, folder, executor, adopt)
+        code = launch_local(jobs, rcfg, folder, executor, adopt)
+        return chain.after_local_gate(rcfg, code, _say)
     except PreflightError:
         if not _queued(folder):  # no job was ever queued: leave nothing behind
             folder.discard(created)
@@ -221,6 +225,8 @@ def dry_run(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder) -> int:
             continue
         print(f"# ---- {job.name} (depends on: {deps}) ----")
         print(sbatch_preview(job, cfg, folder, ids))
+    for line in chain.preview(cfg, folder, str(cfg.launcher.name)):
+        print(line)
     print("dry run: nothing submitted")
     return 0
 
@@ -237,20 +243,21 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra:
     gate_id = submitted["gate"].job_id
     folder.write_plan(plan_document(jobs, **extra, gate_job_id=gate_id))
     console.print(f"gate job: {gate_id}")
-    chain = cfg.get("chain") or {}
-    if chain.get("sbatch"):
-        args = [str(a) for a in chain.get("args") or ()]
-        console.print(f"chained job: {_chain(Path(chain.sbatch), submitted, args)} (afterok:{gate_id})")
+    script, command = (cfg.get("chain") or {}).get("sbatch"), chain.training_command(cfg)
+    if script or command:
+        path = Path(script) if script else chain.write_script(cfg, folder)
+        job = _chain(path, submitted, chain.chain_args(cfg), command)
+        console.print(f"chained job: {job} (afterok:{gate_id})")
     if not cfg.wait:
         return 0
     return follow_slurm(jobs, submitted, folder, rows, cfg)
 
 
-def _chain(script: Path, submitted: dict[str, Any], args: list[str]) -> str:
-    """Chain the user's job on the gate. If sbatch refuses it, the checks already queued keep running
+def _chain(script: Path, submitted: dict[str, Any], args: list[str], command: list[str]) -> str:
+    """Chain the training job on the gate. If sbatch refuses it, the checks already queued keep running
     (they still write the gate record, which is worth having); the error says how to stop them."""
     try:
-        return chain_sbatch(script, submitted["gate"].job_id, args)
+        return chain_sbatch(script, submitted["gate"].job_id, args, command)
     except SubmissionError as exc:
         queued = " ".join(str(job.job_id) for job in submitted.values())
         raise SubmissionError(
@@ -302,8 +309,6 @@ _TRAINING_COMMAND: list[str] = []  # after `--` on the command line, for Hydra's
 # Hydra would look for a relative "conf" as the Python package `pipeline.conf` (it has no __init__.py)
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
-    from pipeline.cli.compose import attach_command
-
     attach_command(cfg, _TRAINING_COMMAND)
     sys.exit(main_code(cfg))
 

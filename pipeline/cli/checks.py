@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline import stages
 from pipeline.errors import ConfigError, InputError, one_line
 from pipeline.readers.sif import read_sif
+from pipeline.run import chain as chain_module
 from pipeline.run.plan import resources
 from pipeline.stages import container_image
 from pipeline.stages.config import RESOURCE_BOUNDS, RESOURCE_KEYS, GateConfig, typed
@@ -192,11 +193,20 @@ def _validate_limits(cfg: DictConfig, registry: dict[str, stages.Stage]) -> None
 
 
 def check_chain(cfg: DictConfig) -> None:
-    """`chain.sbatch` names a script; `chain.args` (optional) are sbatch options, one argv item each
-    (`--partition=gpu`), never a shell string: they reach sbatch as given."""
+    """The training job chained on the gate: `chain.sbatch` (a script) or the command typed after `--`,
+    not both; `chain.args` (optional) are sbatch options, one argv item each (`--partition=gpu`), never
+    a shell string: they reach sbatch as given; `training.env` names variables a script can set."""
     chain = cfg.get("chain") or {}
+    command = chain_module.training_command(cfg)
     if chain.get("sbatch") and not Path(str(chain.sbatch)).is_file():
         raise ConfigError("chain.sbatch", f"{chain.sbatch} does not exist")
+    if chain.get("sbatch") and command:
+        raise ConfigError(
+            "chain.sbatch",
+            f"{chain.sbatch} and the command after `--` ({command[0]}) both name the training job: give one",
+        )
+    if command:
+        chain_module.env_lines(cfg)
     args = chain.get("args")
     if args is None:
         return
@@ -207,5 +217,9 @@ def check_chain(cfg: DictConfig) -> None:
             "expected a list of sbatch options, one item each, quoted for Hydra: "
             f'\'+chain.args=["--partition=gpu","--gpus-per-node=8"]\', got {args!r}',
         )
-    if not chain.get("sbatch"):
-        raise ConfigError("chain.args", "sbatch options without chain.sbatch: set +chain.sbatch=<script>")
+    if not chain.get("sbatch") and not command:
+        raise ConfigError(
+            "chain.args",
+            "sbatch options without a job to chain: set +chain.sbatch=<script> or give the training "
+            "command after `--`",
+        )

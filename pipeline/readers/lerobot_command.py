@@ -42,6 +42,11 @@ class LeRobotCommand:
         return self.flags.get(key)
 
     @property
+    def args(self) -> list[str]:
+        """The items after the program (`lerobot-train`, or `python -m <lerobot train module>`), as typed."""
+        return list(self.argv[_args_start(self.argv) :])
+
+    @property
     def policy_path(self) -> str | None:
         return self.get("policy.path")
 

@@ -8,6 +8,7 @@ here too, so the launcher, the gate job and `status` say the same thing.
 
     <output_root>/runs/<run_id>/
         config.yaml  plan.json  jobs.json  gate.json  .launch.lock
+        train_config.json  train.sbatch   (B composed from the command after `--`; its chained job)
         stages/<stage>.json        submitit/<job id>/
         artifacts/<stage>/         state/<stage>/<part|main>/      parts/<stage>/<part>/
         gate.incomplete.json  gate_failure.json   (only when the gate could not write its records)
@@ -110,6 +111,11 @@ class RunFolder:
     def train_config_file(self) -> Path:
         """The training config composed from the command after `--` (what the record judged as B)."""
         return self.root / "train_config.json"
+
+    @property
+    def chain_script(self) -> Path:
+        """The batch script of the training job chained on the gate (the command after `--`)."""
+        return self.root / "train.sbatch"
 
     @property
     def plan_file(self) -> Path:

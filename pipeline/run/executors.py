@@ -192,13 +192,24 @@ def sbatch_preview(spec: JobSpec, cfg: DictConfig, folder: RunFolder, ids: dict[
     return _make_sbatch_string(command=command, folder=folder.submitit_dir, **params)
 
 
-def chain_sbatch(script: Path, gate_job_id: str, args: Sequence[str] = ()) -> str:
+def chain_argv(
+    script: Path, gate_job_id: str, args: Sequence[str] = (), command: Sequence[str] = ()
+) -> list[str]:
+    """The sbatch call of the chained job: the user's options first and the dependency after them (so
+    an option in `args` cannot loosen it), then the script and its arguments (the training command's
+    argv, each item one argument: sbatch hands them to the script as they are)."""
+    return ["sbatch", "--parsable", *args, f"--dependency=afterok:{gate_job_id}", str(script), *command]
+
+
+def chain_sbatch(
+    script: Path, gate_job_id: str, args: Sequence[str] = (), command: Sequence[str] = ()
+) -> str:
     """Queue the user's training job `afterok` on the gate, with the user's own sbatch options (`args`,
     argv items: resources such as `--partition=gpu`); a refusal is a SubmissionError that carries
     sbatch's own stderr (the gate and the stages are already queued: the caller says so)."""
     try:
         out = subprocess.run(
-            ["sbatch", "--parsable", *args, f"--dependency=afterok:{gate_job_id}", str(script)],
+            chain_argv(script, gate_job_id, args, command),
             capture_output=True,
             text=True,
             check=True,

@@ -88,8 +88,8 @@ def check_stage(cfg: DictConfig, stage: stages.Stage) -> None:
 
 
 def check_inputs(cfg: DictConfig, registry: Mapping[str, stages.Stage]) -> None:
-    """Launch: the inputs of the selected stages (stage=, skip=, and what they run after), and the
-    chained job's script; `cfg` is the resolved config (demo paths filled, paths absolute)."""
+    """Launch: the inputs of the selected stages (stage=, skip=, and what they run after) and the chained
+    job's script; `cfg` is the resolved config (demo paths filled, paths absolute)."""
     for stage in selected_stages(cfg, registry):
         check_stage(cfg, stage)
     chain = (cfg.get("chain") or {}).get("sbatch")

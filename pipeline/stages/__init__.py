@@ -95,6 +95,10 @@ class Stage:
     # More keys the stage still lacks given what was set (e.g. a model whose loader cannot be told from
     # its files), as `needs` names them; None: `needs` says it all.
     unmet: Callable[[Any], tuple[str, ...]] | None = None
+    # The `needs` keys the stage derives itself from the rest of the config (determinism's train_cmd from
+    # a lerobot-train `training.command`): they count as set here, but name no input of the user's, so
+    # they never turn the demo off. None: it derives none.
+    derives: Callable[[Any], tuple[str, ...]] | None = None
 
     @property
     def rows(self) -> Rows:
@@ -182,7 +186,8 @@ def is_set(cfg: Any, key: str) -> bool:
 def missing_keys(stage: Stage, cfg: Any) -> tuple[str, ...]:
     """The `needs` entries `cfg` leaves unset, then the stage's own `unmet` ones: empty when it can run.
     The reason a stage is skipped names these, so the user knows which keys would run it."""
-    missing = tuple(n for n in stage.needs if not any(is_set(cfg, k) for k in n.split("|")))
+    derived = set(stage.derives(cfg)) if stage.derives else set()
+    missing = tuple(n for n in stage.needs if not any(is_set(cfg, k) or k in derived for k in n.split("|")))
     if missing or stage.unmet is None:
         return missing
     return tuple(stage.unmet(cfg))

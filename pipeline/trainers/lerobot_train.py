@@ -13,6 +13,11 @@ root, logging, saving, no eval and no wandb. The last checkpoint's `pretrained_m
       "--steps", "{steps}", "--out", "{out}", "--config", "{training}", "--dataset", "{dataset}"]
 
 Anything after `--` goes to lerobot-train as is (e.g. `--policy.device=cuda`).
+
+Without `--config`, the arguments after `--` are the user's own lerobot-train flags (the command typed
+after `--` on the launch line; the determinism stage derives this form itself when no `train_cmd` is
+set): they are the run's configuration, and the smoke run's settings replace the ones the user typed for
+the same keys (`--steps=200000` would otherwise win, as the last value does in lerobot's parser).
 """
 
 from __future__ import annotations
@@ -29,10 +34,20 @@ LEROBOT_OUT = "lerobot"  # lerobot-train's output_dir inside <out>; it must not 
 
 
 def lerobot_argv(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
-    """The lerobot-train command line: the user's config, then the smoke run's overrides."""
-    argv = [
-        "lerobot-train",
-        f"--config_path={args.config}",
+    """The lerobot-train command line: the user's config (`--config`, then `extra` as given), or the
+    user's own flags (no `--config`: `extra` less the keys the smoke run sets), then the smoke run's
+    settings."""
+    smoke = smoke_flags(args)
+    if args.config is None:
+        owned = {flag[2:].partition("=")[0] for flag in smoke} | {"resume"}
+        return ["lerobot-train", *without(extra, owned), *smoke]
+    return ["lerobot-train", f"--config_path={args.config}", *smoke, *extra]
+
+
+def smoke_flags(args: argparse.Namespace) -> list[str]:
+    """What a smoke run sets whatever the user's config says: its seed, steps and output folder, a
+    checkpoint at the end only, every step logged, no eval, no wandb, no push to the Hub."""
+    flags = [
         f"--seed={args.seed}",
         f"--steps={args.steps}",
         f"--output_dir={args.out / LEROBOT_OUT}",
@@ -43,8 +58,24 @@ def lerobot_argv(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
         "--policy.push_to_hub=false",
     ]
     if args.dataset:
-        argv.append(f"--dataset.root={args.dataset}")
-    return [*argv, *extra]
+        flags.append(f"--dataset.root={args.dataset}")
+    return flags
+
+
+def without(flags: Sequence[str], keys: set[str]) -> list[str]:
+    """`flags` less every `--key=value` or `--key value` whose key (`-` read as `_`, as lerobot's parser
+    reads it) is in `keys`."""
+    kept: list[str] = []
+    i = 0
+    while i < len(flags):
+        item = flags[i]
+        key, eq, _ = item[2:].partition("=") if item.startswith("--") else ("", "", "")
+        drop = bool(key) and key.replace("-", "_") in keys
+        takes_next = drop and not eq and i + 1 < len(flags) and not flags[i + 1].startswith("--")
+        if not drop:
+            kept.append(item)
+        i += 2 if takes_next else 1
+    return kept
 
 
 def logged_update(original: Any, log: Any) -> Any:
@@ -111,21 +142,28 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    raw = list(sys.argv[1:] if argv is None else argv)
+def parse_args(raw: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Our options, and what follows the first `--` (lerobot-train's flags, passed on as they are)."""
+    raw = list(raw)
     extra = raw[raw.index("--") + 1 :] if "--" in raw else []
     ours = raw[: raw.index("--")] if "--" in raw else raw
     parser = argparse.ArgumentParser(prog="python -m pipeline.trainers.lerobot_train")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--config", type=Path, required=True, help="the run's train_config.json")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="the run's train_config.json (none: the flags after --)"
+    )
     parser.add_argument("--dataset", default="", help="the dataset root (default: the config's)")
     parser.add_argument("--checkpoint-subdir", default="checkpoint")
     args = parser.parse_args(ours)
-    if not args.config.is_file():
+    if args.config is not None and not args.config.is_file():
         parser.error(f"--config {args.config}: no such file (expected lerobot's train_config.json)")
-    return run(args, extra)
+    return args, extra
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(*parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

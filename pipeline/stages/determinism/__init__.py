@@ -1,7 +1,9 @@
 """determinism: same-seed twin runs, a different-seed control, DDP sanity, and the reload round trip.
 
 Reference 001's manual checklist, done exactly and on every gate. Four part jobs run the user's smoke
-training command (`stages.determinism.train_cmd`): `twin_a` and `twin_b` with the same seed, `control`
+training command (`stages.determinism.train_cmd`, else the lerobot-train line typed after `--` on the launch
+line, run through `pipeline.trainers.lerobot_train`: `runner.train_argv`): `twin_a` and `twin_b` with the
+same seed, `control`
 with another seed, and `ddp` under torchrun when `ddp_procs` > 1 (parts are fixed per stage, so with
 `ddp_procs: 1` the ddp part only records that it was skipped, in a second). The main job then compares
 the metrics streams bit for bit, and reloads twin A's checkpoint through the configured eval loader.
@@ -268,6 +270,7 @@ def unmet(cfg: Any) -> tuple[str, ...]:
     declared packages (`REQUIRES`, lerobot for lerobot_train) are not importable is exit 2 now, one line
     naming the key, as a teacher-forced loader's are (`loader_installed`); else every part job would
     start only to record "No module named lerobot"."""
+    runner.launch_check(cfg)  # the lerobot-train command after `--`, run through the same wrapper
     section = (cfg.get("stages") or {}).get(NAME) or {}
     for name in ("train_cmd", "ddp_cmd"):
         argv = section.get(name)
@@ -311,6 +314,7 @@ register(
         category="determinism",
         needs=(f"stages.{NAME}.train_cmd",),
         unmet=unmet,
+        derives=runner.derived,  # a lerobot-train command after `--` is run as the smoke training
         description="same-seed twins bit-identical, control differs, DDP ranks agree, reload round trip",
     )
 )

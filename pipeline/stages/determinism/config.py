@@ -68,10 +68,10 @@ class DeterminismConfig(StageConfig):
     # The user's smoke training as an argv list (never a shell string); placeholders are substituted per
     # element: {python} {seed} {steps} {out} {dataset} {model} {training} {fault} {save_normalization_stats}.
     # The command must write <out>/<metrics_file> (pipeline.trainlog does it in two lines) and save its
-    # checkpoint to <out>/<checkpoint_subdir>. Empty: the stage has nothing to run and is skipped (it
-    # never trains some other policy on the user's checkpoint); README "Determinism" ships one for
-    # lerobot-train (pipeline.trainers.lerobot_train). Typed Any so that a shell string reaches the
-    # runner, which refuses it with a message naming the key.
+    # checkpoint to <out>/<checkpoint_subdir>. Empty: a lerobot-train command typed after `--` is run
+    # through pipeline.trainers.lerobot_train (runner.train_argv); with none, the stage has nothing to run
+    # and is skipped (it never trains some other policy on the user's checkpoint). Typed Any so that a
+    # shell string reaches the runner, which refuses it with a message naming the key.
     train_cmd: Any = field(default_factory=list)
     metrics_file: str = "metrics.jsonl"
     checkpoint_subdir: str = "checkpoint"

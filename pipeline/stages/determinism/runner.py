@@ -12,6 +12,7 @@ is read for its cause: the op torch refused under deterministic algorithms, or t
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -26,8 +27,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.progress import progress
+from pipeline.readers import lerobot_command
 from pipeline.stages import StageContext
 from pipeline.stages.config import settings
 from pipeline.stages.determinism import conditions
@@ -49,6 +51,12 @@ PLACEHOLDERS = (
     "save_normalization_stats",
 )
 _FIELD_RE = re.compile(r"\{([^{}]*)\}")
+TRAINER = "pipeline.trainers.lerobot_train"
+# the smoke run of a lerobot-train command (no train_cmd set): the wrapper, then the user's flags as typed
+LEROBOT_TRAIN_CMD = (
+    "{python}", "-m", TRAINER,
+    "--seed", "{seed}", "--steps", "{steps}", "--out", "{out}", "--dataset", "{dataset}",
+)  # fmt: skip
 FAULTS = ("none", "unseeded_shuffle", "clock_seed")
 BARE = ("bare_a", "bare_b")
 _REFUSED_RE = re.compile(r"^.*?(\S+ does not have a deterministic implementation, but you set .*)$", re.M)
@@ -165,6 +173,45 @@ def part_env(
     return env, record, None
 
 
+def lerobot_flags(cfg: Any) -> list[str] | None:
+    """The flags of a lerobot-train `training.command` (the command typed after `--`), as typed; None
+    when there is none or it is another program (which the stage cannot shorten to a smoke run)."""
+    command = (cfg.get("training") or {}).get("command") if hasattr(cfg, "get") else None
+    argv = [str(item) for item in plain(command) or ()]
+    parsed = lerobot_command.parse(argv) if argv else None
+    return None if parsed is None else parsed.args
+
+
+def derived(cfg: Any) -> tuple[str, ...]:
+    """`train_cmd` counts as set when the stage can derive it: a lerobot-train training command."""
+    return (f"stages.{NAME}.train_cmd",) if lerobot_flags(cfg) is not None else ()
+
+
+def train_argv(cfg: Any, config: DeterminismConfig, values: Mapping[str, str]) -> list[str]:
+    """The smoke run's argv: `train_cmd` filled in, else the lerobot-train command typed after `--` run
+    through `pipeline.trainers.lerobot_train` (lerobot's own main, in-process, with the metrics hooks):
+    the stage's seed, steps, output folder and dataset put in by the wrapper, the user's flags after
+    `--` unsubstituted (a `{` in `--rename_map={...}` is JSON, not a placeholder)."""
+    key = f"stages.{NAME}.train_cmd"
+    flags = None if config.train_cmd else lerobot_flags(cfg)
+    if flags is None:
+        return substitute(plain(config.train_cmd), values, key)
+    return [*substitute(LEROBOT_TRAIN_CMD, values, key), "--", *flags]
+
+
+def launch_check(cfg: Any) -> None:
+    """At launch, where determinism will run a lerobot-train command itself: lerobot must be importable
+    (the wrapper runs lerobot's own main), or the run is refused now, not after the queue."""
+    if ((cfg.get("stages") or {}).get(NAME) or {}).get("train_cmd") or lerobot_flags(cfg) is None:
+        return
+    if importlib.util.find_spec("lerobot") is None:
+        raise ConfigError(
+            f"stages.{NAME}.train_cmd",
+            f"determinism runs the lerobot-train command through {TRAINER}, which needs the package(s) "
+            "['lerobot'], not installed here; install lerobot, set the key, or skip=[determinism]",
+        )
+
+
 def ddp_argv(config: DeterminismConfig, argv: list[str], values: Mapping[str, str]) -> list[str]:
     """`torchrun --nproc_per_node=N` around the training command (python -m torch.distributed.run).
 
@@ -213,7 +260,7 @@ def run_part(cfg: DictConfig, ctx: StageContext) -> dict[str, Any]:
     seed = part_seed(config, part)
     values = placeholder_values(cfg, config, seed, out / "run")
     try:
-        argv = substitute(plain(config.train_cmd), values, f"stages.{NAME}.train_cmd")
+        argv = train_argv(cfg, config, values)
         if part == "ddp":
             argv = ddp_argv(config, argv, values)
     except InputError as exc:
@@ -326,7 +373,7 @@ def plain(value: Any) -> Any:
 def validate(cfg: DictConfig, config: DeterminismConfig) -> list[str]:
     """Check the command template in the main job too, so a bad one is an InputError naming the key."""
     values = placeholder_values(cfg, config, config.seed, Path("<out>"))
-    argv = substitute(plain(config.train_cmd), values, f"stages.{NAME}.train_cmd")
+    argv = train_argv(cfg, config, values)
     if config.ddp_procs > 1:
         ddp_argv(config, argv, values)
     return argv

@@ -1,6 +1,13 @@
-"""The training command template: argv substitution element by element, never a shell string."""
+"""The training command template: argv substitution element by element, never a shell string; with no
+template, the lerobot-train command typed after `--` run through `pipeline.trainers.lerobot_train` with
+the stage's seed, steps and output folder put in (refused at launch where lerobot is not importable)."""
 
 from __future__ import annotations
+
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -9,6 +16,7 @@ from pipeline.errors import ConfigError, InputError
 from pipeline.stages.config import typed
 from pipeline.stages.determinism import runner
 from pipeline.stages.determinism.config import DeterminismConfig
+from tests.conftest import launch
 
 VALUES = {"seed": "0", "out": "/tmp/o", "dataset": "/data/a b; rm -rf ~"}
 
@@ -101,3 +109,78 @@ def test_bad_settings_are_config_errors_naming_the_key(overrides, key):
     with pytest.raises(ConfigError) as info:
         settings(**overrides)
     assert info.value.key == key and str(info.value).startswith(f"{key}: ")
+
+
+def missing(cfg: object) -> tuple[str, ...]:
+    from pipeline import stages
+
+    return stages.missing_keys(stages.load()["determinism"], cfg)
+
+
+# the line a LeRobot user types after `--`: a Hub base, a repo id, JSON, and values the smoke run replaces
+LEROBOT_LINE = [
+    "--policy.path=lerobot/smolvla_base",
+    "--dataset.repo_id=me/so101_pick",
+    '--rename_map={"observation.images.front": "observation.images.camera1"}',
+    "--batch_size=64",
+    "--steps=200000",
+    "--seed",
+    "7",
+    "--output_dir=outputs/train/pick",
+    "--save-freq=20000",
+    "--wandb.enable=true",
+    "--policy.push_to_hub=true",
+]
+
+
+@pytest.mark.parametrize("program", [["lerobot-train"], ["python3", "-m", "lerobot.scripts.lerobot_train"]])
+def test_a_lerobot_train_command_is_the_smoke_run_with_the_stages_seed_steps_and_output(program):
+    from pipeline.trainers.lerobot_train import lerobot_argv, parse_args
+
+    cfg = OmegaConf.create({"training": {"command": [*program, *LEROBOT_LINE]}, "dataset": {"path": "/d"}})
+    config = settings(seed=3, steps=5)
+    values = runner.placeholder_values(cfg, config, 3, Path("/runs/twin_a/run"))
+    argv = runner.train_argv(cfg, config, values)
+    wrapper = [sys.executable, "-m", "pipeline.trainers.lerobot_train"]
+    assert argv[:3] == wrapper and argv[argv.index("--") + 1 :] == LEROBOT_LINE  # flags as typed
+    assert runner.derived(cfg) == ("stages.determinism.train_cmd",)  # train_cmd counts as set
+    train = lerobot_argv(*parse_args(argv[3:]))  # what the wrapper hands lerobot's own main
+    assert train == [
+        "lerobot-train",
+        *LEROBOT_LINE[:4],  # the user's base, dataset, rename map and batch size, untouched
+        "--seed=3",
+        "--steps=5",
+        "--output_dir=/runs/twin_a/run/lerobot",
+        "--save_freq=5",
+        "--log_freq=1",
+        "--eval_freq=0",
+        "--wandb.enable=false",
+        "--policy.push_to_hub=false",
+        "--dataset.root=/d",
+    ]
+
+
+def test_an_own_train_cmd_wins_and_another_program_is_not_derived():
+    line = OmegaConf.create({"training": {"command": ["lerobot-train", *LEROBOT_LINE]}})
+    own = settings(train_cmd=["python", "t.py", "--seed", "{seed}"])
+    assert runner.train_argv(line, own, {"seed": "0"}) == ["python", "t.py", "--seed", "0"]
+    other = OmegaConf.create({"training": {"command": ["python", "train.py", "--steps=9"]}})
+    assert missing(other) == ("stages.determinism.train_cmd",)
+    with pytest.raises(InputError, match="non-empty argv list"):
+        runner.train_argv(other, settings(), {})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lerobot") is not None, reason="lerobot is installed here")
+def test_without_lerobot_the_launch_refuses_determinism_on_the_command_unless_skipped(tmp_path, real_data):
+    dataset = real_data / "SamueleSandrini__record-test"
+    line = ["lerobot-train", "--policy.type=act", "--dataset.repo_id=me/rec", f"--dataset.root={dataset}"]
+    args = ("stage=full", "launcher=slurm", "dry_run=true")
+    proc = launch(tmp_path, *args, "--", *line, seed_demo=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("config error: stages.determinism.train_cmd: ") and "['lerobot']" in last, last
+    skipped = launch(tmp_path, *args, "skip=[determinism]", "--", *line, seed_demo=False)
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    chained = next(x for x in skipped.stdout.splitlines() if x.startswith("sbatch argv: "))
+    argv = shlex.split(chained.removeprefix("sbatch argv: "))
+    assert argv[-len(line) :] == line and argv[-len(line) - 1].endswith("/train.sbatch")  # chained as typed
