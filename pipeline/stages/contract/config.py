@@ -255,8 +255,8 @@ class HealthConfig:
     fps_tolerance: float = 0.05  # |fps from the timestamps / info.json fps - 1| beyond this: hard
     frozen_frames: int = 30  # a dim unchanged this many steps (and frozen_share of its episode) ...
     frozen_share: float = 0.2  # ... while the episode goes on: a frozen stretch (soft)
-    stuck_still: float = 0.01  # a state dim moving < this share of its dataset range in an episode ...
-    stuck_moving: float = 0.2  # ... while its commanded action moves > this share: a stuck actuator
+    stuck_still: float = 0.01  # a state dim moving < this share of its typical per-episode spread ...
+    stuck_moving: float = 0.2  # ... while its action moves > this share of its own: a stuck actuator
     held_moving: float = 0.8  # a dim at one value for a whole episode while it moves in this share of
     # the other episodes: held (a stuck actuator or a disconnected command), not a frozen stretch
     clip_share: float = 0.1  # more than this share of rows exactly at a dim's min or max: pinned (soft)
