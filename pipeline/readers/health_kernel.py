@@ -88,37 +88,31 @@ def _motion_loop(  # type: ignore[no-untyped-def]
             high_v, high_c, high_r, sq, sq_n = high[d], high_count[d], high_row[d], diff_sq[d], diff_n[d]
             for i in range(s, e):
                 pos = i - s + offset
-                v = x[i, d]
-                b = np.uint64(bits[i, d])
+                v, b = x[i, d], np.uint64(bits[i, d])
                 w = (np.uint64(pos * dim + d) * k1 + k2) | one
-                lane1 += b * w
-                lane2 += (b ^ k3) * ((w * k4) | one)
+                lane1, lane2 = lane1 + b * w, lane2 + (b ^ k3) * ((w * k4) | one)
                 rowh[i] += b * row_weight
                 if v == v and abs(v) != np.inf:
                     total_k += v
                     low_k, high_k = min(low_k, v), max(high_k, v)
-                    if v < low_v:
-                        low_v, low_c, low_r = v, 1, i
-                    elif v == low_v:
-                        low_c += 1
-                    if v > high_v:
-                        high_v, high_c, high_r = v, 1, i
-                    elif v == high_v:
-                        high_c += 1
+                    if v <= low_v:  # a new minimum (its first row), or one more row on it
+                        low_c, low_r = (low_c + 1, low_r) if v == low_v else (1, i)
+                        low_v = v
+                    if v >= high_v:
+                        high_c, high_r = (high_c + 1, high_r) if v == high_v else (1, i)
+                        high_v = v
                 same = False
                 if i > s or linked:
                     prev = x[i - 1, d] if i > s else carry[d]
                     step = v - prev
-                    if step == step and abs(step) != np.inf:
-                        sq += step * step
-                        sq_n += 1
+                    finite = step == step and abs(step) != np.inf
+                    if finite:
+                        sq, sq_n = sq + step * step, sq_n + 1
                         if abs(step) > jump_k:
                             jump_k, jump_at_k = abs(step), pos
                         if step * before < 0 and min(abs(step), abs(before)) > bounce_k:
                             bounce_k, bounce_at_k = min(abs(step), abs(before)), pos - 1
-                        before = step
-                    else:
-                        before = np.nan
+                    before = step if finite else np.nan
                     same = step == 0
                 cur = cur + 1 if same else 0
                 longest_k = max(longest_k, cur)
