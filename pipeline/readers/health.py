@@ -48,6 +48,7 @@ MOTION = {
     "longest": "max",
     "row_longest": "max",
     "jump": "max",
+    "bounce": "max",
     "run": "last",
     "row_run": "last",
 }
@@ -96,6 +97,7 @@ class HealthScan:
         self._parts: list[dict[str, Any]] = []  # closed episodes, a block's worth at a time
         self._open: dict[str, Any] | None = None  # the episode the last block ended in
         self._last: dict[str, np.ndarray] = {}  # its last row, per feature
+        self._step: dict[str, np.ndarray] = {}  # and its last step (a spike straddling a block's cut)
         self._t_last: float | None = None
         self.repeats = RepeatScan()  # runs of rows repeated across episodes (a partial re-upload)
 
@@ -179,6 +181,7 @@ class HealthScan:
             opened[f"{key}/run"][0] if opened else np.zeros(width, np.int64),
             np.atleast_1d(opened[f"{key}/row_run"][0]) if opened else np.zeros(1, np.int64),
             int(seg.pos[0]),
+            self._step.get(key) if seg.cont else None,
         )
         self.diff_sq[key] += out["diff_sq"]
         self.diff_n[key] += out["diff_n"]
@@ -190,8 +193,9 @@ class HealthScan:
             )
         for name in MOTION:
             part[f"{key}/{name}"] = out[name]
-        part[f"{key}/jump_at"] = out["jump_at"]
+        part[f"{key}/jump_at"], part[f"{key}/bounce_at"] = out["jump_at"], out["bounce_at"]
         self._last[key] = np.asarray(x[-1], dtype=np.float64).copy()
+        self._step[key] = out["last_step"]
         return out["rowh"]
 
     @staticmethod
@@ -298,9 +302,10 @@ def _merge_first(opened: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]
         merged = COMBINE[rule](opened[name][0], value[0])
         out[name] = value.copy()
         out[name][0] = merged
-    for name in [n for n in part if n.endswith("/jump_at")]:
-        key = name[: -len("/jump_at")]
-        better = part[f"{key}/jump"][0] > opened[f"{key}/jump"][0]
+    for name in [n for n in part if n.endswith(("/jump_at", "/bounce_at"))]:
+        key, fact = name.rsplit("/", 1)
+        size = f"{key}/{fact[: -len('_at')]}"
+        better = part[size][0] > opened[size][0]
         out[name] = part[name].copy()
         out[name][0] = np.where(better, part[name][0], opened[name][0])
     return out

@@ -10,7 +10,10 @@ continues the episode the previous block ended in (`cont`, with that episode's l
 and `pos0`, the frame position of the block's first row within its episode. Outputs, per row: `rowh`,
 a hash of the row's bits (readers/repeats.py finds repeated runs with it). Per run k:
 lo, hi, total (finite values), first, last, longest/run (constant runs per dim), row_longest/row_run
-(every dim unchanged), jump/jump_at (largest |step| and the frame it lands on); and for the whole block:
+(every dim unchanged), jump/jump_at (largest |step| and the frame it lands on), bounce/bounce_at (the
+largest one-sample excursion: a step out and a step back of opposite signs, the smaller of the two, and
+the frame of the sample between them; a fast motion, a reversal at speed or a step to a new level never
+makes both large, a glitch does); and for the whole block:
 sum of squared finite steps and their count per dim, and the min and max per dim with how many rows sit
 on them and the first row holding them.
 """
@@ -45,6 +48,9 @@ def allocate(k: int, dim: int, n: int) -> dict[str, np.ndarray]:
         "row_run": np.zeros(k, i),
         "jump": np.zeros((k, dim), f),
         "jump_at": np.zeros((k, dim), i),
+        "bounce": np.zeros((k, dim), f),
+        "bounce_at": np.zeros((k, dim), i),
+        "last_step": np.full(dim, np.nan),  # the block's last step per dim (NaN: none), carried on
         "diff_sq": np.zeros(dim),
         "diff_n": np.zeros(dim, i),
         "low": np.full(dim, np.inf),
@@ -63,9 +69,9 @@ def allocate(k: int, dim: int, n: int) -> dict[str, np.ndarray]:
 # assume alias each other (~10 ns a value, 1.4x this loop); each dim's rows still come in order, so every
 # sum, extreme and first row is the same. `moved` marks the rows where some dim changed (the row runs).
 def _motion_loop(  # type: ignore[no-untyped-def]
-    x, bits, starts, ends, cont, carry, carry_run, carry_row_run, pos0,
-    lo, hi, total, first, last, longest, run, row_longest, row_run, jump, jump_at,
-    diff_sq, diff_n, low, low_count, low_row, high, high_count, high_row, h1, h2, rowh,
+    x, bits, starts, ends, cont, carry, carry_run, carry_row_run, carry_step, pos0,
+    lo, hi, total, first, last, longest, run, row_longest, row_run, jump, jump_at, bounce, bounce_at,
+    last_step, diff_sq, diff_n, low, low_count, low_row, high, high_count, high_row, h1, h2, rowh,
 ):  # fmt: skip
     dim, moved = x.shape[1], np.zeros(x.shape[0], np.bool_)
     k1, k2, k3, k4, one = np.uint64(K1), np.uint64(K2), np.uint64(K3), np.uint64(K4), np.uint64(1)
@@ -77,42 +83,43 @@ def _motion_loop(  # type: ignore[no-untyped-def]
             first[k, d], last[k, d] = x[s, d], x[e - 1, d]
             low_k, high_k, total_k = lo[k, d], hi[k, d], total[k, d]
             longest_k, jump_k, jump_at_k = longest[k, d], jump[k, d], jump_at[k, d]
+            bounce_k, bounce_at_k, before = bounce[k, d], bounce_at[k, d], carry_step[d] if linked else np.nan
             low_v, low_c, low_r = low[d], low_count[d], low_row[d]
             high_v, high_c, high_r, sq, sq_n = high[d], high_count[d], high_row[d], diff_sq[d], diff_n[d]
             for i in range(s, e):
                 pos = i - s + offset
-                v = x[i, d]
-                b = np.uint64(bits[i, d])
+                v, b = x[i, d], np.uint64(bits[i, d])
                 w = (np.uint64(pos * dim + d) * k1 + k2) | one
-                lane1 += b * w
-                lane2 += (b ^ k3) * ((w * k4) | one)
+                lane1, lane2 = lane1 + b * w, lane2 + (b ^ k3) * ((w * k4) | one)
                 rowh[i] += b * row_weight
                 if v == v and abs(v) != np.inf:
                     total_k += v
                     low_k, high_k = min(low_k, v), max(high_k, v)
-                    if v < low_v:
-                        low_v, low_c, low_r = v, 1, i
-                    elif v == low_v:
-                        low_c += 1
-                    if v > high_v:
-                        high_v, high_c, high_r = v, 1, i
-                    elif v == high_v:
-                        high_c += 1
+                    if v <= low_v:  # a new minimum (its first row), or one more row on it
+                        low_c, low_r = (low_c + 1, low_r) if v == low_v else (1, i)
+                        low_v = v
+                    if v >= high_v:
+                        high_c, high_r = (high_c + 1, high_r) if v == high_v else (1, i)
+                        high_v = v
                 same = False
                 if i > s or linked:
                     prev = x[i - 1, d] if i > s else carry[d]
                     step = v - prev
-                    if step == step and abs(step) != np.inf:
-                        sq += step * step
-                        sq_n += 1
+                    finite = step == step and abs(step) != np.inf
+                    if finite:
+                        sq, sq_n = sq + step * step, sq_n + 1
                         if abs(step) > jump_k:
                             jump_k, jump_at_k = abs(step), pos
+                        if step * before < 0 and min(abs(step), abs(before)) > bounce_k:
+                            bounce_k, bounce_at_k = min(abs(step), abs(before)), pos - 1
+                    before = step if finite else np.nan
                     same = step == 0
                 cur = cur + 1 if same else 0
                 longest_k = max(longest_k, cur)
                 moved[i] = moved[i] or not same
             lo[k, d], hi[k, d], total[k, d] = low_k, high_k, total_k
             longest[k, d], jump[k, d], jump_at[k, d], run[k, d] = longest_k, jump_k, jump_at_k, cur
+            bounce[k, d], bounce_at[k, d], last_step[d] = bounce_k, bounce_at_k, before
             low[d], low_count[d], low_row[d] = low_v, low_c, low_r
             high[d], high_count[d], high_row[d], diff_sq[d], diff_n[d] = high_v, high_c, high_r, sq, sq_n
         h1[k], h2[k] = lane1, lane2
@@ -142,7 +149,16 @@ def _content_hash(bits: np.ndarray, pos: np.ndarray, starts: np.ndarray) -> tupl
     return np.add.reduceat(lane1, starts), np.add.reduceat(lane2, starts)
 
 
-def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, pos0, out):  # type: ignore[no-untyped-def]
+def _bounce(steps: np.ndarray, valid: np.ndarray, carry_step: np.ndarray, cont: bool) -> np.ndarray:
+    """Per row and dim, the one-sample excursion ending there: min(|step|, |step before|) where the two
+    are valid steps of opposite signs (the row before is the sample that went out and came back)."""
+    before = np.vstack([np.asarray(carry_step, np.float64)[None, :], steps[:-1]])
+    before_valid = np.vstack([np.full((1, steps.shape[1]), cont) & np.isfinite(before[:1]), valid[:-1]])
+    turn = valid & before_valid & (steps * np.where(before_valid, before, 0.0) < 0)
+    return np.where(turn, np.minimum(np.abs(steps), np.abs(before)), 0.0)
+
+
+def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, carry_step, pos0, out):  # type: ignore[no-untyped-def]
     """The same arrays as the compiled loop, from whole-block numpy operations (the fallback)."""
     n = x.shape[0]
     lens = ends - starts
@@ -164,6 +180,13 @@ def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, p
     hit = (size == np.repeat(jump, lens, axis=0)) & (size > 0)
     at = np.minimum.reduceat(np.where(hit, pos[:, None], np.iinfo(np.int64).max), starts, axis=0)
     values = np.where(finite, x, np.nan).astype(np.float64)
+    bounce = _bounce(steps, finite_steps, carry_step, cont)
+    top = np.maximum.reduceat(bounce, starts, axis=0)
+    turn_at = np.where(
+        (bounce == np.repeat(top, lens, axis=0)) & (bounce > 0), pos[:, None] - 1, np.iinfo(np.int64).max
+    )
+    out["bounce"], out["bounce_at"] = top, np.where(top > 0, np.minimum.reduceat(turn_at, starts, axis=0), 0)
+    out["last_step"] = np.where(finite_steps[-1], steps[-1], np.nan)
     out["h1"], out["h2"] = _content_hash(bits, pos, starts)
     row_weights = (np.arange(x.shape[1], dtype=np.uint64) * np.uint64(K3) + np.uint64(K4)) | np.uint64(1)
     out["rowh"] = (bits.astype(np.uint64) * row_weights).sum(axis=1, dtype=np.uint64)
@@ -189,15 +212,19 @@ def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, p
         out[side], out[f"{side}_count"], out[f"{side}_row"] = value, (values == value).sum(axis=0), where
 
 
-def motion(x, starts, ends, cont, carry, carry_run, carry_row_run, pos0) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
-    """The per-run and per-block arrays for one feature of one block (numba where installed)."""
+def motion(
+    x, starts, ends, cont, carry, carry_run, carry_row_run, pos0, carry_step=None
+) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """The per-run and per-block arrays for one feature of one block (numba where installed);
+    `carry_step` is the open episode's last step per dim (None: no step before this block)."""
     out = allocate(len(starts), x.shape[1], x.shape[0])
     bits = x.view(np.uint32 if x.dtype == np.float32 else np.uint64)
     carry = np.zeros(x.shape[1]) if carry is None else np.asarray(carry, dtype=np.float64)
+    step = np.full(x.shape[1], np.nan) if carry_step is None else np.asarray(carry_step, dtype=np.float64)
     if not sketch_kernel.HAVE_NUMBA:
-        motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, pos0, out)
+        motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, step, pos0, out)
         return out
-    _kernel()(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, pos0, *out.values())
+    _kernel()(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, step, pos0, *out.values())
     return out
 
 

@@ -4,16 +4,18 @@ The whole-episode checks (content digest, near-duplicate signature) cannot see a
 part repeats another episode's rows: its digest and its means differ. Comparing windows of rows can:
 each row is hashed (every followed feature, bit for bit, by the health kernel), each run of `window`
 consecutive rows of one episode gets a polynomial hash, and a window hash seen in another episode is a
-match. Keeping every window would cost memory in proportion to the rows, so only the windows whose hash
-is 0 modulo `sample` (a power of two) are kept (content-defined: the same rows are kept in both
-copies); when the table reaches `max_kept` entries, `sample` doubles and half of them go.
+match. Every moving window is kept until the table holds `max_kept` entries; past that, only the windows
+whose hash is 0 modulo `sample` (a power of two, content-defined: the same rows are kept in both
+copies) stay, `sample` doubling (and half of the table going) each time the table fills again.
 
 A run is reported once two of its windows are kept at the same offset (by chance, two windows of
-moving rows never agree bit for bit). A run of L rows is missed when fewer than two of its
-m = L - window + 1 windows are kept: (1 - p)^m + m p (1 - p)^(m - 1), p = 1/sample: 1.2 % for 30 rows,
-2e-6 for 60, at the default sample of 4. Its length is known only as the span of its kept windows (a
-lower bound). Windows in which no row changes (a robot resting at its home pose, as every episode
-starts) are never kept: a run that repeats must move.
+moving rows never agree bit for bit). While every window is kept (datasets up to `max_kept` rows: 2 M)
+any run of window + 1 = 9 moving rows or more is found. Past that, a run of L rows is missed when
+fewer than two of its m = L - window + 1 windows are kept: (1 - p)^m + m p (1 - p)^(m - 1),
+p = 1/sample: at sample 4 (8 M rows), 1.2 % for 30 rows, 2e-6 for 60. Keeping 1 window in 4 from the
+first row (as before) missed a 20-row run once in eight, on datasets of any size. Its length is known
+only as the span of its kept windows (a lower bound). Windows in which no row changes (a robot resting
+at its home pose, as every episode starts) are never kept: a run that repeats must move.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 WINDOW = 8  # rows per hashed window
-SAMPLE = 4  # one window hash in SAMPLE kept
+SAMPLE = 1  # one window hash in SAMPLE kept (doubles each time the table reaches MAX_KEPT)
 MAX_KEPT = 2_000_000  # window hashes held (~100 MB with the dict's overhead) before SAMPLE doubles
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _BASE = np.uint64(0x100000001B3)

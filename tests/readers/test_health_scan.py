@@ -43,6 +43,7 @@ def columns() -> dict[str, np.ndarray]:
     cols = LeRobotData(DATASETS["v3.0"]).frames(COLUMNS)
     cols["action"][400:460] = cols["action"][400]  # a frozen stretch across a cut
     cols["timestamp"][500] -= 1.0  # time running back right after a cut
+    cols["observation.state"][999, 2] += 500.0  # a one-sample spike on a block's last row
     return cols
 
 
@@ -51,6 +52,11 @@ def test_cut_blocks_give_the_facts_of_one_block(columns: dict[str, np.ndarray]) 
     cut = facts(columns, [1, 137, 373, 374, 430, 500, 1000, 1491])
     same(whole, cut)
     assert whole["episodes"]["backwards"].tolist() == [0, 1, 0, 0]
+    # the spike is named at its own frame although its step back lies in the next block
+    episode = int(np.flatnonzero(whole["episodes"]["index"] == columns["episode_index"][999])[0])
+    bounce = whole["episodes"]["observation.state/bounce"][episode]
+    assert int(np.argmax(bounce)) == 2 and bounce[2] > 400
+    assert whole["episodes"]["observation.state/bounce_at"][episode][2] == columns["frame_index"][999]
 
 
 def test_numpy_fallback_gives_the_numba_kernels_facts(

@@ -37,6 +37,7 @@ from pipeline.stages.contract import (
     finite,
     frames,
     layout,
+    mirror,
     normalization,
     relation,
     reload,
@@ -54,6 +55,7 @@ PER_PAIR = (
     layout.names_rows,
     relation.relation_rows,  # before sign/permutation/units/shift: they leave out the dims it explains
     conventions.convention_rows,
+    mirror.mirror_rows,  # after sign/offset: a dim they explain is not judged again
     layout.permutation_rows,
     units.scale_rows,
     normalization.stats_rows,

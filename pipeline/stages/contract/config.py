@@ -80,12 +80,26 @@ class SignConfig:
     std_ratio: float = 1.1  # and the std within 10 %
     min_gap: float = 1.0  # as-is the stats differ by >= 1 spread (else a flip is invisible in the stats)
     severity: str = "hard"  # the base's learned mapping is inverted for that dim
+    # an action dim mirrored inside its range (stages/contract/mirror.py): the sign of its corr with the
+    # state dim that tracks it (|corr| >= track_corr) against the base's stats (action stats within
+    # base_tol state spreads of the state's, and >= min_gap from the mirrored state's) ...
+    track_corr: float = 0.5
+    base_tol: float = 0.5
+    data_severity: str = "soft"  # ... or, where the base pins nothing, against the other dims' sign
 
     def validate(self, key: str) -> None:
         require(self.tol > 0, f"{key}.tol", "a number of base spreads > 0", self.tol)
         require(self.std_ratio > 1, f"{key}.std_ratio", "a ratio > 1", self.std_ratio)
         require(self.min_gap > self.tol, f"{key}.min_gap", f"a number > tol ({self.tol})", self.min_gap)
+        require(0 < self.track_corr < 1, f"{key}.track_corr", "a correlation in (0, 1)", self.track_corr)
+        require(
+            0 < self.base_tol < self.min_gap,
+            f"{key}.base_tol",
+            f"in (0, min_gap={self.min_gap})",
+            self.base_tol,
+        )
         _severity(self.severity, f"{key}.severity")
+        _severity(self.data_severity, f"{key}.data_severity")
 
 
 @dataclass
@@ -261,8 +275,8 @@ class HealthConfig:
     fps_tolerance: float = 0.05  # |fps from the timestamps / info.json fps - 1| beyond this: hard
     frozen_frames: int = 30  # a dim unchanged this many steps (and frozen_share of its episode) ...
     frozen_share: float = 0.2  # ... while the episode goes on: a frozen stretch (soft)
-    stuck_still: float = 0.01  # a state dim moving < this share of its dataset range in an episode ...
-    stuck_moving: float = 0.2  # ... while its commanded action moves > this share: a stuck actuator
+    stuck_still: float = 0.01  # a state dim moving < this share of its typical per-episode spread ...
+    stuck_moving: float = 0.2  # ... while its action moves > this share of its own: a stuck actuator
     held_moving: float = 0.8  # a dim at one value for a whole episode while it moves in this share of
     # the other episodes: held (a stuck actuator or a disconnected command), not a frozen stretch
     clip_share: float = 0.1  # more than this share of rows exactly at a dim's min or max: pinned (soft)

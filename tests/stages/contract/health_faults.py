@@ -306,3 +306,35 @@ def planted(version: str, fault: str, dest: Path) -> tuple[Path, dict[str, Any]]
     copy = copy_dataset(version, dest)
     expected = FAULTS[fault][0](copy) if fault != "clean" else {}
     return write(copy), expected
+
+
+# ------------------------------------------------- whole real datasets, rewritten file by file
+def load_columns(root: Path) -> Columns:
+    """Every data file of a LeRobot dataset as columns (rows in file order)."""
+    files = sorted((root / "data").rglob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+    return {c: _column(table[c]) for c in table.column_names}
+
+
+def rewritten(src: Path, dest: Path, edit: Callable[[Columns], Any]) -> Any:
+    """A whole copy of a real dataset whose vector columns `edit` changed in place; every data file,
+    its row count and its layout stay the real dataset's (meta/ too). Returns what `edit` returned."""
+    shutil.copytree(src, dest)
+    files = sorted((dest / "data").rglob("*.parquet"))
+    cols = load_columns(dest)
+    planted_ = edit(cols)
+    offset = 0
+    for path in files:
+        table = pq.read_table(path)
+        for name in table.column_names:
+            values = cols[name][offset : offset + table.num_rows]
+            if values.ndim == 2:
+                kind = table.schema.field(name).type
+                new = pa.FixedSizeListArray.from_arrays(
+                    pa.array(values.astype(np.float32).ravel()), values.shape[1]
+                )
+                new = new if pa.types.is_fixed_size_list(kind) else pa.array(new.to_pylist(), type=kind)
+                table = table.set_column(table.schema.get_field_index(name), name, new)
+        pq.write_table(table, path)
+        offset += table.num_rows
+    return planted_

@@ -143,29 +143,38 @@ def _outliers(src: Sources, facts: dict[str, Any], key: str) -> Check:
 
 
 def _spikes(src: Sources, facts: dict[str, Any], key: str) -> Check:
+    """One-sample spikes: a value that leaves both its neighbours, out and straight back, by more than
+    `spike_z` standard deviations of the dim's steps. A large step alone is not one: a fast motion, a
+    gripper closing or a step to a new level happens in real data, more often the longer the episodes
+    (the largest step of an episode grows with its length), and it would hide the spike beside it."""
     z_max = src.cfg.health.spike_z
     std = np.asarray(facts["diff_std"][key], dtype=float)
-    episodes, jump = per_episode(facts, key, "jump")
-    _, at = per_episode(facts, key, "jump_at")
+    episodes, bounce = per_episode(facts, key, "bounce")
+    _, at = per_episode(facts, key, "bounce_at")
+    if not episodes:
+        return ROWS(f"health.spikes:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
+    z = np.where(std > 0, bounce / np.where(std > 0, std, 1), 0)
     found: dict[int, dict[str, Any]] = {}
-    for row, episode in enumerate(episodes):
-        z = np.where(std > 0, jump[row] / np.where(std > 0, std, 1), 0)
-        dims = [int(d) for d in np.flatnonzero(z > z_max)]
-        if dims:
-            found[episode] = {
-                "dims": dims,
-                "frames": [int(at[row][d]) for d in dims],
-                "z": [round(float(z[d]), 1) for d in dims],
-            }
+    for row, dim in np.argwhere(z > z_max):
+        entry = found.setdefault(episodes[int(row)], {"dims": [], "frames": [], "z": []})
+        entry["dims"].append(int(dim))
+        entry["frames"].append(int(at[row][dim]))
+        entry["z"].append(round(float(z[row][dim]), 1))
     names = dim_names(src, key)
-    shown = [
-        f"episode {e} dim {labels(names, v['dims'][:1])[0]} frame {v['frames'][0]} ({v['z'][0]} sd)"
+    each = [
+        (zz, e, d, f)
         for e, v in found.items()
+        for d, f, zz in zip(v["dims"], v["frames"], v["z"], strict=True)
     ]
+    shown = [
+        f"episode {e} dim {labels(names, [d])[0]} frame {f} ({zz} sd)"
+        for zz, e, d, f in sorted(each, reverse=True)
+    ]
+    rule = f"a sample off both neighbours and back by > {z_max:g} standard deviations of the dim's steps"
     message = (
-        f"{key}: one-step jumps beyond {z_max:g} standard deviations of the dim's steps: {listed(shown)}"
+        f"{key}: one-sample spikes ({rule}), largest first: {listed(shown)}"
         if found
-        else f"{key}: no one-step jump beyond {z_max:g} standard deviations of the dim's steps"
+        else f"{key}: no one-sample spike ({rule})"
     )
     return ROWS(
         f"health.spikes:{key}",
@@ -238,8 +247,8 @@ def _held(src: Sources, facts: dict[str, Any], key: str) -> Check:
     _, hi = per_episode(facts, key, "hi")
     if not ids:
         return ROWS(f"health.held:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
-    spread = np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)
-    held = (spread == 0) & (column(facts, "rows") >= cfg.frozen_frames)[:, None] & ~_discrete(facts, key)
+    spread, length = np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float), column(facts, "rows")
+    held = (spread == 0) & (length >= cfg.frozen_frames)[:, None] & ~_discrete(facts, key)
     found: dict[int, dict[str, Any]] = {}
     for d in range(spread.shape[1]):
         rows, others = np.flatnonzero(held[:, d]), spread[~held[:, d], d]
@@ -247,6 +256,7 @@ def _held(src: Sources, facts: dict[str, Any], key: str) -> Check:
         if len(rows) and moves >= cfg.held_moving:
             found[d] = {
                 "episodes": [ids[r] for r in rows],
+                "frames": {ids[r]: [0, int(length[r]) - 1] for r in rows},
                 "value": float(np.asarray(lo)[rows[0], d]),
                 "moves_elsewhere": round(moves, 3),
                 "spread_elsewhere": float(np.median(others[others > 0])),
@@ -292,40 +302,67 @@ def _held_row(src: Sources, key: str, found: dict[int, dict[str, Any]]) -> Check
 
 
 def _stuck(src: Sources, facts: dict[str, Any]) -> list[Check]:
+    """A state dim still in an episode while its action moves there. Both are measured against how far
+    the dim typically moves in an episode (the median of its per-episode spreads, over the episodes where
+    it moves), not against its range over the dataset: that range widens with every episode and every
+    outlier, so on a long dataset no single episode's command ever spanned enough of it."""
     pair = _pair(src, facts)
     if pair is None:
         return []
     state, action, dims = pair
     cfg = src.cfg.health
-    s_range, a_range = _range(facts, state), _range(facts, action)
-    episodes, s_lo = per_episode(facts, state, "lo")
-    _, s_hi = per_episode(facts, state, "hi")
-    ids, a_lo = per_episode(facts, action, "lo")
-    _, a_hi = per_episode(facts, action, "hi")
+    episodes, s_spread = _spreads(facts, state)
+    ids, a_spread = _spreads(facts, action)
     if episodes != ids or not episodes:
         return []
+    s_typical, a_typical = _typical(s_spread), _typical(a_spread)
+    rows = column(facts, "rows").astype(int)
     found: dict[int, list[int]] = {}
+    frames: dict[int, list[int]] = {}
     for sd, ad in dims:
-        if s_range[sd] <= 0 or a_range[ad] <= 0:
+        if s_typical[sd] <= 0 or a_typical[ad] <= 0:
             continue
-        still = (s_hi[:, sd] - s_lo[:, sd]) <= cfg.stuck_still * s_range[sd]
-        moving = (a_hi[:, ad] - a_lo[:, ad]) >= cfg.stuck_moving * a_range[ad]
+        still = s_spread[:, sd] <= cfg.stuck_still * s_typical[sd]
+        moving = a_spread[:, ad] >= cfg.stuck_moving * a_typical[ad]
         for row in np.flatnonzero(still & moving):
             found.setdefault(episodes[row], []).append(sd)
-    return [_stuck_row(src, state, action, found)]
+            frames[episodes[row]] = [0, int(rows[row]) - 1]
+    return [_stuck_row(src, state, action, found, frames)]
 
 
-def _stuck_row(src: Sources, state: str, action: str, found: dict[int, list[int]]) -> Check:
+def _spreads(facts: dict[str, Any], key: str) -> tuple[list[int], np.ndarray]:
+    """(episode ids, each episode's max - min per dim)."""
+    episodes, lo = per_episode(facts, key, "lo")
+    _, hi = per_episode(facts, key, "hi")
+    return episodes, np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)
+
+
+def _typical(spread: np.ndarray) -> np.ndarray:
+    """Per dim, the median spread over the episodes where the dim moves (0 where it never does)."""
+    moving = np.where(spread > 0, spread, np.nan)
+    counts = np.sum(spread > 0, axis=0)
+    out = np.zeros(spread.shape[1])
+    out[counts > 0] = np.nanmedian(moving[:, counts > 0], axis=0)
+    return out
+
+
+def _stuck_row(
+    src: Sources, state: str, action: str, found: dict[int, list[int]], frames: dict[int, list[int]]
+) -> Check:
     cfg, names = src.cfg.health, dim_names(src, state)
     read = state in model_reads(src)
     dims = sorted({d for ds in found.values() for d in ds})
     rule = (
-        f"{state} moves < {cfg.stuck_still:.0%} of its range in an episode while {action} moves "
-        f"> {cfg.stuck_moving:.0%} of its range"
+        f"{state} moves < {cfg.stuck_still:.0%} of its typical per-episode spread in an episode while "
+        f"{action} moves > {cfg.stuck_moving:.0%} of its own"
     )
+    shown = [
+        f"episode {e} dim(s) {listed(labels(names, ds), 3)} frames {frames[e][0]}-{frames[e][1]}"
+        for e, ds in found.items()
+    ]
     message = (
         f"stuck actuator: {listed(labels(names, dims))} of {state} in {len(found)} episode(s) "
-        f"({listed(list(found))}): {rule}" + ("; the model reads this state" if read else "")
+        f"({listed(shown, 5)}): {rule}" + ("; the model reads this state" if read else "")
         if found
         else f"no stuck actuator ({rule})"
     )
@@ -335,7 +372,13 @@ def _stuck_row(src: Sources, state: str, action: str, found: dict[int, list[int]
         "mismatch" if found else "match",
         message,
         severity="hard" if read else "soft",
-        evidence={"episodes": list(found), "dims": dims, "per_episode": found, "model_reads": read},
+        evidence={
+            "episodes": list(found),
+            "dims": dims,
+            "per_episode": found,
+            "frames": frames,
+            "model_reads": read,
+        },
     )
 
 
