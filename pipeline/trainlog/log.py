@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from pipeline.trainlog.spec import (  # noqa: F401  (re-exported: trainers import them from here)
+from pipeline.trainlog.spec import (
     ENV_AFTER,
     ENV_HORIZON,
     ENV_KEYS,
@@ -25,12 +25,10 @@ from pipeline.trainlog.spec import (  # noqa: F401  (re-exported: trainers impor
     ENV_MODE,
     EVENTS_FILE,
     INTENT_FILE,
-    KNOWN_EVENTS,
     METRICS_FILE,
     NONDET_RE,
     NORM_KEY_RE,
     REPORT_FILE,
-    Reloaded,
     metrics_name,
     rank_and_world,
 )
