@@ -28,7 +28,7 @@ DEFAULT_PHYSICAL_CHECKS = (
     "baseline model on the same data does.",
 )
 # the order findings are listed in: what blocks first, then what the gate let through (soft mismatch: 3)
-_RANK = {"error": 0, "mismatch": 1, "unverifiable": 2, "waived": 4}
+_RANK = {"error": 0, "mismatch": 1, "unverifiable": 2, "waived": 4, "skipped": 5}
 FULL_HEADER = (
     "| feature | category | expected (A) | configured (B) | actual (C) | verdict | severity | check |",
     "|---|---|---|---|---|---|---|---|",
