@@ -41,10 +41,11 @@ def _camera_row(src: Sources, key: str) -> Check:
     evidence.update(rename_evidence(src))
     fields = {"expected": list(chw(a) or ()) or None, "actual": list(chw(c) or ()) if c else None}
     if c is None:
+        given = ", ".join(spec(f, key=True) for f in src.c.features.values() if f.role == "image")
         message = (
-            f"{key}: the {a_label(src)} reads {spec(a)}, no dataset key provides it (dataset cameras "
-            f"{cams}){rename_text(src)}; LeRobot keeps the base's input_features when finetuning, so "
-            "this camera is missing or blank in training"
+            f"{key}: the {a_label(src)} reads {spec(a)}, no dataset key provides it (dataset cameras: "
+            f"{given or 'none'}){rename_text(src)}; LeRobot keeps the base's input_features when "
+            "finetuning, so this camera is missing or blank in training"
         )
         return ROWS(f"layout.key:{key}", key, "mismatch", message, evidence=evidence, **fields)
     a_shape, c_shape = chw(a), chw(c)
