@@ -47,10 +47,10 @@ def key_rows(src: Sources, pair: Pair) -> list[Check]:
     lerobot_both = src.a.kind.startswith("lerobot") and src.c.kind.startswith("lerobot")
     if pair.how == "role" and lerobot_both:
         message = (
-            f"{key}: the dataset calls it '{pair.c.key}'; LeRobot matches features by exact key, so "
-            "this feature would be dropped or passed through (set rename_map)"
+            f"{key}: the dataset calls it '{pair.c.key}'; LeRobot matches features by exact key (after "
+            f"the rename map), so this feature would be dropped or passed through{rename_text(src)}"
         )
-        evidence = {"matched_by": "role"}
+        evidence = {"matched_by": "role", **rename_evidence(src)}
         return [ROWS(check_id, key, "mismatch", message, expected=key, actual=pair.c.key, evidence=evidence)]
     note = "" if pair.how == "exact" else f" (matched by {pair.how})"
     return [

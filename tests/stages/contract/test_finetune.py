@@ -203,3 +203,19 @@ def test_stage_full_with_a_dataset_alone_runs_and_skips_what_needs_more(demo: Pa
         assert by_stage[name]["status"] == "skipped" and not by_stage[name]["checks"], name
         assert by_stage[name]["provenance"]["needs"], name
     assert gate["sources"]["model"].get("path") in (None, "")  # the demo filled nothing
+
+
+def test_a_rename_that_sends_the_state_elsewhere_leaves_the_base_state_unfed(demo: Path) -> None:
+    """LeRobot renames before the normalizer: the dataset's observation.state renamed onto a key the base
+    lacks no longer provides the base's observation.state, though the names still agree."""
+    from pipeline.readers import read_dataset, read_model
+    from pipeline.readers.base import Contract
+    from pipeline.stages.contract import reconcile
+    from tests.stages.contract.helpers import OPTIONS, STAGE_CFG
+
+    b = Contract("B", "lerobot_train_config", "train_config.json")
+    b.hints["rename_map"] = {"observation.state": "observation.state_ee"}
+    checks, _ = reconcile(read_model(demo / "model"), b, read_dataset(demo / "dataset", OPTIONS), STAGE_CFG)
+    row = next(c for c in checks if c.id == "contract.layout.key:observation.state")
+    assert row.blocking and row.evidence["renamed_away"] == b.hints["rename_map"]
+    assert "observation.state_ee" in row.message and "rename_map in force" in row.message
