@@ -91,7 +91,12 @@ def skipped_row(
     need_training = sorted({family(f) for f in left_out.get(NEEDS_TRAINING, ())} | set(windowed))
     parts = []
     if need_base:
-        fresh = f" (training config {b.path} builds a fresh {a.hints.get('policy_type')} policy)"
+        base = b.hints.get("pretrained_path")
+        fresh = (
+            f" (training config {b.path} names the base {base}, not given as model.path)"
+            if base
+            else f" (training config {b.path} builds a fresh {a.hints.get('policy_type')} policy)"
+        )
         why = fresh if a.hints.get("fresh") else ""
         parts.append(f"no base checkpoint{why}: {', '.join(need_base)} need one; set model.path")
     if need_training:
