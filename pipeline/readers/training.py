@@ -28,6 +28,8 @@ from pipeline.readers.base import (
     role_of,
     typed_features,
 )
+from pipeline.readers.lerobot_windows import delta_indices
+from pipeline.readers.model import window_fields
 from pipeline.storage.files import regular_file
 
 HINT_KEYS = ("action_mode", "image_order", "camera_order", "image_scale", "channel_order", "units")
@@ -93,6 +95,10 @@ def _contract(path: Path, data: dict[str, Any], kind: str) -> Contract:
     }
     contract.hints["pretrained_path"] = policy.get("pretrained_path")
     contract.hints["policy_type"] = policy.get("type")
+    # what one training sample spans for a policy built from this config alone (no base: `--policy.type`)
+    contract.hints["window"] = window_fields(policy)
+    if (deltas := delta_indices(policy)) is not None:
+        contract.hints["delta_indices"] = deltas
     rename = data.get("rename_map") or policy.get("rename_map") or {}
     if not isinstance(rename, dict):
         raise InputError(

@@ -86,8 +86,8 @@ def _case(check: Check, blocked: bool) -> ET.Element:
         ET.SubElement(case, "error", message=message, type="error").text = _details(check)
     elif check.blocking or blocked:
         ET.SubElement(case, "failure", message=message, type=check.verdict).text = _details(check)
-    elif check.verdict == "waived":
-        ET.SubElement(case, "skipped", message=f"waived: {message}")
+    elif check.verdict in ("waived", "skipped"):
+        ET.SubElement(case, "skipped", message=f"{check.verdict}: {message}")
     elif check.verdict != "match":
         ET.SubElement(case, "system-out").text = f"{check.verdict} ({check.severity}): " + _details(check)
     return case

@@ -28,7 +28,7 @@ DEFAULT_PHYSICAL_CHECKS = (
     "baseline model on the same data does.",
 )
 # the order findings are listed in: what blocks first, then what the gate let through (soft mismatch: 3)
-_RANK = {"error": 0, "mismatch": 1, "unverifiable": 2, "waived": 4}
+_RANK = {"error": 0, "mismatch": 1, "unverifiable": 2, "waived": 4, "skipped": 5}
 FULL_HEADER = (
     "| feature | category | expected (A) | configured (B) | actual (C) | verdict | severity | check |",
     "|---|---|---|---|---|---|---|---|",
@@ -165,16 +165,18 @@ def _summary(checks: list[Check]) -> list[str]:
         stages.setdefault(check.stage, dict.fromkeys(VERDICTS, 0))[check.verdict] += 1
         by_cat = categories.setdefault(check.stage, {}).setdefault(check.category, dict.fromkeys(VERDICTS, 0))
         by_cat[check.verdict] += 1
+    # a `skipped` column only where a row was skipped (a launch that left a source out)
+    shown = [v for v in VERDICTS if v != "skipped" or any(c.verdict == v for c in checks)]
     lines = [
-        "| stage | " + " | ".join(VERDICTS) + " | rows per category |",
-        "|---|" + "---:|" * len(VERDICTS) + "---|",
+        "| stage | " + " | ".join(shown) + " | rows per category |",
+        "|---|" + "---:|" * len(shown) + "---|",
     ]
     for stage, counts in stages.items():
-        numbers = " | ".join(_count(counts[v]) for v in VERDICTS)
+        numbers = " | ".join(_count(counts[v]) for v in shown)
         per_cat = "; ".join(_category(cat, n) for cat, n in categories[stage].items())
         lines.append(f"| {cell(stage)} | {numbers} | {cell(per_cat, 400)} |")
-    total = {v: sum(c[v] for c in stages.values()) for v in VERDICTS}
-    lines.append("| **all** | " + " | ".join(f"**{total[v]}**" for v in VERDICTS) + " | |")
+    total = {v: sum(c[v] for c in stages.values()) for v in shown}
+    lines.append("| **all** | " + " | ".join(f"**{total[v]}**" for v in shown) + " | |")
     return lines
 
 

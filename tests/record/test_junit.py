@@ -84,3 +84,15 @@ def test_hostile_text_stays_well_formed_xml(tmp_path):
     assert case.get("name") == xml_safe(f"s.{hostile}") and "\\x00" in case.get("name")
     assert case.find("failure").get("message").startswith("]]></failure><x a='1'>")
     assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_a_skipped_row_is_a_skipped_testcase_and_blocks_nothing():
+    """A row a launch could not run for want of a source (a dataset alone: no base to compare with)."""
+    from pipeline.record.records import derive_status
+
+    rows = [check("c.ok", "c", "match"), check("c.inputs", "c", "skipped", "soft", "set model.path")]
+    assert derive_status(rows) == "pass"
+    root = ET.fromstring(junit_xml(record((), StageResult.from_checks("c", rows))))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert cases["c.inputs"].find("skipped").get("message") == "skipped: set model.path"
+    assert cases["c.inputs"].find("failure") is None and root.get("failures") == "0"

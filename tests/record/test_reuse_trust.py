@@ -124,7 +124,7 @@ def test_every_built_in_stage_declares_the_paths_nested_in_its_section():
     assert "stages.determinism.reload.dataset" in keys["determinism"]
     assert "known_good.path" in keys["contract"]
     assert {"release.path", "cache.path"} <= keys["render_cache"]
-    assert "teacher_forced" not in (REPO / "pipeline" / "launch_inputs.py").read_text()
+    assert "teacher_forced" not in (REPO / "pipeline" / "run" / "input_checks.py").read_text()
 
 
 # --- 2. fingerprints that prove identity ---------------------------------------------------------------

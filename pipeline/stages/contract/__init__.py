@@ -36,12 +36,14 @@ from pipeline.stages.contract import (
     encoding,
     finite,
     frames,
+    inputs,
     layout,
     mirror,
     normalization,
     relation,
     reload,
     shards,
+    sides,
     units,
 )
 from pipeline.stages.contract.config import ContractConfig
@@ -49,35 +51,41 @@ from pipeline.stages.contract.health import health_rows
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
+A, B, C = sides.NEEDS_BASE, sides.NEEDS_TRAINING, sides.DATASET_ONLY
+# each check with the sources it reads: A the base, B a policy config (the base's or a fresh one), C the
+# dataset alone; a launch without a base or a training config runs only those it has (`sides.py`)
 PER_PAIR = (
-    layout.key_rows,
-    layout.shape_rows,
-    layout.names_rows,
-    relation.relation_rows,  # before sign/permutation/units/shift: they leave out the dims it explains
-    conventions.convention_rows,
-    mirror.mirror_rows,  # after sign/offset: a dim they explain is not judged again
-    layout.permutation_rows,
-    units.scale_rows,
-    normalization.stats_rows,
-    normalization.degenerate_rows,
-    drift.stale_rows,
-    drift.shift_rows,
-    encoding.dtype_rows,
+    (layout.key_rows, B),
+    (layout.shape_rows, B),
+    (layout.names_rows, B),
+    (relation.relation_rows, A),  # before sign/permutation/units/shift: they leave out the dims it explains
+    (conventions.convention_rows, A),
+    (mirror.mirror_rows, A),  # after sign/offset: a dim they explain is not judged again
+    (layout.permutation_rows, A),
+    (units.scale_rows, A),
+    (normalization.stats_rows, B),
+    (normalization.degenerate_rows, B),
+    (drift.stale_rows, C),
+    (drift.shift_rows, A),
+    (encoding.dtype_rows, C),
 )
 GLOBAL = (
-    normalization.mode_rows,
-    layout.frames_rows,
-    layout.image_rows,
-    encoding.image_rows,
-    units.action_mode_rows,
-    reload.processor_rows,
-    reload.placeholder_rows,
-    reload.mask_rows,
-    finite.nonfinite_rows,  # NaN/inf in the data rows
-    frames.frame_rows,  # decoded camera frames (issue 22)
-    alignment.alignment_rows,  # cameras in step with the rows (issue 34)
-    health_rows,  # dataset health from the same pass (issue 24)
+    (normalization.mode_rows, A),
+    (layout.frames_rows, C),
+    (layout.image_rows, B),
+    (inputs.camera_rows, B),  # which dataset key provides each camera of the policy (finetune contract)
+    (encoding.image_rows, A),
+    (units.action_mode_rows, B),
+    (reload.processor_rows, A),
+    (reload.placeholder_rows, A),
+    (reload.mask_rows, A),
+    (finite.nonfinite_rows, C),  # NaN/inf in the data rows
+    (frames.frame_rows, C),  # decoded camera frames (issue 22)
+    (alignment.alignment_rows, C),  # cameras in step with the rows (issue 34)
+    (health_rows, C),  # dataset health from the same pass (issue 24)
 )
+# rows that judge the data against the policy's window: without a policy they are left to the skipped row
+WINDOWED = ("contract.health.episodes.short",)
 
 
 def _section(cfg: DictConfig, name: str) -> dict[str, Any]:
@@ -93,6 +101,16 @@ def _path(cfg: DictConfig, name: str) -> str:
             field=f"{name}.path",
         )
     return str(path)
+
+
+def _given(cfg: DictConfig, name: str) -> bool:
+    return bool((cfg.get(name) or {}).get("path"))
+
+
+def _unmet(cfg: Any) -> tuple[str, ...]:
+    """A base without its training config is refused: which mode and features it trains with is what
+    the contract judges (a dataset alone, or a training config alone with its dataset, is a check)."""
+    return ("training.path",) if _given(cfg, "model") and not _given(cfg, "training") else ()
 
 
 def scan_options(config: ContractConfig, advance: Any = None) -> ScanOptions:
@@ -113,17 +131,23 @@ def load_sources(
     model_opts = {
         k: v for k, v in _section(cfg, "model").items() if k in ("stats_key", "normalization_mapping")
     }
-    a = read_model(_path(cfg, "model"), model_opts)
-    b = read_training(_path(cfg, "training"))
+    a = read_model(_path(cfg, "model"), model_opts) if _given(cfg, "model") else None
+    b = read_training(_path(cfg, "training")) if _given(cfg, "training") else None
     count = shards.tasks(config, cfg) if ctx is not None else 1
+    rows: list[Check] = []
     with progress("contract: dataset stats pass (rows read)", None) as advance:
         if count > 1:
             assert ctx is not None
             path, opts = Path(_path(cfg, "dataset")), scan_options(config, advance)
             c, row = shards.read_sharded(path, opts, ctx, count, config.shard_rows)
-            return a, b, c, [row]
-        c = read_dataset(_path(cfg, "dataset"), scan_options(config, advance))
-    return a, b, c, []
+            rows.append(row)
+        else:
+            c = read_dataset(_path(cfg, "dataset"), scan_options(config, advance))
+    if b is None:
+        a, b = sides.dataset_alone(c) if a is None else (a, Contract("B", "none", ""))
+    elif a is None:
+        a = sides.fresh_policy(b, c)
+    return a, b, c, rows
 
 
 def reconcile(
@@ -132,12 +156,23 @@ def reconcile(
     """Every row for one (A, B, C) triple; layout runs before units/shift so they can use its findings."""
     src = Sources(a, b, c, config)
     pairs = pair_features(src)
+    have = sides.sides(a)
     checks: list[Check] = []
     for pair in pairs:
-        for check in PER_PAIR:
-            checks += check(src, pair)
-    for check in GLOBAL:
-        checks += check(src)
+        for check, needs in PER_PAIR:
+            checks += check(src, pair) if needs in have else []
+    for check, needs in GLOBAL:
+        checks += check(src) if needs in have else []
+    if have != "ABC":
+        left_out: dict[str, list[Any]] = {}
+        for check, needs in (*PER_PAIR, *GLOBAL):
+            if needs not in have:
+                left_out.setdefault(needs, []).append(check)
+        windowed = [ch.id.removeprefix(f"{NAME}.") for ch in checks if ch.id in WINDOWED]
+        if B not in have:
+            checks = [ch for ch in checks if ch.id not in WINDOWED]
+        checks.append(sides.skipped_row(a, b, left_out, windowed if B not in have else []))
+        return checks, src
     if a.inferred:
         checks = [_inferred(ch, a) for ch in checks]
     if not pairs:
@@ -344,7 +379,8 @@ register(
         run_part=run_part,
         array=shards.tasks,
         inputs=("model", "training", "dataset", Input("known_good.path", "model", whole=True)),
-        needs=("model.path", "training.path", "dataset.path"),
+        needs=("dataset.path",),
+        unmet=_unmet,
         category="normalization",
         config=ContractConfig,
         description="base checkpoint (A) vs training config (B) vs dataset (C): normalization, "

@@ -1,5 +1,5 @@
-"""Rows read from the decoded camera frames (issue 22): video health, channel order, scale, camera keys
-and swapped cameras, stale image stats.
+"""Rows read from the decoded camera frames (issue 22): video health, channel order, scale, swapped
+cameras, stale image stats (which dataset key provides each of the base's cameras: `inputs.py`).
 
 The stats files alone cannot tell a BGR camera or two exchanged cameras: here a few frames of a few
 episodes per camera are decoded (`pipeline.readers.frames`, one seek per episode) and their per-channel
@@ -55,7 +55,7 @@ def frame_rows(src: Sources) -> list[Check]:
     generic = _generic_base(base, list(decoded), cfg.min_distance)
     found = None if generic else fit(decoded, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
     swaps = _swap_rows(found) if not generic else _own_swap_rows(src, decoded, *generic)
-    out += _channel_rows(src, decoded, found) + _key_rows(src, a_cams, cams) + swaps
+    out += _channel_rows(src, decoded, found) + swaps  # which key provides a camera: inputs.camera_rows
     return [informational(src, row) for row in out]
 
 
@@ -269,32 +269,6 @@ def _scale_row(src: Sources, key: str) -> list[Check]:
             expected=expected,
             actual="0-1",
             evidence={"base_max": float(np.max(stats["max"])), "normalization": mode},
-        )
-    ]
-
-
-def _key_rows(src: Sources, a_cams: list[str], cams: list[str]) -> list[Check]:
-    """The base's camera keys and order (rename map applied) against the dataset's."""
-    if not a_cams:
-        return []
-    rename = src.b.hints.get("rename_map") or {}
-    named = [rename.get(k, k) for k in cams]
-    missing = [k for k in a_cams if k not in named]
-    extra = [k for k in named if k not in a_cams]
-    order = [k for k in named if k in a_cams] == [k for k in a_cams if k in named]
-    ok = not missing and not extra and order
-    message = f"cameras: base expects {a_cams}, dataset gives {named}" + (
-        "" if ok else f" (missing {missing}, extra {extra}, same order: {order})"
-    )
-    return [
-        LAYOUT(
-            "frames.cameras",
-            "images",
-            "match" if ok else "mismatch",
-            message,
-            expected=a_cams,
-            actual=named,
-            evidence={"rename_map": rename, "dataset_keys": cams},
         )
     ]
 

@@ -14,7 +14,19 @@ import numpy as np
 
 from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.assignment import assign
-from pipeline.stages.contract.rows import NAME, Pair, Sources, dim_values, fmt, usable_stats, vec
+from pipeline.stages.contract.rows import (
+    NAME,
+    Pair,
+    Sources,
+    a_label,
+    dim_values,
+    fmt,
+    rename_evidence,
+    rename_text,
+    spec,
+    usable_stats,
+    vec,
+)
 
 SIGNATURE = ("mean", "std")
 ROWS = Rows(NAME, "layout")
@@ -26,18 +38,19 @@ def key_rows(src: Sources, pair: Pair) -> list[Check]:
     if pair.c is None:
         same_role = [k for k, f in src.c.features.items() if f.role == pair.a.role]
         message = f"{key}: not in the dataset" + (f"; same-role keys there: {same_role}" if same_role else "")
+        message += rename_text(src)
         configured = key if key in src.b_features() else None
-        evidence = {"dataset_keys": list(src.c.features)}
+        evidence = {"dataset_keys": list(src.c.features), **rename_evidence(src)}
         return [
             ROWS(check_id, key, "mismatch", message, expected=key, configured=configured, evidence=evidence)
         ]
     lerobot_both = src.a.kind.startswith("lerobot") and src.c.kind.startswith("lerobot")
     if pair.how == "role" and lerobot_both:
         message = (
-            f"{key}: the dataset calls it '{pair.c.key}'; LeRobot matches features by exact key, so "
-            "this feature would be dropped or passed through (set rename_map)"
+            f"{key}: the dataset calls it '{pair.c.key}'; LeRobot matches features by exact key (after "
+            f"the rename map), so this feature would be dropped or passed through{rename_text(src)}"
         )
-        evidence = {"matched_by": "role"}
+        evidence = {"matched_by": "role", **rename_evidence(src)}
         return [ROWS(check_id, key, "mismatch", message, expected=key, actual=pair.c.key, evidence=evidence)]
     note = "" if pair.how == "exact" else f" (matched by {pair.how})"
     return [
@@ -66,8 +79,16 @@ def shape_rows(src: Sources, pair: Pair) -> list[Check]:
     else:
         verdict = "match" if len(set(known.values())) <= 1 else "mismatch"
         message = f"{key}: width A {dims['A']}, B {dims['B']}, C {dims['C']}"
+    evidence = {"A": spec(pair.a), "C": spec(pair.c, key=True), **rename_evidence(src)}
+    if verdict == "mismatch":
+        message = (
+            f"{key}: the {a_label(src)} expects {spec(pair.a)}, the dataset's {spec(pair.c, key=True)} "
+            f"gives width {dims['C']} (training config: {dims['B'] or 'inherits'}){rename_text(src)}"
+        )
+        if src.a.kind.startswith("lerobot") and src.c.kind.startswith("lerobot"):
+            message += "; finetuning keeps the base's input_features, so the model trains on a wrong spec"
     widths = {"expected": dims["A"], "configured": dims["B"], "actual": dims["C"]}
-    return [ROWS(f"layout.shape:{key}", key, verdict, message, **widths)]
+    return [ROWS(f"layout.shape:{key}", key, verdict, message, evidence=evidence, **widths)]
 
 
 def names_rows(src: Sources, pair: Pair) -> list[Check]:
@@ -286,14 +307,12 @@ def image_rows(src: Sources) -> list[Check]:
         return []
     c_images = [k for k, f in src.c.features.items() if f.role == "image"]
     b_order = src.b.hints.get("image_order") or [k for k, f in src.b.features.items() if f.role == "image"]
-    missing = [k for k in a_images if k not in c_images]
     reordered = bool(b_order) and [k for k in b_order if k in a_images] != [
         k for k in a_images if k in b_order
     ]
-    why = ([f"missing from the dataset: {missing}"] if missing else []) + (
-        [f"training orders cameras {b_order}, the base's token order is {a_images}"] if reordered else []
-    )
-    message = "; ".join(why) if why else f"image keys and order agree: {a_images}"
+    # which dataset camera provides each of the base's is one row per camera (`inputs.camera_rows`)
+    why = [f"training orders cameras {b_order}, the base's token order is {a_images}"] if reordered else []
+    message = "; ".join(why) if why else f"image order agrees: {a_images}"
     configured = (b_order or None) if why else (b_order or "inherited")
     evidence = {"A": a_images, "B": b_order or "inherited", "C": c_images}
     return [

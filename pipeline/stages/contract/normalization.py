@@ -15,7 +15,17 @@ import numpy as np
 
 from pipeline.normalization import NEEDS, SCALE_PAIR
 from pipeline.record.records import Check, Rows
-from pipeline.stages.contract.rows import NAME, Pair, Sources, dim_values, dims_text, vec
+from pipeline.stages.contract.rows import (
+    NAME,
+    Pair,
+    Sources,
+    a_label,
+    dim_values,
+    dims_text,
+    rename_text,
+    spec,
+    vec,
+)
 
 ROWS = Rows(NAME, "normalization")
 ZERO_SCALE = {
@@ -122,15 +132,23 @@ def stats_rows(src: Sources, pair: Pair) -> list[Check]:
         for s in needed
         if s in shipped and not np.all(np.isfinite(vec(shipped, s)))
     }
+    # the normalizer is built for A's features (LeRobot keeps the base's input_features when finetuning)
+    # and filled from these stats: a stat of another width cannot fill it
+    width = pair.a.dim
+    sized = {s: int(vec(shipped, s).size) for s in needed if s in shipped and width is not None}
+    wrong = {s: n for s, n in sized.items() if n != width}
     fields: dict[str, Any] = {"expected": needed, "configured": mode, "actual": sorted(shipped)}
-    if not (missing or bad):
+    if not (missing or bad or wrong):
         message = f"{c_key}: dataset stats have {needed} for {mode}"
         return [ROWS(f"normalization.stats:{key}", key, "match", message, **fields)]
     why = (f"missing {missing}" if missing else "") + (f" non-finite values {bad}" if bad else "")
+    if wrong:
+        why += f" {sorted(wrong)} of width {sorted(set(wrong.values()))} where the {a_label(src)}'s "
+        why += f"normalizer holds {spec(pair.a)}{rename_text(src)}"
     message = f"{c_key}: {mode} needs {needed} but the dataset stats have {why.strip()}" + (
         " (QUANTILES without q01/q99 is a hard stop)" if mode == "QUANTILES" and missing else ""
     )
-    evidence = {"present": sorted(shipped), "missing": missing, "nonfinite": bad}
+    evidence = {"present": sorted(shipped), "missing": missing, "nonfinite": bad, "widths": sized}
     return [ROWS(f"normalization.stats:{key}", key, "mismatch", message, evidence=evidence, **fields)]
 
 

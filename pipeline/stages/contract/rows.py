@@ -72,16 +72,68 @@ class Sources:
             self.explained.setdefault(key, {})[int(d)] = why
 
 
+def provider(src: Sources, key: str) -> tuple[Feature | None, str]:
+    """The dataset feature the policy sees under `key`, as LeRobot applies B's rename map (dataset key
+    -> policy key, before the normalizer): a dataset key the map sends elsewhere no longer provides its
+    own name, which a lookup by name alone would miss."""
+    rename = src.b.hints.get("rename_map") or {}
+    for c_key, feature in src.c.features.items():
+        if rename.get(c_key, c_key) == key:
+            return feature, "exact" if c_key == key else "rename_map"
+    return None, "missing"
+
+
+def renamed_away(src: Sources) -> dict[str, str]:
+    """Rename-map entries whose dataset key exists but whose policy key A does not have: the frames
+    or values under them reach no input of the base."""
+    rename = src.b.hints.get("rename_map") or {}
+    return {k: v for k, v in rename.items() if k in src.c.features and v not in src.a.features}
+
+
+def rename_text(src: Sources) -> str:
+    """`; rename_map in force: {...}` for a row's message (empty when B renames nothing)."""
+    rename = src.b.hints.get("rename_map") or {}
+    away = renamed_away(src)
+    if not rename:
+        return ""
+    text = f"; rename_map in force (dataset key -> policy key): {rename}"
+    return text + (f", of which {away} map onto keys the {a_label(src)} does not have" if away else "")
+
+
+def rename_evidence(src: Sources) -> dict[str, Any]:
+    return {"rename_map": dict(src.b.hints.get("rename_map") or {}), "renamed_away": renamed_away(src)}
+
+
+def a_label(src: Sources) -> str:
+    """What A is in a row's words: the base checkpoint, or the policy a training config builds fresh."""
+    return "fresh policy (training config)" if src.a.hints.get("fresh") else "base"
+
+
+def chw(feature: Feature) -> tuple[int, ...] | None:
+    """An image feature's shape as a policy declares it (channels first); LeRobot datasets store video
+    and image features as (height, width, channels)."""
+    shape = feature.shape
+    if feature.role == "image" and shape and len(shape) == 3 and shape[-1] in (1, 3, 4) and shape[0] > 4:
+        return (shape[2], shape[0], shape[1])
+    return shape
+
+
+def spec(feature: Feature | None, key: bool = False) -> str:
+    """`STATE (11,)`: a feature's type and shape as a row names them (with its key when asked)."""
+    if feature is None:
+        return "none"
+    shape = chw(feature)
+    text = f"{feature.type} {tuple(shape) if shape is not None else '(shape not given)'}"
+    return f"'{feature.key}' {text}" if key else text
+
+
 def pair_features(src: Sources) -> list[Pair]:
-    """A's non-image vector features, each matched to C by key, B's rename map, or role."""
-    rename = {v: k for k, v in (src.b.hints.get("rename_map") or {}).items()}
+    """A's non-image vector features, each matched to C by key after B's rename map, or by role."""
     pairs = []
     for key, feature in src.a.features.items():
         if feature.role in ("image", "other"):
             continue
-        c, how = src.c.features.get(key), "exact"
-        if c is None and key in rename and rename[key] in src.c.features:
-            c, how = src.c.features[rename[key]], "rename_map"
+        c, how = provider(src, key)
         if c is None:
             same = [f for f in src.c.features.values() if f.role == feature.role]
             c, how = (same[0], "role") if len(same) == 1 else (None, "missing")

@@ -90,7 +90,6 @@ def test_clean_cameras_match_every_row(tmp_path: Path) -> None:
         "frames.channels:observation.images.wrist",
         "frames.scale:observation.images.front",
         "frames.stale_stats:observation.images.wrist",
-        "frames.cameras",
         "frames.swapped:observation.images.front|observation.images.wrist",
     } <= set(found)
     assert found["frames.health:observation.images.front"].evidence["episodes_frames"]

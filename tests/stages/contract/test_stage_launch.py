@@ -110,9 +110,11 @@ def test_real_files(cwd: Path, real_data: Path) -> None:
     run_dir = run_dir_of(cwd, proc)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     checks = {c["id"]: c for c in _contract(run_dir)["checks"]}
-    assert (
-        checks["contract.layout.images"]["verdict"] == "mismatch"
-    )  # ACT wants a wrist camera; record has front/top
+    wrist = checks[
+        "contract.layout.key:observation.images.wrist"
+    ]  # ACT wants a wrist camera; record has front/top
+    assert (wrist["verdict"], wrist["severity"], wrist["actual"]) == ("mismatch", "hard", None)
+    assert checks["contract.layout.key:observation.images.top"]["severity"] == "soft"  # 720x1280 vs 480x640
     assert checks["contract.reload.state:pre"]["verdict"] == "unverifiable"  # LFS-only safetensors not copied
     assert checks["contract.normalization.mode:STATE"]["verdict"] == "match"
     assert checks["contract.normalization.stale:action"]["verdict"] == "match"
