@@ -188,6 +188,24 @@ def resolve_dataset(command: LeRobotCommand) -> Path:
     return folder.resolve()
 
 
+# The window fields of each policy type's config as lerobot 0.4.4 defaults them (read off the configs it
+# saves: ../shared/data/real/lerobot-0.4.4), for `--policy.type` with no base where lerobot itself is not
+# importable to say so; a `--policy.<field>` flag overrides them, a type not listed has none.
+LEROBOT_WINDOWS: dict[str, dict[str, int]] = {
+    "act": {"n_obs_steps": 1, "chunk_size": 100, "n_action_steps": 100},
+    "diffusion": {"n_obs_steps": 2, "horizon": 16, "n_action_steps": 8, "drop_n_last_frames": 7},
+    "groot": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
+    "pi0": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
+    "pi05": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
+    "pi0_fast": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
+    "smolvla": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
+    "xvla": {"n_obs_steps": 1, "chunk_size": 32, "n_action_steps": 32},
+    "wall_x": {"n_obs_steps": 1, "chunk_size": 32, "n_action_steps": 32},
+    "tdmpc": {"n_obs_steps": 1, "horizon": 5, "n_action_steps": 1},
+    "vqbet": {"n_obs_steps": 5, "action_chunk_size": 5, "n_action_pred_token": 3},
+    "sac": {"n_obs_steps": 1},
+    "reward_classifier": {"n_obs_steps": 1},
+}
 COMPOSED_BY = "composed_by"  # train_config.json's key naming who composed it (lerobot adds no such key)
 TOP_LEVEL_SKIP = ("config_path", "rename_map")
 
@@ -229,7 +247,8 @@ def _base_policy(command: LeRobotCommand, base: Path | None) -> dict[str, Any]:
         return {**config, "pretrained_path": str(base)}
     if not command.policy_type:
         raise InputError(f"{FIELD}: lerobot-train needs --policy.path or --policy.type", field=FIELD)
-    return {"type": command.policy_type, "input_features": {}, "output_features": {}}
+    defaults = LEROBOT_WINDOWS.get(command.policy_type, {})
+    return {"type": command.policy_type, **defaults, "input_features": {}, "output_features": {}}
 
 
 def action_features(dataset: Path) -> dict[str, Any]:

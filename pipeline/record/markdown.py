@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -126,12 +127,21 @@ def _head(record: GateRecord, inputs: str | None) -> list[str]:
         "## Sources",
         f"- base_contract: {code(src['model'].get('path'))}",
         f"- training_config: {code(src['training'].get('path'))}",
+        *_command_line(src["training"]),
         f"- dataset: {code(src['dataset'].get('path'))} ({code(src['dataset']['name'])})",
         f"- container: {code(src['container'].get('kind'))}"
         + (f" {code(src['container']['image'])}" if src["container"].get("image") else ""),
         f"- known_good_reference: {code(src.get('known_good_reference') or 'n/a')}",
         "",
     ]
+
+
+def _command_line(training: dict[str, Any]) -> list[str]:
+    """The training command the gate stands in front of, as typed (shell-quoted for reading only)."""
+    if not training.get("command"):
+        return []
+    by = training.get("composed_by") or "n/a"
+    return [f"- training_command: {code(shlex.join(training['command']))} (training config composed by {by})"]
 
 
 def reason_check(reason: str, ids: list[str]) -> str | None:

@@ -194,7 +194,7 @@ def sources(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
     assert isinstance(section, dict)
     return {
         "model": {"name": audit.label(cfg.model), "path": section["model"].get("path")},
-        "training": {"path": section["training"].get("path")},
+        "training": training_source(section["training"]),
         "dataset": {"name": audit.label(cfg.dataset), "path": section["dataset"].get("path")},
         "container": {k: section["container"].get(k) for k in ("kind", "image")},
         "known_good_reference": section.get("known_good", {}).get("path")
@@ -205,6 +205,14 @@ def sources(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
         "gate_job_id": plan.get("gate_job_id"),
         "variant": demo_variant(cfg),
     }
+
+
+def training_source(training: dict[str, Any]) -> dict[str, Any]:
+    """B's path, and where it came from a training command after `--`: that argv and who composed B."""
+    source = {"path": training.get("path")}
+    if training.get("command"):
+        source.update(command=list(training["command"]), composed_by=training.get("composed_by"))
+    return source
 
 
 def demo_variant(cfg: DictConfig) -> str | None:

@@ -53,6 +53,18 @@ def test_a_lerobot_train_line_alone_names_a_b_and_c_and_clears(tmp_path, hf_home
     sources = json.dumps(gate["sources"])
     assert str(hf_home["base"]) in sources and str(hf_home["dataset"]) in sources
     assert "train_config.json" in sources
+    assert gate["sources"]["training"]["command"] == command
+    assert gate["sources"]["training"]["composed_by"] == "hpc-preflight"
+
+
+def test_no_base_policy_type_on_the_demo_dataset_clears_with_the_base_side_skipped(tmp_path, hf_home):
+    command = ["lerobot-train", "--policy.type=act", f"--dataset.repo_id={DATA_ID}"]
+    proc = launch(tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "no base (--policy.type=act)" in proc.stdout
+    stage = next(s for s in gate_of(run_dir_of(tmp_path, proc))["stages"] if s["stage"] == "contract")
+    skipped = [c for c in stage["checks"] if c["verdict"] == "skipped"]
+    assert skipped and "model.path" in skipped[0]["message"]
 
 
 REAL_ACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "real" / "lerobot-0.4.4" / "act_trained"
