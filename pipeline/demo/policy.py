@@ -262,18 +262,23 @@ def load_pretrained(out_dir: str | Path) -> LoadedPolicy:
     return LoadedPolicy(policy, spec, stats)
 
 
+class WeightsMismatch(InputError):
+    """The weights file does not fit the module its config.json describes: a damaged cache entry to the
+    demo's build, and to an eval loader a checkpoint that training saved and eval cannot load."""
+
+
 def _check_weights(path: Path, weights: Mapping[str, np.ndarray], wanted: Mapping[str, torch.Tensor]) -> None:
     """An InputError naming the file and the first tensor that is missing, unexpected or of another shape
     than the module config.json describes (torch's own error is a multi-line RuntimeError naming neither
     the file nor the config)."""
     missing, extra = sorted(set(wanted) - set(weights)), sorted(set(weights) - set(wanted))
     if missing or extra:
-        name = (missing or extra)[0]
-        what = "lacks tensor" if missing else "holds a tensor the policy config.json describes lacks:"
-        raise InputError(f"{path}: {what} {name!r}", path=path, field=name)
+        said = [f"lacks tensor(s) {missing[:5]}"] if missing else []
+        said += [f"holds tensor(s) the policy config.json does not describe {extra[:5]}"] if extra else []
+        raise WeightsMismatch(f"{path}: {'; '.join(said)}", path=path, field=(missing or extra)[0])
     for name, tensor in wanted.items():
         if tuple(weights[name].shape) != tuple(tensor.shape):
-            raise InputError(
+            raise WeightsMismatch(
                 f"{path}: tensor {name!r} has shape {list(weights[name].shape)}, expected "
                 f"{list(tensor.shape)} (the policy config.json describes)",
                 path=path,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.demo.policy import ACTION_KEY, load_pretrained
+from pipeline.demo.policy import ACTION_KEY, WeightsMismatch, load_pretrained
 from pipeline.normalization import NEEDS, flat_stats
 from pipeline.readers import LeRobotData
 from pipeline.trainlog import Reloaded
@@ -24,7 +24,10 @@ def load_demo(checkpoint: Path, dataset: Path) -> Reloaded:
     Like LeRobot's `_inject_stats`, only missing statistics are filled; stats that were saved (even as
     `inf`) are kept, which is exactly why a saved placeholder must be caught.
     """
-    loaded = load_pretrained(checkpoint)
+    try:
+        loaded = load_pretrained(checkpoint)
+    except WeightsMismatch as exc:  # training saved what eval cannot load: a finding, not bad input
+        raise RuntimeError(str(exc)) from None
     source = LeRobotData(dataset).stats()
     features = [*loaded.spec.input_features, *loaded.spec.output_features]
     injected: list[str] = []
