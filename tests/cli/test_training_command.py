@@ -113,3 +113,26 @@ def test_lerobots_own_parser_composes_b_where_lerobot_is_importable(tmp_path, hf
     assert composed["composed_by"] == {"tool": "lerobot", "argv": command}
     assert composed["steps"] == 7 and composed["policy"]["type"] == "act"
     assert composed["dataset"]["repo_id"] == DATA_ID
+
+
+@pytest.mark.lerobot
+def test_stage_full_in_front_of_a_lerobot_train_line_is_clear(tmp_path, hf_home):
+    """The whole gate from the typed line alone, in the lerobot venv: A by Hub id, C by repo id, B
+    composed by lerobot, determinism running the same command through the wrapper."""
+    pytest.importorskip("lerobot", reason="needs lerobot (scripts/test_lerobot.sh builds a venv with it)")
+    hub_snapshot(hf_home["hub"], "acme/act_trained", REAL_ACT / "pretrained_model")
+    command = [
+        "lerobot-train", "--policy.path=acme/act_trained", f"--dataset.repo_id={DATA_ID}", "--steps=3",
+        "--policy.device=cpu", "--batch_size=4", "--num_workers=0", "--dataset.video_backend=pyav",
+    ]  # fmt: skip
+    proc = launch(
+        tmp_path, "stage=full", "launcher=local", "wait=true", "stages.determinism.steps=3",
+        "stages.determinism.reload.enabled=false", "--", *command, seed_demo=False, timeout=1500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    run = run_dir_of(tmp_path, proc)
+    gate = gate_of(run)
+    assert gate["gate"] == "clear" and gate["sources"]["training"]["command"] == command
+    assert json.loads((run / "train_config.json").read_text())["composed_by"]["tool"] == "lerobot"
+    ran = {s["stage"]: s["status"] for s in gate["stages"]}
+    assert ran["determinism"] == "pass" and ran["contract"] in ("pass", "warn"), ran
