@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.readers.lerobot_paths import fill, location
+from pipeline.readers.lerobot_paths import chunks_size, fill, location
 from pipeline.readers.parquet_columns import column_array, open_parquet
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class EpisodeRows:
         elif str(self.data.version).startswith("v3"):
             return None
         else:
-            chunk = int(episode) // int(self.data.info.get("chunks_size", 1000) or 1000)
+            chunk = int(episode) // chunks_size(self.data.info, self.data.root / "meta/info.json")
             fields = {"episode_chunk": chunk, "episode_index": int(episode)}
         key = (fields.get("chunk_index", fields.get("episode_chunk")), fields.get("file_index", episode))
         if key not in self._paths:

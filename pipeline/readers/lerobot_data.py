@@ -39,7 +39,7 @@ from pipeline.readers.base import (
     require,
     stats_block,
 )
-from pipeline.readers.lerobot_paths import fill, location, span
+from pipeline.readers.lerobot_paths import chunks_size, fill, location, span
 from pipeline.readers.parquet_columns import read_columns, stream
 from pipeline.storage.files import regular_file
 
@@ -214,7 +214,7 @@ class LeRobotData:
         is dictionary lookups, a file's path resolved once."""
         template, info = self._video_template, self.root / INFO
         if not str(self.version).startswith("v3"):
-            fields = {"episode_chunk": episode // int(self.info.get("chunks_size", 1000) or 1000)}
+            fields = {"episode_chunk": episode // chunks_size(self.info, info)}
             rel = fill(template, fields | {"video_key": key, "episode_index": episode}, info, "video_path")
             return self.file(rel, f"video of {key} episode {episode}"), 0.0, None
         rows, cols = self._video_rows(key)

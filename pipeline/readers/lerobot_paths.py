@@ -69,6 +69,22 @@ def fill(template: Any, fields: Mapping[str, Any], path: Path, field: str) -> st
     return out
 
 
+def chunks_size(info: Mapping[str, Any], path: Path) -> int:
+    """v2.x `chunks_size` (episodes per chunk folder; LeRobot writes 1000): a positive integer, or an
+    InputError naming info.json's field and the value (a string or NaN was a ValueError)."""
+    value = info.get("chunks_size", 1000)
+    if value is None:
+        return 1000
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not numeric or value != int(value) or int(value) < 1:
+        raise InputError(
+            f"{path}: chunks_size is {shown(value)}; expected a positive integer (episodes per chunk)",
+            path=path,
+            field="chunks_size",
+        )
+    return int(value)
+
+
 def location(value: Any, path: Path, field: str, episode: Any) -> int:
     """A chunk or file number from meta/episodes: a non-negative integer (LeRobot writes int64)."""
     number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

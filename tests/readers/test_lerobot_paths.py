@@ -23,6 +23,7 @@ import pytest
 from benchmarks.make_large_dataset import Shape, make
 from pipeline.errors import InputError, one_line
 from pipeline.readers.base import Contract, DatasetContract, Feature
+from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.frames import FrameReader
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_paths import fill
@@ -297,3 +298,22 @@ def test_a_data_location_lerobot_never_writes_is_a_health_row(
     assert all(w in row.message for w in words), row.message
     clean = health(real_copy(real_data, tmp_path / "clean"), tmp_path / "h2")
     assert "contract.health.meta.locations" not in clean
+
+
+G1 = Path(__file__).resolve().parents[3] / "shared" / "data" / "real" / "YifanTian07__G1-policy-train"
+
+
+@pytest.mark.skipif(not G1.is_dir(), reason=f"needs the real LeRobot v2.1 dataset at {G1}")
+@pytest.mark.parametrize("value", ["1000", float("nan"), 0, 2.5, True, [1000]])
+def test_a_v2_chunks_size_that_is_not_a_positive_integer_is_named(value: Any, tmp_path: Path) -> None:
+    """v2.x locates an episode's files by `episode // chunks_size`: a string was a ValueError, 0 a
+    ZeroDivisionError; now info.json's field and the value are named."""
+    root = tmp_path / "g1"
+    shutil.copytree(G1 / "meta", root / "meta")
+    shutil.copytree(G1 / "data", root / "data")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["chunks_size"] = value
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(InputError) as err:
+        EpisodeRows(LeRobotData(root)).table(0, ["timestamp"])  # the episode's own data file, located
+    assert "chunks_size" in str(err.value) and "meta/info.json" in str(err.value), str(err.value)
