@@ -47,7 +47,10 @@ def fill(cfg: DictConfig) -> str | None:
         if not cfg.training.get("name"):
             cfg.training.name = command.policy_type or Path(str(command.policy_path)).name
     where = f"base {base}, " if base else f"no base (--policy.type={command.policy_type}), "
-    return f"lerobot-train: {where}dataset {cfg.dataset.path}, training config composed by {by}"
+    said = f"lerobot-train: {where}dataset {cfg.dataset.path}, training config composed by {by}"
+    if by != "lerobot":
+        said += " (lerobot is not importable here: the contract job composes it with lerobot where it can)"
+    return said
 
 
 def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[dict[str, Any], str]:

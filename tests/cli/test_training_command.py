@@ -55,6 +55,11 @@ def test_a_lerobot_train_line_alone_names_a_b_and_c_and_clears(tmp_path, hf_home
     assert "train_config.json" in sources
     assert gate["sources"]["training"]["command"] == command
     assert gate["sources"]["training"]["composed_by"] == "hpc-preflight"
+    contract = next(s for s in gate["stages"] if s["stage"] == "contract")
+    row = next(c for c in contract["checks"] if c["id"] == "contract.training.composed")
+    assert (row["verdict"], row["severity"]) == ("mismatch", "soft") and "lerobot did not compose" in row[
+        "message"
+    ]
 
 
 def test_no_base_policy_type_on_the_demo_dataset_clears_with_the_base_side_skipped(tmp_path, hf_home):
@@ -136,3 +141,27 @@ def test_stage_full_in_front_of_a_lerobot_train_line_is_clear(tmp_path, hf_home)
     assert json.loads((run / "train_config.json").read_text())["composed_by"]["tool"] == "lerobot"
     ran = {s["stage"]: s["status"] for s in gate["stages"]}
     assert ran["determinism"] == "pass" and ran["contract"] in ("pass", "warn"), ran
+
+
+@pytest.mark.lerobot
+def test_a_job_with_lerobot_composes_b_again_when_the_launch_could_not(tmp_path, hf_home):
+    """A login node without lerobot composed B with our reader; the job in the training image has
+    lerobot and composes it again, over the run folder's copy, which is then what is judged."""
+    pytest.importorskip("lerobot", reason="needs lerobot (scripts/test_lerobot.sh builds a venv with it)")
+    from omegaconf import OmegaConf
+
+    from pipeline.stages.contract import composed
+
+    hub_snapshot(hf_home["hub"], "acme/act_trained", REAL_ACT / "pretrained_model")
+    command = ["lerobot-train", "--policy.path=acme/act_trained", f"--dataset.repo_id={DATA_ID}", "--steps=9"]
+    ours = tmp_path / "ours.json"
+    ours.write_text(json.dumps({"policy": {"type": "act"}}))
+    cfg = OmegaConf.create({
+        "run_dir": str(tmp_path), "dataset": {"path": str(hf_home["dataset"])},
+        "training": {"path": str(ours), "composed_by": "hpc-preflight", "command": command},
+    })  # fmt: skip
+    path, rows = composed.training_config(cfg)
+    assert path == str(tmp_path / "train_config.json") and rows[0].verdict == "match"
+    assert "lerobot (in the job)" in rows[0].message
+    written = json.loads(Path(path).read_text())
+    assert written["composed_by"]["tool"] == "lerobot" and written["steps"] == 9

@@ -31,6 +31,7 @@ from pipeline.stages import Stage, StageContext, register
 from pipeline.stages.config import settings
 from pipeline.stages.contract import (
     alignment,
+    composed,
     conventions,
     drift,
     encoding,
@@ -132,9 +133,9 @@ def load_sources(
         k: v for k, v in _section(cfg, "model").items() if k in ("stats_key", "normalization_mapping")
     }
     a = read_model(_path(cfg, "model"), model_opts) if _given(cfg, "model") else None
-    b = read_training(_path(cfg, "training")) if _given(cfg, "training") else None
+    training, rows = composed.training_config(cfg)  # B as lerobot composes it, where the job can
+    b = read_training(training) if training else None
     count = shards.tasks(config, cfg) if ctx is not None else 1
-    rows: list[Check] = []
     with progress("contract: dataset stats pass (rows read)", None) as advance:
         if count > 1:
             assert ctx is not None

@@ -1,0 +1,72 @@
+"""B composed from the training command after `--`: by lerobot where the job has it, and said so either way.
+
+The launch composes B once (`training.composed_by`): with lerobot's own parser where lerobot was
+importable there, else with our reader from the base's config and the flags (a login node). A job that
+runs in the training image usually has lerobot: there B is composed again by lerobot from the same
+argv, written over the run folder's `train_config.json`, and that is what the contract judges. Where
+the job has no lerobot either, one soft row says that lerobot did not compose B, never a silent guess.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipeline.readers import lerobot_command
+from pipeline.record.records import Check, Rows
+from pipeline.storage import atomic_write_text
+
+ROWS = Rows("contract", "layout")
+ROW = "training.composed"
+RUN_FILE = "train_config.json"  # the run folder's copy (RunFolder.train_config_file)
+
+
+def training_config(cfg: DictConfig) -> tuple[str | None, list[Check]]:
+    """The training config to judge, and the row saying who composed it (none for a given file)."""
+    training = cfg.get("training") or {}
+    path = training.get("path")
+    by = training.get("composed_by")
+    if not by or not path:
+        return (str(path) if path else None), []
+    argv = [str(item) for item in training.get("command") or []]
+    command = lerobot_command.parse(argv)
+    if by == "lerobot" or command is None:
+        return str(path), [_row(by, path, argv)]
+    composed = _in_job(command, cfg)
+    if composed is None:
+        return str(path), [_row(by, path, argv)]
+    target = Path(str(cfg.run_dir)) / RUN_FILE if cfg.get("run_dir") else Path(str(path))
+    atomic_write_text(target, json.dumps(composed, indent=2, sort_keys=True, default=str) + "\n")
+    return str(target), [_row("lerobot (in the job)", str(target), argv)]
+
+
+def _in_job(command: lerobot_command.LeRobotCommand, cfg: DictConfig) -> dict[str, Any] | None:
+    composed = lerobot_command.compose_with_lerobot(command)
+    if composed is None:
+        return None
+    dataset = (cfg.get("dataset") or {}).get("path")
+    refreshed = lerobot_command.action_features(Path(str(dataset))) if dataset else {}
+    if refreshed:  # make_policy takes the output features from the dataset
+        composed["policy"]["output_features"] = refreshed
+    return composed
+
+
+def _row(by: str, path: Any, argv: list[str]) -> Check:
+    evidence = {"composed_by": by, "train_config": str(path), "command": argv}
+    if by.startswith("lerobot"):
+        message = f"training config composed by {by}'s own parser from the training command ({path})"
+        return ROWS(ROW, "training", "match", message, expected="lerobot", actual=by, evidence=evidence)
+    message = (
+        f"lerobot did not compose the training config: neither the launch nor this job can import it, so "
+        f"{path} is our reader's composition (the base's config.json, the --policy.* flags, the dataset's "
+        "action features, lerobot 0.4.4's window defaults for a --policy.type). A flag lerobot would "
+        "refuse, or a default another lerobot version sets, is not seen here: run the jobs where lerobot "
+        "is installed (the training image) to judge lerobot's own composition"
+    )
+    return ROWS(
+        ROW, "training", "mismatch", message, severity="soft", expected="lerobot", actual=by,
+        evidence=evidence,
+    )  # fmt: skip
