@@ -152,8 +152,10 @@ def test_a_job_with_lerobot_composes_b_again_when_the_launch_could_not(tmp_path,
 
     from pipeline.stages.contract import composed
 
-    hub_snapshot(hf_home["hub"], "acme/act_trained", REAL_ACT / "pretrained_model")
-    command = ["lerobot-train", "--policy.path=acme/act_trained", f"--dataset.repo_id={DATA_ID}", "--steps=9"]
+    # the base as a folder: in this process huggingface_hub may have read another test's HF_HUB_CACHE at
+    # its import (a job imports it fresh with its own environment); the Hub lookup is the launch tests'
+    base = REAL_ACT / "pretrained_model"
+    command = ["lerobot-train", f"--policy.path={base}", f"--dataset.repo_id={DATA_ID}", "--steps=9"]
     ours = tmp_path / "ours.json"
     ours.write_text(json.dumps({"policy": {"type": "act"}}))
     cfg = OmegaConf.create({
