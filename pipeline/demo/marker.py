@@ -60,6 +60,14 @@ def built_paths(target: Path, cfg: Mapping[str, Any]) -> dict[str, str] | None:
         data = json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
-    if data.get("digest") != digest(cfg):
+    paths = data.get("paths") if isinstance(data, dict) else None
+    if not isinstance(paths, dict) or data.get("digest") != digest(cfg):
+        return None  # not a marker this build wrote: built again (the marker is written last)
+    if not all(isinstance(n, str) and _inside(target, n) for n in paths.values()):
         return None
-    return {k: str(target / name) for k, name in data["paths"].items()}
+    return {str(k): str(target / name) for k, name in paths.items()}
+
+
+def _inside(root: Path, name: str) -> bool:
+    """A marker's path stays in its demo folder (a hand-edited `../..` names nothing of the build)."""
+    return (root / name).resolve().is_relative_to(root.resolve())
