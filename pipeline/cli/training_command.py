@@ -55,10 +55,8 @@ def fill(cfg: DictConfig) -> str | None:
 
 def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[dict[str, Any], str]:
     """B and who composed it: lerobot's own parser where lerobot is importable, else our reader."""
-    composed = lerobot_command.compose_with_lerobot(command)
-    if composed is not None:  # make_policy then takes the output features from the dataset
-        refreshed = lerobot_command.action_features(dataset)
-        composed["policy"]["output_features"] = refreshed or composed["policy"].get("output_features")
+    composed = lerobot_command.compose_with_lerobot(command, dataset)
+    if composed is not None:
         return composed, "lerobot"
     return lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
 

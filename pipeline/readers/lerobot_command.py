@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import InputError
-from pipeline.storage.files import parse_json, read_text
+from pipeline.readers.base import read_json
 
 FIELD = "training.command"
 PROGRAMS = ("lerobot-train",)
@@ -235,7 +235,7 @@ def compose_training(command: LeRobotCommand, base: Path | None, dataset: Path) 
 
 def _base_policy(command: LeRobotCommand, base: Path | None) -> dict[str, Any]:
     if base is not None:
-        config = _json(base / "config.json", "a LeRobot policy config.json")
+        config = read_json(base / "config.json", "a LeRobot policy config.json")
         if not isinstance(config, dict):
             raise InputError(f"{base / 'config.json'}: expected a JSON object", path=base, field="<root>")
         if command.policy_type and config.get("type") != command.policy_type:
@@ -252,7 +252,7 @@ def _base_policy(command: LeRobotCommand, base: Path | None) -> dict[str, Any]:
 
 
 def action_features(dataset: Path) -> dict[str, Any]:
-    info = _json(dataset / "meta" / "info.json", "a LeRobot meta/info.json")
+    info = read_json(dataset / "meta" / "info.json", "a LeRobot meta/info.json")
     features = (info or {}).get("features") if isinstance(info, dict) else None
     action = features.get("action") if isinstance(features, dict) else None
     if not isinstance(action, dict) or "shape" not in action:
@@ -260,10 +260,11 @@ def action_features(dataset: Path) -> dict[str, Any]:
     return {"action": {"type": "ACTION", "shape": list(action["shape"])}}
 
 
-def compose_with_lerobot(command: LeRobotCommand) -> dict[str, Any] | None:
+def compose_with_lerobot(command: LeRobotCommand, dataset: Path) -> dict[str, Any] | None:
     """lerobot-train's own composition of the same argv: its `parser.wrap` (plugins, `--config_path`,
     `.path` fields) and `TrainPipelineConfig.validate` (the base's config from `--policy.path` with the
-    `--policy.*` overrides), saved as lerobot saves train_config.json. Both read `sys.argv`, so it is
+    `--policy.*` overrides), saved as lerobot saves train_config.json, with the output features then
+    taken from `dataset` as make_policy takes them. The parser and validate read `sys.argv`, so it is
     lerobot-train's argv while they run. None where lerobot is not importable."""
     try:
         import lerobot.policies  # noqa: F401  (registers every policy type's config, as lerobot-train does)
@@ -284,24 +285,20 @@ def compose_with_lerobot(command: LeRobotCommand) -> dict[str, Any] | None:
         config.validate()
         with tempfile.TemporaryDirectory() as folder:
             config._save_pretrained(Path(folder))
-            data = parse_json(
-                read_text(Path(folder) / "train_config.json", "train_config.json"), Path(folder), "x"
-            )
+            data = read_json(Path(folder) / "train_config.json", "the train_config.json lerobot composed")
     except Exception as exc:  # noqa: BLE001 - whatever lerobot's parser raises, the command is refused
         what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         raise InputError(f"{FIELD}: lerobot's parser refused the command ({what})", field=FIELD) from None
     finally:
         sys.argv = saved
     data[COMPOSED_BY] = {"tool": "lerobot", "argv": list(command.argv)}
+    policy = data.get("policy") or {}
+    policy["output_features"] = action_features(dataset) or policy.get("output_features") or {}
     return data
 
 
 def _args_start(argv: Sequence[str]) -> int:
     return 1 if Path(argv[0]).name in PROGRAMS else int(_module_at(argv) or 1)
-
-
-def _json(path: Path, what: str) -> Any:
-    return parse_json(read_text(path, what), path, what)
 
 
 def _scalar(raw: str | None) -> Any:

@@ -17,11 +17,11 @@ from omegaconf import DictConfig
 
 from pipeline.readers import lerobot_command
 from pipeline.record.records import Check, Rows
+from pipeline.record.runfolder import RunFolder
 from pipeline.storage import atomic_write_text
 
 ROWS = Rows("contract", "layout")
 ROW = "training.composed"
-RUN_FILE = "train_config.json"  # the run folder's copy (RunFolder.train_config_file)
 
 
 def training_config(cfg: DictConfig) -> tuple[str | None, list[Check]]:
@@ -35,23 +35,13 @@ def training_config(cfg: DictConfig) -> tuple[str | None, list[Check]]:
     command = lerobot_command.parse(argv)
     if by == "lerobot" or command is None:
         return str(path), [_row(by, path, argv)]
-    composed = _in_job(command, cfg)
+    dataset = (cfg.get("dataset") or {}).get("path")
+    composed = lerobot_command.compose_with_lerobot(command, Path(str(dataset))) if dataset else None
     if composed is None:
         return str(path), [_row(by, path, argv)]
-    target = Path(str(cfg.run_dir)) / RUN_FILE if cfg.get("run_dir") else Path(str(path))
+    target = RunFolder(Path(str(cfg.run_dir))).train_config_file if cfg.get("run_dir") else Path(str(path))
     atomic_write_text(target, json.dumps(composed, indent=2, sort_keys=True, default=str) + "\n")
     return str(target), [_row("lerobot (in the job)", str(target), argv)]
-
-
-def _in_job(command: lerobot_command.LeRobotCommand, cfg: DictConfig) -> dict[str, Any] | None:
-    composed = lerobot_command.compose_with_lerobot(command)
-    if composed is None:
-        return None
-    dataset = (cfg.get("dataset") or {}).get("path")
-    refreshed = lerobot_command.action_features(Path(str(dataset))) if dataset else {}
-    if refreshed:  # make_policy takes the output features from the dataset
-        composed["policy"]["output_features"] = refreshed
-    return composed
 
 
 def _row(by: str, path: Any, argv: list[str]) -> Check:

@@ -270,10 +270,11 @@ def unmet(cfg: Any) -> tuple[str, ...]:
     declared packages (`REQUIRES`, lerobot for lerobot_train) are not importable is exit 2 now, one line
     naming the key, as a teacher-forced loader's are (`loader_installed`); else every part job would
     start only to record "No module named lerobot"."""
-    runner.launch_check(cfg)  # the lerobot-train command after `--`, run through the same wrapper
     section = (cfg.get("stages") or {}).get(NAME) or {}
-    for name in ("train_cmd", "ddp_cmd"):
-        argv = section.get(name)
+    commands = {name: section.get(name) for name in ("train_cmd", "ddp_cmd")}
+    if not commands["train_cmd"] and runner.lerobot_flags(cfg) is not None:
+        commands["train_cmd"] = list(runner.LEROBOT_TRAIN_CMD)  # the line after `--`, through the wrapper
+    for name, argv in commands.items():
         if not isinstance(argv, Sequence) or isinstance(argv, str):
             continue  # a shell string is refused where the command is filled (runner.substitute)
         items = [str(a) for a in argv]
@@ -287,8 +288,9 @@ def unmet(cfg: Any) -> tuple[str, ...]:
             if missing:
                 raise ConfigError(
                     f"stages.{NAME}.{name}",
-                    f"runs {module}, which needs {', '.join(missing)}: not importable here "
-                    f"(install {' '.join(missing)} where the stage runs, or train with another command)",
+                    f"runs {module}, which needs {', '.join(missing)}: not importable here (install the "
+                    f"package(s) {missing} where the stage runs, train with another command, or "
+                    "skip=[determinism])",
                 )
     return ()
 

@@ -12,7 +12,6 @@ is read for its cause: the op torch refused under deterministic algorithms, or t
 from __future__ import annotations
 
 import importlib.metadata as metadata
-import importlib.util
 import os
 import re
 import shutil
@@ -27,7 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import InputError
 from pipeline.progress import progress
 from pipeline.readers import lerobot_command
 from pipeline.stages import StageContext
@@ -197,19 +196,6 @@ def train_argv(cfg: Any, config: DeterminismConfig, values: Mapping[str, str]) -
     if flags is None:
         return substitute(plain(config.train_cmd), values, key)
     return [*substitute(LEROBOT_TRAIN_CMD, values, key), "--", *flags]
-
-
-def launch_check(cfg: Any) -> None:
-    """At launch, where determinism will run a lerobot-train command itself: lerobot must be importable
-    (the wrapper runs lerobot's own main), or the run is refused now, not after the queue."""
-    if ((cfg.get("stages") or {}).get(NAME) or {}).get("train_cmd") or lerobot_flags(cfg) is None:
-        return
-    if importlib.util.find_spec("lerobot") is None:
-        raise ConfigError(
-            f"stages.{NAME}.train_cmd",
-            f"determinism runs the lerobot-train command through {TRAINER}, which needs the package(s) "
-            "['lerobot'], not installed here; install lerobot, set the key, or skip=[determinism]",
-        )
 
 
 def ddp_argv(config: DeterminismConfig, argv: list[str], values: Mapping[str, str]) -> list[str]:
