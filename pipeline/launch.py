@@ -33,6 +33,7 @@ from pipeline.errors import (
     disk_full,
     one_line,
 )
+from pipeline.readers.lerobot_command import training_argv
 from pipeline.readers.sif import sha256_file
 from pipeline.record.fingerprint import digest_path
 from pipeline.record.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder
@@ -90,7 +91,7 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         container_image.prepare(out)  # absolute image/record paths
         provider.provide(out, load_registry(out))  # the demo's inputs, only when the launch named none
         out.launcher.name = executor
-        attach_command(out, chain.training_command(cfg))  # literal again: OmegaConf.create re-reads `${`
+        attach_command(out, training_argv(cfg))  # literal again: OmegaConf.create re-reads `${`
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
         for section in ("model", "dataset", "training", "known_good", "release", "cache"):
             if out.get(section) and out[section].get("path"):
@@ -243,7 +244,7 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra:
     gate_id = submitted["gate"].job_id
     folder.write_plan(plan_document(jobs, **extra, gate_job_id=gate_id))
     console.print(f"gate job: {gate_id}")
-    script, command = (cfg.get("chain") or {}).get("sbatch"), chain.training_command(cfg)
+    script, command = (cfg.get("chain") or {}).get("sbatch"), training_argv(cfg)
     if script or command:
         path = Path(script) if script else chain.write_script(cfg, folder)
         job = _chain(path, submitted, chain.chain_args(cfg), command)

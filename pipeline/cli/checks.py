@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline import stages
 from pipeline.errors import ConfigError, InputError, one_line
+from pipeline.readers.lerobot_command import training_argv
 from pipeline.readers.sif import read_sif
 from pipeline.run import chain as chain_module
 from pipeline.run.plan import resources
@@ -197,7 +198,7 @@ def check_chain(cfg: DictConfig) -> None:
     not both; `chain.args` (optional) are sbatch options, one argv item each (`--partition=gpu`), never
     a shell string: they reach sbatch as given; `training.env` names variables a script can set."""
     chain = cfg.get("chain") or {}
-    command = chain_module.training_command(cfg)
+    command = training_argv(cfg)
     if chain.get("sbatch") and not Path(str(chain.sbatch)).is_file():
         raise ConfigError("chain.sbatch", f"{chain.sbatch} does not exist")
     if chain.get("sbatch") and command:

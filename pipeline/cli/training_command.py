@@ -29,7 +29,7 @@ TRAIN_CONFIG = "train_config.json"
 
 def fill(cfg: DictConfig) -> str | None:
     """A, B and C from `training.command` where the user did not set them; one line to say, or None."""
-    argv = [str(item) for item in (cfg.training.get("command") or [])]
+    argv = lerobot_command.training_argv(cfg)
     command = lerobot_command.parse(argv) if argv else None
     if command is None:
         return None

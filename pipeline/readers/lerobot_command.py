@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
 from pipeline.errors import InputError
 from pipeline.readers.base import read_json
@@ -82,6 +83,15 @@ class LeRobotCommand:
                 f"{FIELD}: --dataset.episodes={raw!r} is not a list of episode indices", field=FIELD
             )
         return value
+
+
+def training_argv(cfg: Any) -> list[str]:
+    """`training.command`, the command typed after `--`, as the argv list it was typed (OmegaConf's `${`
+    escapes undone); empty when none was given. Every reader of the command goes through here."""
+    section = cfg.get("training") if hasattr(cfg, "get") else None
+    command = (section or {}).get("command") or []
+    items = OmegaConf.to_container(command, resolve=True) if OmegaConf.is_config(command) else command
+    return [str(item) for item in items]
 
 
 def is_lerobot_train(argv: Sequence[str]) -> bool:

@@ -27,19 +27,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError
+from pipeline.readers.lerobot_command import training_argv
 from pipeline.record.runfolder import RunFolder
 from pipeline.run.executors import chain_argv
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PREVIEW_GATE = "JOBID_gate"  # the gate's id in a dry run, as `launch.dry_run` names every job's
-
-
-def training_command(cfg: Any) -> list[str]:
-    """The command after `--` as the argv list it was typed (its `${` escapes undone); empty when none
-    was given."""
-    command = (cfg.get("training") or {}).get("command") or []
-    items = OmegaConf.to_container(command, resolve=True) if OmegaConf.is_config(command) else command
-    return [str(item) for item in items]
 
 
 def chain_args(cfg: Any) -> list[str]:
@@ -91,7 +84,7 @@ def write_script(cfg: DictConfig, folder: RunFolder) -> Path:
 def preview(cfg: DictConfig, folder: RunFolder, executor: str) -> list[str]:
     """The dry run's lines for the chained job: the script and the exact sbatch argv (Slurm), or the
     command a clear gate would run or print (here)."""
-    command = training_command(cfg)
+    command = training_argv(cfg)
     script = (cfg.get("chain") or {}).get("sbatch")
     if executor != "slurm":
         if not command:
@@ -116,7 +109,7 @@ def preview(cfg: DictConfig, folder: RunFolder, executor: str) -> list[str]:
 def after_local_gate(cfg: DictConfig, code: int, say: Any) -> int:
     """After a local run's gate: start the command (a clear gate and `chain.run_local=true`; the
     launch then exits with its status), print it (a clear gate), or say it was not started."""
-    command = training_command(cfg)
+    command = training_argv(cfg)
     if not command:
         return code
     if code != 0:

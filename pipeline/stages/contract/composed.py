@@ -31,7 +31,7 @@ def training_config(cfg: DictConfig) -> tuple[str | None, list[Check]]:
     by = training.get("composed_by")
     if not by or not path:
         return (str(path) if path else None), []
-    argv = [str(item) for item in training.get("command") or []]
+    argv = lerobot_command.training_argv(cfg)
     command = lerobot_command.parse(argv)
     if by == "lerobot" or command is None:
         return str(path), [_row(by, path, argv)]

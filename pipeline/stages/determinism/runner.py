@@ -175,8 +175,7 @@ def part_env(
 def lerobot_flags(cfg: Any) -> list[str] | None:
     """The flags of a lerobot-train `training.command` (the command typed after `--`), as typed; None
     when there is none or it is another program (which the stage cannot shorten to a smoke run)."""
-    command = (cfg.get("training") or {}).get("command") if hasattr(cfg, "get") else None
-    argv = [str(item) for item in plain(command) or ()]
+    argv = lerobot_command.training_argv(cfg)
     parsed = lerobot_command.parse(argv) if argv else None
     return None if parsed is None else parsed.args
 
