@@ -22,7 +22,6 @@ import hashlib
 import io
 import json
 import os
-import stat
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +32,7 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.readers.sketch_kernel import BUCKETS, CELLS
 from pipeline.storage import atomic_write_bytes, atomic_write_json
-from pipeline.storage.files import NPY_ERRORS, kind_of, npz_member, parse_json, read_text, regular_file
+from pipeline.storage.files import NPY_ERRORS, npz_member, parse_json, read_bytes, read_text
 
 PARTIAL = "scan_partial.npz"
 DONE = "scan_partial.done.json"  # written after the partial: the task ran to its end, these bytes
@@ -93,7 +92,7 @@ def read(path: Path, stamp: Mapping[str, Any] | None = None) -> dict[str, Any]:
     marker = _marker(path.with_name(DONE))
     if stamp is not None:
         _same_stamp(marker["stamp"], stamp, path.with_name(DONE))
-    data = _regular_bytes(path)
+    data = read_bytes(path, "an array task's partial (.npz)")
     if len(data) != marker["bytes"] or hashlib.sha256(data).hexdigest() != marker["sha256"]:
         raise InputError(
             f"{path}: {len(data)} bytes that are not the {marker['bytes']} its done marker {DONE} names "
@@ -110,26 +109,6 @@ def read(path: Path, stamp: Mapping[str, Any] | None = None) -> dict[str, Any]:
     if stamp is not None:
         _same_stamp(part["stamp"], stamp, path)
     return part
-
-
-def _regular_bytes(path: Path) -> bytes:
-    """The partial's bytes, opened only as a regular file: a FIFO put in its place (before the stat or
-    between it and the open) would block the main job forever, so the open does not wait and the
-    opened file is checked again."""
-    regular_file(path, "an array task's partial (.npz)")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot open the partial: {exc}", path=path, field=PARTIAL) from exc
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = f"{path}: is {kind_of(mode)}, expected a regular file (a partial); not read"
-            raise InputError(what, path=path, field=PARTIAL)
-        try:
-            return handle.read()
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read the partial: {exc}", path=path, field=PARTIAL) from exc
 
 
 def _marker(path: Path) -> dict[str, Any]:

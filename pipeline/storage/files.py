@@ -83,14 +83,29 @@ def utf8_name(root: Path, relative: str | Path, what: str) -> None:
         ) from None
 
 
-def read_text(path: Path, what: str, max_bytes: int = MAX_METADATA_BYTES) -> str:
-    """A small text file as UTF-8, checked to be a regular file under `max_bytes` before it is opened."""
+def read_bytes(path: Path, what: str, max_bytes: int | None = None) -> bytes:
+    """A regular file's bytes (at most `max_bytes` + 1). Checked before the open, and again on the opened
+    file: a FIFO put in its place between the stat and the open would block a reader forever, so the
+    open does not wait for a writer."""
     regular_file(path, what, max_bytes)
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(max_bytes + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc}", path=path, field=path.name) from exc
+        raise InputError(f"{path}: cannot open {what}: {exc}", path=path, field=path.name) from exc
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            message = f"{path}: is {kind_of(mode)}, expected a regular file ({what}); not read"
+            raise InputError(message, path=path, field=path.name)
+        try:
+            return handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read {what}: {exc}", path=path, field=path.name) from exc
+
+
+def read_text(path: Path, what: str, max_bytes: int = MAX_METADATA_BYTES) -> str:
+    """A small text file as UTF-8, checked to be a regular file under `max_bytes` before it is opened."""
+    raw = read_bytes(path, what, max_bytes)
     if len(raw) > max_bytes:  # grew since the stat
         raise InputError(
             f"{path}: more than {max_bytes} bytes (a {what}); refused", path=path, field=path.name
