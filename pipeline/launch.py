@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,12 @@ def launch(cfg: DictConfig) -> int:
     launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
     if provider.named_inputs(cfg, registry) or not cfg.get("demo"):
         unrunnable(cfg, registry)  # no demo will fill anything: refused now, before anything is built
+    elif training_argv(cfg):  # the demo's gate must never stand in front of the user's own training
+        raise ConfigError(
+            "training.command",
+            f"{shlex.join(training_argv(cfg))[:120]} is not lerobot-train, so it names no input and the "
+            "gate would judge the embedded demo: set model.path, dataset.path and training.path",
+        )
     rcfg = resolved_config(cfg, executor)
     folder = RunFolder(Path(rcfg.run_dir))
     launch_inputs.check_inputs(rcfg, registry)  # again with the demo's paths filled in

@@ -167,3 +167,11 @@ def test_a_job_with_lerobot_composes_b_again_when_the_launch_could_not(tmp_path,
     assert "lerobot (in the job)" in rows[0].message
     written = json.loads(Path(path).read_text())
     assert written["composed_by"]["tool"] == "lerobot" and written["steps"] == 9
+
+
+def test_a_command_that_is_not_lerobot_train_with_no_input_is_refused_not_judged_on_the_demo(tmp_path):
+    proc = launch(tmp_path, "stage=full", "launcher=local", "--", "python", "train.py", seed_demo=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stdout.strip().splitlines()[-1]
+    assert "training.command" in line and "python train.py is not lerobot-train" in line
+    assert not (tmp_path / "preflight" / "demo").exists() and not (tmp_path / "preflight" / "runs").exists()
