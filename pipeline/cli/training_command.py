@@ -19,9 +19,11 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
+from pipeline.errors import InputError
 from pipeline.readers import lerobot_command
 from pipeline.readers.lerobot_command import LeRobotCommand
-from pipeline.storage import atomic_write_json
+from pipeline.storage import atomic_write_text
+from pipeline.storage.files import MAX_METADATA_BYTES, regular_file
 
 COMPOSED_DIR = "composed"
 TRAIN_CONFIG = "train_config.json"
@@ -42,7 +44,8 @@ def fill(cfg: DictConfig) -> str | None:
         if cfg.training.get("path"):
             return None
         composed, by = compose(command, base, Path(cfg.dataset.path))
-        cfg.training.path = str(write_composed(Path(cfg.output_root), composed))
+        path, digest = write_composed(Path(cfg.output_root), composed)
+        cfg.training.path, cfg.training.composed_sha256 = str(path), digest
         cfg.training.composed_by = by
         if not cfg.training.get("name"):
             cfg.training.name = command.policy_type or Path(str(command.policy_path)).name
@@ -54,18 +57,35 @@ def fill(cfg: DictConfig) -> str | None:
 
 
 def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[dict[str, Any], str]:
-    """B and who composed it: lerobot's own parser where lerobot is importable, else our reader."""
+    """B and who composed it: lerobot's own parser where lerobot is importable, else our reader. The
+    base's config.json is checked first: lerobot opens it as it is, and a FIFO there blocks it forever."""
+    if base is not None:
+        regular_file(base / "config.json", "a LeRobot policy config.json", MAX_METADATA_BYTES)
     composed = lerobot_command.compose_with_lerobot(command, dataset)
     if composed is not None:
         return composed, "lerobot"
     return lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
 
 
-def write_composed(output_root: Path, composed: dict[str, Any]) -> Path:
-    """`<output_root>/composed/<digest>/train_config.json`: the same composition is the same file."""
-    text = json.dumps(composed, indent=2, sort_keys=True, default=str)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = output_root.resolve() / COMPOSED_DIR / digest / TRAIN_CONFIG
-    if not path.is_file():
-        atomic_write_json(path, json.loads(text))
-    return path
+def write_composed(output_root: Path, composed: dict[str, Any]) -> tuple[Path, str]:
+    """`<output_root>/composed/<digest>/train_config.json`, written afresh at every launch (whatever was
+    left there is replaced, never trusted), and its sha256, which the run keeps (`training.composed_sha256`)
+    so that the jobs judge exactly this text: the folder is shared, the digest in the config is not."""
+    text = json.dumps(composed, indent=2, sort_keys=True, default=str) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    root = output_root.resolve()
+    path = root / COMPOSED_DIR / digest[:16] / TRAIN_CONFIG
+    if path.is_dir() or not path.parent.resolve().is_relative_to(root):
+        where = "is a directory" if path.is_dir() else f"lies in {path.parent.resolve()}, outside {root}"
+        raise InputError(
+            f"training.path: {path} {where}; it is where the launch writes the composed training config: "
+            "move it away",
+            path=path,
+            field="training.path",
+        )
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        message = f"training.path: cannot write {path}: {exc}"
+        raise InputError(message, path=path, field="training.path") from None
+    return path, digest

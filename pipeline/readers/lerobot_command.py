@@ -25,6 +25,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from pipeline.errors import InputError
+from pipeline.readers import hub_cache
 from pipeline.readers.base import read_json
 
 FIELD = "training.command"
@@ -145,13 +146,6 @@ def _value(raw: str, key: str) -> Any:
         raise InputError(f"{FIELD}: --{key}={raw!r} is neither JSON nor YAML ({exc})", field=FIELD) from None
 
 
-def hub_cache() -> Path:
-    """Where huggingface_hub looks (HF_HUB_CACHE, else HF_HOME/hub), read now, not at its import."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    return Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser() / "hub"
-
-
 def lerobot_home() -> Path:
     """LeRobot's dataset home: HF_LEROBOT_HOME, else HF_HOME/lerobot (lerobot.utils.constants)."""
     if os.environ.get("HF_LEROBOT_HOME"):
@@ -166,19 +160,7 @@ def resolve_base(policy_path: str) -> Path:
         return folder.resolve()
     if policy_path.startswith(("/", ".", "~")):
         raise InputError(f"{FIELD}: --policy.path={policy_path}: no such folder", path=folder, field=FIELD)
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    cache = hub_cache()
-    try:
-        return Path(snapshot_download(repo_id=policy_path, local_files_only=True, cache_dir=cache))
-    except (LocalEntryNotFoundError, HFValidationError, FileNotFoundError, OSError) as exc:
-        raise InputError(
-            f"{FIELD}: --policy.path={policy_path} is not in the local Hugging Face cache {cache} "
-            f"({type(exc).__name__}); fetch it where there is internet: "
-            f"huggingface-cli download {policy_path}",
-            field=FIELD,
-        ) from None
+    return hub_cache.snapshot(policy_path, f"{FIELD} --policy.path")
 
 
 def resolve_dataset(command: LeRobotCommand) -> Path:

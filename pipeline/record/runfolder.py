@@ -35,6 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline.errors import ConfigError, InputError, RecordError
 from pipeline.record.records import GateRecord, StageResult
 from pipeline.storage import atomic_write_json, atomic_write_text
+from pipeline.storage.files import read_pinned
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 PART_DONE = "done.json"  # a part job's last write: the part ran to its end
@@ -53,6 +54,18 @@ def default_output_root() -> Path:
 def demo_dir(output_root: str | Path) -> Path:
     """Where the embedded demo is built once and reused by every run under this output root."""
     return Path(output_root) / "demo"
+
+
+def composed_text(cfg: DictConfig) -> str:
+    """B as the launch composed it from the training command, checked against the digest the launch
+    kept in the run's config: the composed folder is shared, so its file is judged only as written."""
+    training = cfg.training
+    digest = training.get("composed_sha256")
+    if not digest:
+        message = "training.composed_sha256: missing beside training.composed_by; launch the run again"
+        raise InputError(message, field="training.composed_sha256")
+    what = "the training config the launch composed from the training command"
+    return read_pinned(Path(str(training.path)), what, str(digest), Path(str(cfg.output_root)))
 
 
 @dataclass(frozen=True)
@@ -245,8 +258,7 @@ class RunFolder:
     # ----------------------------------------------------------------------------------- writes
     def write_config(self, cfg: DictConfig) -> Path:
         if (cfg.get("training") or {}).get("composed_by"):  # B composed from the command: kept here too
-            composed = Path(cfg.training.path).read_text(encoding="utf-8")
-            atomic_write_text(self.train_config_file, composed)
+            atomic_write_text(self.train_config_file, composed_text(cfg))
         return atomic_write_text(self.config_file, OmegaConf.to_yaml(cfg))
 
     def write_plan(self, document: dict[str, Any]) -> Path:

@@ -9,6 +9,7 @@ Python's limit. Each of these becomes an `InputError` naming the file, before th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -274,3 +275,29 @@ def npz_member(handle: Any, key: str, path: Path) -> Any:
             field=key,
         )
     return handle[key]
+
+
+def read_pinned(path: Path, what: str, sha256: str, root: Path) -> str:
+    """The text of a file named by its digest when it was written: a regular file (not a link) inside
+    `root` whose content still has that sha256. A content-addressed folder proves nothing on its own:
+    anyone who can write there can swap the file, or link it elsewhere, between the write and the read;
+    the digest kept beside the path can't be swapped with it."""
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        raise InputError(f"{path}: cannot stat {what}: {exc}", path=path, field=path.name) from None
+    if stat.S_ISLNK(mode):
+        raise InputError(f"{path}: is a symbolic link, expected {what} as written; not read", path=path)
+    if not path.resolve().is_relative_to(Path(root).resolve()):
+        raise InputError(f"{path}: lies outside {root}, where {what} was written; not read", path=path)
+    raw = read_bytes(path, what, MAX_METADATA_BYTES)
+    found = hashlib.sha256(raw).hexdigest()
+    if found != sha256:
+        raise InputError(
+            f"{path}: changed since it was written (sha256 {found[:16]}…, written as {sha256[:16]}…); "
+            f"{what} is judged only as written",
+            path=path,
+            field=path.name,
+        )
+    return raw.decode("utf-8")

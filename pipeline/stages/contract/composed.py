@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from pipeline.readers import lerobot_command
 from pipeline.record.records import Check, Rows
-from pipeline.record.runfolder import RunFolder
+from pipeline.record.runfolder import RunFolder, composed_text
 from pipeline.storage import atomic_write_text
 
 ROWS = Rows("contract", "layout")
@@ -34,7 +34,8 @@ def training_config(cfg: DictConfig) -> tuple[str | None, list[Check]]:
     argv = lerobot_command.training_argv(cfg)
     command = lerobot_command.parse(argv)
     if by == "lerobot" or command is None:
-        return str(path), [_row(by, path, argv)]
+        judged = _as_written(cfg)
+        return judged, [_row(by, judged, argv)]
     dataset = (cfg.get("dataset") or {}).get("path")
     composed = lerobot_command.compose_with_lerobot(command, Path(str(dataset))) if dataset else None
     if composed is None:
@@ -42,6 +43,15 @@ def training_config(cfg: DictConfig) -> tuple[str | None, list[Check]]:
     target = RunFolder(Path(str(cfg.run_dir))).train_config_file if cfg.get("run_dir") else Path(str(path))
     atomic_write_text(target, json.dumps(composed, indent=2, sort_keys=True, default=str) + "\n")
     return str(target), [_row("lerobot (in the job)", str(target), argv)]
+
+
+def _as_written(cfg: DictConfig) -> str:
+    """The run folder's copy of B, rewritten from the launch's composition once its digest is checked:
+    what is judged is exactly what the launch composed, whatever the shared folder holds by now."""
+    text = composed_text(cfg)
+    if not cfg.get("run_dir"):
+        return str(cfg.training.path)
+    return str(atomic_write_text(RunFolder(Path(str(cfg.run_dir))).train_config_file, text))
 
 
 def _row(by: str, path: Any, argv: list[str]) -> Check:
