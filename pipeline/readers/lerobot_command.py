@@ -30,11 +30,12 @@ from pipeline.readers.base import read_json
 FIELD = "training.command"
 PROGRAMS = ("lerobot-train",)
 MODULES = ("lerobot.scripts.lerobot_train", "lerobot.scripts.train")
+INTERPRETER_OPTIONS_WITH_VALUE = ("-X", "-W", "--check-hash-based-pycs")  # python's options taking a value
 
 
 @dataclass(frozen=True)
 class LeRobotCommand:
-    """The lerobot-train argv and its `--key=value` flags (dotted keys, the last one typed wins)."""
+    """The lerobot-train argv and its `--key=value` flags (dotted keys, each given once)."""
 
     argv: tuple[str, ...]
     flags: Mapping[str, str] = field(default_factory=dict)
@@ -100,10 +101,21 @@ def is_lerobot_train(argv: Sequence[str]) -> bool:
 
 
 def _module_at(argv: Sequence[str]) -> int | None:
-    """The index after `-m <lerobot train module>` when argv runs it through an interpreter."""
-    for i in range(1, len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1] in MODULES:
-            return i + 2
+    """The index after `-m <lerobot train module>` when argv runs it through an interpreter. Python runs
+    the first of `-c`, `-m` or a script it meets, and everything after it is that program's argv: so `-m`
+    counts only where no `-c`, script or `-` comes before it (`python -c CODE -m lerobot...` runs CODE)."""
+    i = 1
+    while i < len(argv):
+        item = argv[i]
+        if item == "-m" or (item.startswith("-m") and not item.startswith("--")):
+            module = argv[i + 1] if item == "-m" and i + 1 < len(argv) else item[2:]
+            return (i + 2 if item == "-m" else i + 1) if module in MODULES else None
+        if item in INTERPRETER_OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not item.startswith("-") or item == "-" or item.startswith("-c") or item == "--":
+            return None  # a script, stdin, `-c CODE`: what runs is not `-m`
+        i += 1
     return None
 
 
@@ -128,7 +140,13 @@ def parse_flags(args: Sequence[str]) -> dict[str, str]:
             has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
             value = args[i + 1] if has_value else "true"
             i += 1 if has_value else 0
-        flags[key.replace("-", "_")] = value
+        key = key.replace("-", "_")
+        if key in flags:  # which one lerobot's parser keeps is its business: the gate judges no guess
+            raise InputError(
+                f"{FIELD}: --{key} is given twice ({flags[key]!r}, then {value!r}); give it once",
+                field=FIELD,
+            )
+        flags[key] = value
         i += 1
     return flags
 
