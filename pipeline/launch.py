@@ -145,6 +145,7 @@ def launch(cfg: DictConfig) -> int:
     except InputError as exc:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
     audit_key(cfg)  # a bad audit.key_file is one line now, not a gate that cannot seal its record
+    launch_inputs.blank_inputs(cfg, registry)  # `dataset.path=''` is a typed input, never the demo
     if said := training_command.fill(cfg):  # A, B, C from the lerobot-train command after `--`
         _say(said)
     launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
@@ -328,6 +329,10 @@ def cli() -> None:
     from pipeline.cli.compose import compose_command_line, split_training_command
 
     overrides, command = split_training_command(sys.argv[1:])
+    if "--" in sys.argv[1:] and not command:  # typed as the user's command: never the demo's gate instead
+        _say("config error: training.command: `--` with no command after it; give the training command "
+             "after `--`, or leave `--` out (nothing was submitted)")  # fmt: skip
+        sys.exit(2)
     composed = compose_command_line(overrides, command)
     if composed.problem is not None:
         _say(f"config error: {composed.problem} (nothing was submitted)")

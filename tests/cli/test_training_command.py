@@ -175,3 +175,20 @@ def test_a_command_that_is_not_lerobot_train_with_no_input_is_refused_not_judged
     line = proc.stdout.strip().splitlines()[-1]
     assert "training.command" in line and "python train.py is not lerobot-train" in line
     assert not (tmp_path / "preflight" / "demo").exists() and not (tmp_path / "preflight" / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("typed", "key"),
+    [(["--"], "training.command"), (["dataset.path=''"], "dataset.path"), (["model.path= "], "model.path")],
+)
+def test_an_input_typed_empty_is_one_line_never_the_demo(typed, key, tmp_path, monkeypatch, capsys):
+    """The demo stands in only where no input was named; `--` alone or an empty path was typed."""
+    from pipeline import launch as launch_module
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["preflight-launch", "stage=contract", "launcher=local", *typed])
+    with pytest.raises(SystemExit) as exit_:
+        launch_module.cli()
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1 and lines[0].startswith(f"config error: {key}: ")
+    assert not (tmp_path / "preflight").exists()
