@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from pipeline.readers import lerobot_command
+from pipeline.readers import lerobot_checks, lerobot_command
 from pipeline.readers.lerobot_command import LeRobotCommand
 from pipeline.storage import atomic_write_json
 
@@ -54,11 +54,17 @@ def fill(cfg: DictConfig) -> str | None:
 
 
 def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[dict[str, Any], str]:
-    """B and who composed it: lerobot's own parser where lerobot is importable, else our reader."""
+    """B and who composed it: lerobot's own parser where lerobot is importable, else our reader. What
+    lerobot would accept and then train wrongly on (an unknown policy type, episodes the dataset lacks,
+    a count of 0) is named first, in one line."""
+    lerobot_checks.check_policy_type(command.policy_type)  # before lerobot's parser prints its usage
+    lerobot_checks.check_episodes(command.episodes, dataset)
     composed = lerobot_command.compose_with_lerobot(command, dataset)
-    if composed is not None:
-        return composed, "lerobot"
-    return lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
+    by = "lerobot"
+    if composed is None:
+        composed, by = lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
+    lerobot_checks.check_counts(composed)
+    return composed, by
 
 
 def write_composed(output_root: Path, composed: dict[str, Any]) -> Path:

@@ -11,10 +11,10 @@ from pipeline.readers import lerobot_command as lc
 def test_both_flag_forms_bare_flags_and_the_module_form_are_read():
     cmd = lc.parse(
         ["python", "-m", "lerobot.scripts.lerobot_train", "--policy.path", "a/b", "--dataset.repo_id=c/d",
-         "--rename_map={\"x\": \"y\"}", "--dataset.episodes=[0, 2]", "--resume"]
+         "--rename_map={\"x\": \"y\"}", "--dataset.episodes=[0, 2]", "--save_checkpoint"]
     )  # fmt: skip
     assert cmd is not None and cmd.policy_path == "a/b" and cmd.repo_id == "c/d"
-    assert cmd.rename_map == {"x": "y"} and cmd.episodes == [0, 2] and cmd.get("resume") == "true"
+    assert cmd.rename_map == {"x": "y"} and cmd.episodes == [0, 2] and cmd.get("save_checkpoint") == "true"
     assert lc.parse(["/opt/venv/bin/lerobot-train", "--policy.type=act"]).policy_type == "act"
 
 
