@@ -148,6 +148,8 @@ def launch(cfg: DictConfig) -> int:
     launch_inputs.blank_inputs(cfg, registry)  # `dataset.path=''` is a typed input, never the demo
     if said := training_command.fill(cfg):  # A, B, C from the lerobot-train command after `--`
         _say(said)
+        if note := training_command.dataset_note(cfg):
+            _say(note)
     launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
     if provider.named_inputs(cfg, registry) or not cfg.get("demo"):
         unrunnable(cfg, registry)  # no demo will fill anything: refused now, before anything is built

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from pipeline.readers import lerobot_checks, lerobot_command
 from pipeline.readers.lerobot_command import LeRobotCommand
 from pipeline.storage import atomic_write_json
 
+REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")  # the Hub's <org>/<name>
 COMPOSED_DIR = "composed"
 TRAIN_CONFIG = "train_config.json"
 
@@ -75,3 +77,21 @@ def write_composed(output_root: Path, composed: dict[str, Any]) -> Path:
     if not path.is_file():
         atomic_write_json(path, json.loads(text))
     return path
+
+
+def dataset_note(cfg: DictConfig) -> str | None:
+    """A line naming the dataset folder actually read where `--dataset.repo_id` is not `<org>/<name>`
+    (`../../elsewhere`, an absolute path) or resolves outside HF_LEROBOT_HOME: lerobot reads it there
+    too, so it is no block, but the user sees which folder the gate judged."""
+    argv = lerobot_command.training_argv(cfg)
+    command = lerobot_command.parse(argv) if argv else None
+    repo_id = command.repo_id if command is not None else None
+    if not repo_id or command is None or command.get("dataset.root"):
+        return None
+    home = lerobot_command.lerobot_home().resolve()
+    folder = (home / repo_id).resolve()
+    if REPO_ID.fullmatch(repo_id) and folder.is_relative_to(home):
+        return None
+    what = "is not <org>/<name>" if not REPO_ID.fullmatch(repo_id) else "resolves through a link"
+    where = "outside" if not folder.is_relative_to(home) else "inside"
+    return f"lerobot-train: --dataset.repo_id={repo_id} {what}: the dataset read is {folder}, {where} {home}"

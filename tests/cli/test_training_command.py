@@ -307,3 +307,25 @@ def test_with_lerobot_composing_b_a_zero_count_and_an_unknown_type_are_still_one
     with pytest.raises(InputError, match="--policy.type=nonexistent is not a policy type") as err:
         composed(argv, hf_home["dataset"])
     assert "diffusion" in str(err.value) and "usage:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("repo_id", ["../elsewhere/so101", "ABSOLUTE"])
+def test_a_repo_id_that_leaves_the_lerobot_home_names_the_folder_read(
+    repo_id, tmp_path, hf_home, monkeypatch, capsys
+):
+    """lerobot reads such a repo id too, so no block: the launch line names the folder the gate judged."""
+    from pipeline import launch as launch_module
+
+    outside = tmp_path / "hf" / "elsewhere" / "so101"
+    shutil.copytree(hf_home["dataset"], outside)
+    repo_id = str(outside) if repo_id == "ABSOLUTE" else repo_id
+    monkeypatch.chdir(tmp_path)
+    argv = ["stage=contract", "launcher=local", "dry_run=true", "--", "lerobot-train", "--policy.type=act",
+            f"--dataset.repo_id={repo_id}"]  # fmt: skip
+    monkeypatch.setattr("sys.argv", ["preflight-launch", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        launch_module.cli()
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0, out[-2000:]
+    line = next(x for x in out.splitlines() if f"--dataset.repo_id={repo_id} is not <org>/<name>" in x)
+    assert f"the dataset read is {outside}, outside {hf_home['dataset'].parents[1].resolve()}" in line
