@@ -53,7 +53,7 @@ from pipeline.run.plan import (
     plan_document,
     write_reused,
 )
-from pipeline.run.status import build_table
+from pipeline.run.status import CHAINED, build_table
 from pipeline.stages import container_image
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
@@ -259,6 +259,8 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra:
         path = Path(script) if script else chain.write_script(cfg, folder)
         job = _chain(path, submitted, chain.chain_args(cfg), command)
         console.print(f"chained job: {job} (afterok:{gate_id})")
+        rows[CHAINED] = {"job_id": job, "state": "SUBMITTED", "depends_on": f"afterok:{gate_id}"}
+        folder.write_jobs(rows)  # preflight-status shows the training job with its dependency
     if not cfg.wait:
         return 0
     return follow_slurm(jobs, submitted, folder, rows, cfg)
