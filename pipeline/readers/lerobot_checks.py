@@ -46,8 +46,8 @@ NON_NEGATIVE_COUNTS = ("num_workers", "eval_freq", "env_eval_freq", "log_freq", 
 def known_policy_types() -> list[str]:
     """lerobot's registry of policy configs where lerobot is importable, else the types this reader
     knows the windows of."""
-    try:
-        import lerobot.policies  # noqa: F401  (registers every policy type's config)
+    try:  # the factory, as lerobot-train imports it: `lerobot.policies` alone leaves out sac and others
+        import lerobot.policies.factory  # noqa: F401  (registers every policy type's config)
         from lerobot.configs.policies import PreTrainedConfig
     except ImportError:
         return sorted(LEROBOT_WINDOWS)
