@@ -56,6 +56,12 @@ class Input:
                 path = self.derive(path)
             yield concrete, path
 
+    def blank(self, cfg: Mapping[str, Any]) -> Iterator[str]:
+        """The concrete keys set to an empty (or blank) string: typed, so not the same as unset."""
+        for concrete, value in _walk(cfg, self.key.split("."), ""):
+            if isinstance(value, str) and not value.strip():
+                yield concrete
+
 
 # the built-in shorthands (`inputs=("model", "dataset")`): a top-level section's `path`
 SECTIONS: dict[str, Input] = {

@@ -53,7 +53,7 @@ from pipeline.run.plan import (
     plan_document,
     write_reused,
 )
-from pipeline.run.status import build_table
+from pipeline.run.status import CHAINED, build_table
 from pipeline.stages import container_image
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
@@ -145,8 +145,11 @@ def launch(cfg: DictConfig) -> int:
     except InputError as exc:
         raise ConfigError(exc.field or "waivers_file", str(exc)) from exc
     audit_key(cfg)  # a bad audit.key_file is one line now, not a gate that cannot seal its record
+    launch_inputs.blank_inputs(cfg, registry)  # `dataset.path=''` is a typed input, never the demo
     if said := training_command.fill(cfg):  # A, B, C from the lerobot-train command after `--`
         _say(said)
+        if note := training_command.dataset_note(cfg):
+            _say(note)
     launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
     if provider.named_inputs(cfg, registry) or not cfg.get("demo"):
         unrunnable(cfg, registry)  # no demo will fill anything: refused now, before anything is built
@@ -256,6 +259,8 @@ def launch_slurm(jobs: list[JobSpec], cfg: DictConfig, folder: RunFolder, extra:
         path = Path(script) if script else chain.write_script(cfg, folder)
         job = _chain(path, submitted, chain.chain_args(cfg), command)
         console.print(f"chained job: {job} (afterok:{gate_id})")
+        rows[CHAINED] = {"job_id": job, "state": "SUBMITTED", "depends_on": f"afterok:{gate_id}"}
+        folder.write_jobs(rows)  # preflight-status shows the training job with its dependency
     if not cfg.wait:
         return 0
     return follow_slurm(jobs, submitted, folder, rows, cfg)
@@ -328,6 +333,10 @@ def cli() -> None:
     from pipeline.cli.compose import compose_command_line, split_training_command
 
     overrides, command = split_training_command(sys.argv[1:])
+    if "--" in sys.argv[1:] and not command:  # typed as the user's command: never the demo's gate instead
+        _say("config error: training.command: `--` with no command after it; give the training command "
+             "after `--`, or leave `--` out (nothing was submitted)")  # fmt: skip
+        sys.exit(2)
     composed = compose_command_line(overrides, command)
     if composed.problem is not None:
         _say(f"config error: {composed.problem} (nothing was submitted)")

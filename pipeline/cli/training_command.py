@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
 from pipeline.errors import InputError
-from pipeline.readers import lerobot_command
+from pipeline.readers import lerobot_checks, lerobot_command
 from pipeline.readers.lerobot_command import LeRobotCommand
 from pipeline.storage import atomic_write_text
 from pipeline.storage.files import MAX_METADATA_BYTES, regular_file
 
+REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")  # the Hub's <org>/<name>
 COMPOSED_DIR = "composed"
 TRAIN_CONFIG = "train_config.json"
 
@@ -57,14 +59,20 @@ def fill(cfg: DictConfig) -> str | None:
 
 
 def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[dict[str, Any], str]:
-    """B and who composed it: lerobot's own parser where lerobot is importable, else our reader. The
-    base's config.json is checked first: lerobot opens it as it is, and a FIFO there blocks it forever."""
+    """B and who composed it: lerobot's own parser where lerobot is importable, else our reader. What
+    lerobot would accept and then train wrongly on (an unknown policy type, episodes the dataset lacks,
+    a count of 0) is named first, in one line; and the base's config.json is checked to be a regular
+    file: lerobot opens it as it is, and a FIFO there blocks it forever."""
     if base is not None:
         regular_file(base / "config.json", "a LeRobot policy config.json", MAX_METADATA_BYTES)
+    lerobot_checks.check_policy_type(command.policy_type)  # before lerobot's parser prints its usage
+    lerobot_checks.check_episodes(command.episodes, dataset)
     composed = lerobot_command.compose_with_lerobot(command, dataset)
-    if composed is not None:
-        return composed, "lerobot"
-    return lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
+    by = "lerobot"
+    if composed is None:
+        composed, by = lerobot_command.compose_training(command, base, dataset), "hpc-preflight"
+    lerobot_checks.check_counts(composed)
+    return composed, by
 
 
 def write_composed(output_root: Path, composed: dict[str, Any]) -> tuple[Path, str]:
@@ -89,3 +97,21 @@ def write_composed(output_root: Path, composed: dict[str, Any]) -> tuple[Path, s
         message = f"training.path: cannot write {path}: {exc}"
         raise InputError(message, path=path, field="training.path") from None
     return path, digest
+
+
+def dataset_note(cfg: DictConfig) -> str | None:
+    """A line naming the dataset folder actually read where `--dataset.repo_id` is not `<org>/<name>`
+    (`../../elsewhere`, an absolute path) or resolves outside HF_LEROBOT_HOME: lerobot reads it there
+    too, so it is no block, but the user sees which folder the gate judged."""
+    argv = lerobot_command.training_argv(cfg)
+    command = lerobot_command.parse(argv) if argv else None
+    repo_id = command.repo_id if command is not None else None
+    if not repo_id or command is None or command.get("dataset.root"):
+        return None
+    home = lerobot_command.lerobot_home().resolve()
+    folder = (home / repo_id).resolve()
+    if REPO_ID.fullmatch(repo_id) and folder.is_relative_to(home):
+        return None
+    what = "is not <org>/<name>" if not REPO_ID.fullmatch(repo_id) else "resolves through a link"
+    where = "outside" if not folder.is_relative_to(home) else "inside"
+    return f"lerobot-train: --dataset.repo_id={repo_id} {what}: the dataset read is {folder}, {where} {home}"

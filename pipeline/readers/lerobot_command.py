@@ -27,21 +27,36 @@ from omegaconf import OmegaConf
 from pipeline.errors import InputError
 from pipeline.readers import hub_cache
 from pipeline.readers.base import read_json
+from pipeline.readers.lerobot_checks import LEROBOT_WINDOWS
+from pipeline.storage.files import load_yaml
 
 FIELD = "training.command"
 PROGRAMS = ("lerobot-train",)
 MODULES = ("lerobot.scripts.lerobot_train", "lerobot.scripts.train")
+INTERPRETER_OPTIONS_WITH_VALUE = ("-X", "-W", "--check-hash-based-pycs")  # python's options taking a value
 
 
 @dataclass(frozen=True)
 class LeRobotCommand:
-    """The lerobot-train argv and its `--key=value` flags (dotted keys, the last one typed wins)."""
+    """The lerobot-train argv and its `--key=value` flags (dotted keys, each given once)."""
 
     argv: tuple[str, ...]
     flags: Mapping[str, str] = field(default_factory=dict)
+    file: Mapping[str, Any] = field(default_factory=dict)  # `--config_path`'s training config, as read
 
     def get(self, key: str) -> str | None:
-        return self.flags.get(key)
+        """A flag as typed, else the `--config_path` file's value (JSON text where it is not a string):
+        lerobot reads the file first and the flags over it."""
+        if key in self.flags:
+            return self.flags[key]
+        node: Any = self.file
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        return node if node is None or isinstance(node, str) else json.dumps(node)
+
+    @property
+    def resumes(self) -> bool:
+        return _scalar(self.flags.get("resume")) is True
 
     @property
     def args(self) -> list[str]:
@@ -50,7 +65,12 @@ class LeRobotCommand:
 
     @property
     def policy_path(self) -> str | None:
-        return self.get("policy.path")
+        """`--policy.path`; on `--resume=true`, the checkpoint's `pretrained_model` folder that holds the
+        `--config_path` file (lerobot resumes the weights saved beside it)."""
+        given = self.flags.get("policy.path")
+        if given or not self.resumes:
+            return given
+        return str(Path(self.flags["config_path"]).expanduser().parent)
 
     @property
     def policy_type(self) -> str | None:
@@ -101,10 +121,21 @@ def is_lerobot_train(argv: Sequence[str]) -> bool:
 
 
 def _module_at(argv: Sequence[str]) -> int | None:
-    """The index after `-m <lerobot train module>` when argv runs it through an interpreter."""
-    for i in range(1, len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1] in MODULES:
-            return i + 2
+    """The index after `-m <lerobot train module>` when argv runs it through an interpreter. Python runs
+    the first of `-c`, `-m` or a script it meets, and everything after it is that program's argv: so `-m`
+    counts only where no `-c`, script or `-` comes before it (`python -c CODE -m lerobot...` runs CODE)."""
+    i = 1
+    while i < len(argv):
+        item = argv[i]
+        if item == "-m" or (item.startswith("-m") and not item.startswith("--")):
+            module = argv[i + 1] if item == "-m" and i + 1 < len(argv) else item[2:]
+            return (i + 2 if item == "-m" else i + 1) if module in MODULES else None
+        if item in INTERPRETER_OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not item.startswith("-") or item == "-" or item.startswith("-c") or item == "--":
+            return None  # a script, stdin, `-c CODE`: what runs is not `-m`
+        i += 1
     return None
 
 
@@ -112,7 +143,32 @@ def parse(argv: Sequence[str]) -> LeRobotCommand | None:
     """The command's flags, or None when it is not lerobot-train."""
     if not is_lerobot_train(argv):
         return None
-    return LeRobotCommand(tuple(argv), parse_flags(argv[_args_start(argv) :]))
+    flags = parse_flags(argv[_args_start(argv) :])
+    return LeRobotCommand(tuple(argv), flags, config_file(flags))
+
+
+def config_file(flags: Mapping[str, str]) -> dict[str, Any]:
+    """`--config_path`'s training config (JSON or YAML, a regular file of bounded size, read without
+    blocking on a FIFO), a folder meaning its train_config.json as lerobot takes it; {} without one.
+    `--resume=true` without it is refused as lerobot refuses it."""
+    raw = flags.get("config_path")
+    if not raw:
+        if _scalar(flags.get("resume")) is True:
+            raise InputError(
+                f"{FIELD}: --resume=true needs --config_path=<checkpoint>/pretrained_model/train_config.json "
+                "(lerobot resumes from the checkpoint's own training config)",
+                field=FIELD,
+            )
+        return {}
+    path = Path(raw).expanduser()
+    path = path / "train_config.json" if path.is_dir() else path
+    try:
+        data = load_yaml(path, "a lerobot-train training config")  # YAML reads JSON too
+    except InputError as exc:
+        raise InputError(f"{FIELD}: --config_path={raw}: {exc}", path=path, field=FIELD) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{FIELD}: --config_path={raw}: expected a mapping (a training config)", field=FIELD)
+    return data
 
 
 def parse_flags(args: Sequence[str]) -> dict[str, str]:
@@ -129,7 +185,13 @@ def parse_flags(args: Sequence[str]) -> dict[str, str]:
             has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
             value = args[i + 1] if has_value else "true"
             i += 1 if has_value else 0
-        flags[key.replace("-", "_")] = value
+        key = key.replace("-", "_")
+        if key in flags:  # which one lerobot's parser keeps is its business: the gate judges no guess
+            raise InputError(
+                f"{FIELD}: --{key} is given twice ({flags[key]!r}, then {value!r}); give it once",
+                field=FIELD,
+            )
+        flags[key] = value
         i += 1
     return flags
 
@@ -180,24 +242,6 @@ def resolve_dataset(command: LeRobotCommand) -> Path:
     return folder.resolve()
 
 
-# The window fields of each policy type's config as lerobot 0.4.4 defaults them (read off the configs it
-# saves: ../shared/data/real/lerobot-0.4.4), for `--policy.type` with no base where lerobot itself is not
-# importable to say so; a `--policy.<field>` flag overrides them, a type not listed has none.
-LEROBOT_WINDOWS: dict[str, dict[str, int]] = {
-    "act": {"n_obs_steps": 1, "chunk_size": 100, "n_action_steps": 100},
-    "diffusion": {"n_obs_steps": 2, "horizon": 16, "n_action_steps": 8, "drop_n_last_frames": 7},
-    "groot": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
-    "pi0": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
-    "pi05": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
-    "pi0_fast": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
-    "smolvla": {"n_obs_steps": 1, "chunk_size": 50, "n_action_steps": 50},
-    "xvla": {"n_obs_steps": 1, "chunk_size": 32, "n_action_steps": 32},
-    "wall_x": {"n_obs_steps": 1, "chunk_size": 32, "n_action_steps": 32},
-    "tdmpc": {"n_obs_steps": 1, "horizon": 5, "n_action_steps": 1},
-    "vqbet": {"n_obs_steps": 5, "action_chunk_size": 5, "n_action_pred_token": 3},
-    "sac": {"n_obs_steps": 1},
-    "reward_classifier": {"n_obs_steps": 1},
-}
 COMPOSED_BY = "composed_by"  # train_config.json's key naming who composed it (lerobot adds no such key)
 TOP_LEVEL_SKIP = ("config_path", "rename_map")
 
@@ -206,7 +250,10 @@ def compose_training(command: LeRobotCommand, base: Path | None, dataset: Path) 
     """B as lerobot-train would compose it, where lerobot itself is not importable: the base's
     config.json (or just `--policy.type`), every `--policy.*` flag over it, the output features refreshed
     from the dataset (lerobot's make_policy does that; the input features stay the base's), and the
-    dataset, rename map and top-level flags as typed. `composed_by` says that lerobot did not compose it."""
+    dataset, rename map and top-level flags as typed. `composed_by` says that lerobot did not compose it.
+    With `--config_path`, that file is the start and every flag goes over it, as lerobot's parser does."""
+    if command.file:
+        return _compose_from_file(command, base, dataset)
     policy = _base_policy(command, base)
     for key, raw in command.flags.items():
         if key.startswith("policy.") and key not in ("policy.path", "policy.type"):
@@ -223,6 +270,27 @@ def compose_training(command: LeRobotCommand, base: Path | None, dataset: Path) 
         "rename_map": command.rename_map,
         COMPOSED_BY: {"tool": "hpc-preflight", "lerobot": None, "argv": list(command.argv)},
     }
+
+
+def _compose_from_file(command: LeRobotCommand, base: Path | None, dataset: Path) -> dict[str, Any]:
+    data = json.loads(json.dumps(command.file, default=str))
+    if "policy.path" in command.flags:
+        data["policy"] = _base_policy(command, base)
+    if not isinstance(data.get("policy"), dict):
+        raise InputError(f"{FIELD}: --config_path={command.get('config_path')} names no policy", field=FIELD)
+    skip = ("config_path", "resume", "policy.path", "policy.type", "rename_map", "dataset.episodes")
+    for key, raw in command.flags.items():
+        if key not in skip:
+            _set_dotted(data, key, _scalar(raw))
+    policy = data["policy"]
+    if command.resumes and base is not None:
+        policy["pretrained_path"] = str(base)
+    policy["output_features"] = action_features(dataset) or policy.get("output_features") or {}
+    saved = data.get("dataset") if isinstance(data.get("dataset"), dict) else {}
+    data["dataset"] = {**saved, "root": str(dataset), "episodes": command.episodes}
+    data["rename_map"] = command.rename_map
+    data[COMPOSED_BY] = {"tool": "hpc-preflight", "lerobot": None, "argv": list(command.argv)}
+    return data
 
 
 def _base_policy(command: LeRobotCommand, base: Path | None) -> dict[str, Any]:

@@ -70,10 +70,16 @@ def _feature_arrays(fs: FeatureStats) -> dict[str, np.ndarray]:
 
 
 def write_partial(
-    scan: Scan, files: Sequence[str], seen: Mapping[str, list[int]], path: Path, stamp: Mapping[str, Any]
+    scan: Scan,
+    files: Sequence[str],
+    seen: Mapping[str, list[int]],
+    path: Path,
+    stamp: Mapping[str, Any],
+    key: bytes | None = None,
 ) -> Path:
     """One task's facts after `scan.reduce` over its files (`seen`: each file's size and mtime before it
-    was read), then its done marker, for the main job to merge (`pipeline.readers.shard_partial`)."""
+    was read), then its done marker (signed with `key`, the team's audit key, where one is set), for the
+    main job to merge (`pipeline.readers.shard_partial`)."""
     arrays: dict[str, np.ndarray] = {}
     dyn = scan.dynamics()
     meta = {
@@ -85,7 +91,7 @@ def write_partial(
         "stats": pack({k: _feature_arrays(fs) for k, fs in scan.sketches.items()}, "stats", arrays),
         "health": pack(health_merge.partial(scan.health), "health", arrays) if scan.health else None,
     }
-    return write(meta, arrays, path, stamp)
+    return write(meta, arrays, path, stamp, key)
 
 
 # --------------------------------------------------------------------------------------- merge

@@ -19,6 +19,7 @@ checked against its bytes, the metadata's nesting bounded, and its shape checked
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -36,6 +37,7 @@ from pipeline.storage.files import NPY_ERRORS, npz_member, parse_json, read_byte
 
 PARTIAL = "scan_partial.npz"
 DONE = "scan_partial.done.json"  # written after the partial: the task ran to its end, these bytes
+MAC = "hmac"  # the marker's signature with audit.key_file, where one is set
 SEP = "::"  # joins nested keys in the npz (feature names hold dots and slashes)
 MAX_DEPTH = 16  # nesting of a partial's metadata (what a task writes is 6 deep)
 VECTORS = ("count", "mean", "m2", "lo", "hi", "nonfinite", "total")  # one value per dim
@@ -72,24 +74,59 @@ def clear(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def write(meta: Mapping[str, Any], arrays: dict[str, np.ndarray], path: Path, stamp: Mapping) -> Path:
+def write(
+    meta: Mapping[str, Any],
+    arrays: dict[str, np.ndarray],
+    path: Path,
+    stamp: Mapping,
+    key: bytes | None = None,
+) -> Path:
     """The partial (atomically), then its marker (atomically): a task killed before the marker's rename
-    leaves nothing the main job merges."""
+    leaves nothing the main job merges. With the team's key (`audit.key_file`) the marker is signed."""
     arrays["meta.json"] = np.array(json.dumps({**meta, "stamp": stamp}))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     data = buffer.getvalue()
     atomic_write_bytes(path, data)
-    marker = {"stamp": dict(stamp), "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    marker: dict[str, Any] = {
+        "stamp": dict(stamp),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+    }
+    if key is not None:
+        marker[MAC] = _mac(key, marker)
     atomic_write_json(path.with_name(DONE), marker)
     return path
 
 
+def _mac(key: bytes, marker: Mapping[str, Any]) -> str:
+    """The marker's HMAC as the audit history signs a record (sha256 over its canonical JSON)."""
+    body = {k: marker[k] for k in ("stamp", "sha256", "bytes")}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return "hmac-sha256:" + hmac.new(key, text, hashlib.sha256).hexdigest()
+
+
+def _signed(marker: Mapping[str, Any], key: bytes, path: Path) -> None:
+    """Without the key's HMAC, a marker proves only that the partial is the bytes someone wrote with it:
+    anyone who can write the run folder can write both. With it, only a key holder's task."""
+    found = marker.get(MAC)
+    if not isinstance(found, str):
+        why = "is not signed, though audit.key_file is set"
+    elif not hmac.compare_digest(found, _mac(key, marker)):
+        why = "has an HMAC that audit.key_file did not make (forged, or signed with another key)"
+    else:
+        return
+    raise InputError(f"{path}: the done marker {why}; the partial is not merged", path=path, field=MAC)
+
+
 # --------------------------------------------------------------------------------------- read
-def read(path: Path, stamp: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A task's partial, accepted only with its marker (for `stamp`, when given, and these bytes);
-    nothing unpickled, never a non-regular file opened. Anything else is an InputError naming it."""
+def read(path: Path, stamp: Mapping[str, Any] | None = None, key: bytes | None = None) -> dict[str, Any]:
+    """A task's partial, accepted only with its marker (for `stamp`, when given, and these bytes; signed
+    with `key`, when given); nothing unpickled, never a non-regular file opened. Anything else is an
+    InputError naming it."""
     marker = _marker(path.with_name(DONE))
+    if key is not None:
+        _signed(marker, key, path.with_name(DONE))
     if stamp is not None:
         _same_stamp(marker["stamp"], stamp, path.with_name(DONE))
     data = read_bytes(path, "an array task's partial (.npz)")

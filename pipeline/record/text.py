@@ -93,3 +93,28 @@ def details(summary: str, body: list[str]) -> list[str]:
     markdown (the blank lines around it let it render as such, and end the HTML block after it)."""
     assert not re.search(r"[<>&`\\]", summary), summary
     return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
+
+
+ARGV_ITEM_BYTES = 2048  # what a record quotes of one argv item (a JSON --rename_map is well under)
+ARGV_TOTAL_BYTES = 16384  # and of the whole command: a record is evidence, not a copy of the input
+
+
+def quoted_argv(
+    argv: list[str], item_bytes: int = ARGV_ITEM_BYTES, total: int = ARGV_TOTAL_BYTES
+) -> list[str]:
+    """The command as a record quotes it: each item and the whole capped (a 1 MiB argv item once made a
+    2 MB record), the cut said in place, `… (N bytes cut)`. The job still runs the argv as typed."""
+    quoted: list[str] = []
+    used = 0
+    for index, item in enumerate(argv):
+        raw = item.encode("utf-8", "surrogateescape")
+        if used + min(len(raw), item_bytes) > total:
+            rest = sum(len(a.encode("utf-8", "surrogateescape")) for a in argv[index:])
+            quoted.append(f"… ({len(argv) - index} more item(s), {rest} bytes cut)")
+            break
+        if len(raw) > item_bytes:
+            kept = raw[:item_bytes].decode("utf-8", "ignore")
+            item = f"{kept}… ({len(raw) - len(kept.encode('utf-8'))} bytes cut)"
+        quoted.append(item)
+        used += min(len(raw), item_bytes)
+    return quoted

@@ -111,7 +111,7 @@ def follow_slurm(
             for name, job in submitted.items():
                 rows[name]["state"] = job.state
             view.update(rows)
-            if all(r["state"].split()[0] in TERMINAL for r in rows.values()):
+            if all(rows[name]["state"].split()[0] in TERMINAL for name in submitted):  # not the chained
                 break
             time.sleep(float(cfg.launcher.poll_s))
     console.print()

@@ -33,6 +33,7 @@ from pipeline.record import audit, integrity
 from pipeline.record.junit import write_junit
 from pipeline.record.records import GateRecord, PartDone, RecordError, Rows, StageResult
 from pipeline.record.runfolder import NO_GATE_EXIT, PART_DONE, RunFolder, demo_dir
+from pipeline.record.text import quoted_argv
 from pipeline.record.waivers import apply_waivers
 from pipeline.run.status import sacct_states
 
@@ -211,7 +212,7 @@ def training_source(training: dict[str, Any]) -> dict[str, Any]:
     """B's path, and where it came from a training command after `--`: that argv and who composed B."""
     source = {"path": training.get("path")}
     if training.get("command"):
-        source.update(command=list(training["command"]), composed_by=training.get("composed_by"))
+        source.update(command=quoted_argv(list(training["command"])), composed_by=training.get("composed_by"))
     return source
 
 

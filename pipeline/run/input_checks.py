@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipeline import stages
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.readers.dataset import dataset_format
 from pipeline.readers.model import detect_model
 from pipeline.readers.training import training_file
@@ -95,3 +95,23 @@ def check_inputs(cfg: DictConfig, registry: Mapping[str, stages.Stage]) -> None:
     chain = (cfg.get("chain") or {}).get("sbatch")
     if chain:
         check("chain.sbatch", str(chain), lambda p: regular_file(p, "an sbatch script"))
+
+
+def blank_inputs(cfg: DictConfig, registry: Mapping[str, stages.Stage]) -> None:
+    """An input key typed with an empty value (`dataset.path=''`) is refused: the user named an input,
+    so the embedded demo (which fills only where no input is named) must not stand in for it."""
+    for stage in registry.values():
+        for declared in stage.declared_inputs:
+            for key in declared.blank(cfg):
+                raise ConfigError(key, "set to an empty path; name the file or folder, or leave the key out")
+        for key in (k for need in stage.needs for k in need.split("|")):
+            value = _select(cfg, key)
+            if isinstance(value, str) and not value.strip():
+                raise ConfigError(key, "set to an empty value; give one, or leave the key out")
+
+
+def _select(cfg: Any, key: str) -> Any:
+    node = cfg
+    for part in key.split("."):
+        node = node.get(part) if hasattr(node, "get") else None
+    return node

@@ -61,6 +61,20 @@ def produced_by(folder: RunFolder, path: Path, row: dict[str, Any]) -> bool:
         return True  # submitit's record of the submission is gone: nothing says the result is older
 
 
+CHAINED = "chained"  # jobs.json's row of the training job chained on the gate (not a planned check job)
+
+
+def chained_row(jobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chained training job as a table row (its dependency on the gate), where one was submitted."""
+    row = jobs.get(CHAINED)
+    if not row:
+        return []
+    kind = str(row.get("depends_on") or "afterok").partition(":")[0]  # `afterok:<gate job id>`
+    spec = {"name": "chained training job", "deps": [["gate", kind]], "resources": None, "kind": CHAINED,
+            "stage": None}  # fmt: skip
+    return [{"spec": spec, "job_id": row.get("job_id"), "state": row.get("state", "")}]
+
+
 def build_table(folder: RunFolder, rows: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title)
     for column in ("job", "job id", "depends on", "resources", "state", "result"):
@@ -72,8 +86,10 @@ def build_table(folder: RunFolder, rows: list[dict[str, Any]], title: str) -> Ta
         resources = (
             f"{res['cpus_per_task']} cpu, {res['mem_gb']} GB, {res['gpus_per_node'] or 0} gpu, "
             f"{res['time_min']} min" + (f", {res['partition']}" if res.get("partition") else "")
+            if res
+            else "its own sbatch options"
         )
-        result = stage_status(folder, job["stage"], row) if job["kind"] != "part" else ""
+        result = stage_status(folder, job["stage"], row) if job["kind"] not in ("part", CHAINED) else ""
         table.add_row(
             job["name"], str(row.get("job_id") or "-"), deps, resources, row.get("state") or "", result
         )
@@ -129,7 +145,7 @@ def show(folder: RunFolder) -> None:
     live = sacct_states([str(j["job_id"]) for j in jobs.values()]) if plan.get("executor") == "slurm" else {}
     for job in jobs.values():
         job["state"] = live.get(str(job.get("job_id")), job.get("state", ""))
-    rows = table_rows(list(plan["jobs"].values()), jobs)
+    rows = table_rows(list(plan["jobs"].values()), jobs) + chained_row(jobs)
     make_console().print(build_table(folder, rows, f"run {folder.run_id} ({plan.get('executor')})"))
     if folder.gate_file.exists():
         folder.report_gate()

@@ -65,7 +65,7 @@ def regular_file(path: Path, what: str, max_bytes: int | None = None) -> os.stat
         )
     if max_bytes is not None and info.st_size > max_bytes:
         raise InputError(
-            f"{path}: {info.st_size} bytes, more than the {max_bytes} a {what} may have; refused",
+            f"{path}: {info.st_size} bytes, more than the {max_bytes} bytes allowed for {what}; refused",
             path=path,
             field=path.name,
         )
@@ -108,9 +108,7 @@ def read_text(path: Path, what: str, max_bytes: int = MAX_METADATA_BYTES) -> str
     """A small text file as UTF-8, checked to be a regular file under `max_bytes` before it is opened."""
     raw = read_bytes(path, what, max_bytes)
     if len(raw) > max_bytes:  # grew since the stat
-        raise InputError(
-            f"{path}: more than {max_bytes} bytes (a {what}); refused", path=path, field=path.name
-        )
+        raise InputError(f"{path}: more than {max_bytes} bytes ({what}); refused", path=path, field=path.name)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -66,8 +66,9 @@ def test_fifo_directory_and_oversized_files_are_not_opened(tmp_path: Path) -> No
     big = tmp_path / "stats.json"
     with open(big, "wb") as handle:
         handle.truncate(65 * 2**20)
-    with pytest.raises(InputError, match="more than"):
-        read_json(big)
+    with pytest.raises(InputError, match="more than") as info:
+        read_json(big, "a LeRobot policy config.json")
+    assert "allowed for a LeRobot policy config.json;" in str(info.value) and " a a " not in str(info.value)
     with pytest.raises(InputError, match="character device"):
         read_jsonl(Path("/dev/zero"))
 

@@ -128,3 +128,12 @@ def test_the_old_records_path_still_imports_and_says_where_it_went():
         old = importlib.import_module("pipeline.records")
     assert old.Check is Check and old.Rows.__module__ == "pipeline.record.records"
     assert any("pipeline.record" in str(w.message) and w.category is DeprecationWarning for w in caught)
+
+
+def test_a_quoted_command_is_capped_per_item_and_in_all_and_says_what_was_cut():
+    from pipeline.record.text import quoted_argv
+
+    assert quoted_argv(["lerobot-train", "--steps=3"]) == ["lerobot-train", "--steps=3"]
+    quoted = quoted_argv(["a" * 10, "é" * 8, *["b" * 6] * 5], item_bytes=8, total=30)
+    assert quoted[:2] == ["aaaaaaaa… (2 bytes cut)", "éééé… (8 bytes cut)"]
+    assert quoted[2:] == ["bbbbbb"] * 2 + ["… (3 more item(s), 18 bytes cut)"]

@@ -133,7 +133,7 @@ def test_on_slurm_the_chained_job_waits_on_the_gate_then_gets_the_typed_argv(tmp
     args = ("launcher=slurm", "~demo", other_stages("container_check"))
     proc = launch(tmp_path, *args, "+chain.args=['--job-name=chained-argv-test']", "--", *command)
     chained = re.search(r"chained job: (\d+) \(afterok:(\d+)\)", proc.stdout)
-    ids = [str(job["job_id"]) for job in _jobs(tmp_path, proc).values()]
+    ids = [str(job["job_id"]) for name, job in _jobs(tmp_path, proc).items() if name != "chained"]
     try:
         assert proc.returncode == 0 and chained, proc.stdout + proc.stderr
         train, gate = chained.groups()
@@ -146,6 +146,14 @@ def test_on_slurm_the_chained_job_waits_on_the_gate_then_gets_the_typed_argv(tmp
         assert "JobState=PENDING" in shown and "JobName=chained-argv-test" in shown, shown
         script = run_dir_of(tmp_path, proc) / "train.sbatch"
         assert re.search(rf"Command={re.escape(str(script))}\b", shown), shown
+        chained_row = _jobs(tmp_path, proc)["chained"]  # preflight-status shows it with its dependency
+        assert chained_row["job_id"] == train and chained_row["depends_on"] == f"afterok:{gate}"
+        status = subprocess.run(
+            [sys.executable, "-m", "pipeline.status", str(run_dir_of(tmp_path, proc))],
+            capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "250"},
+        ).stdout  # fmt: skip
+        row = next(line for line in status.splitlines() if "chained training job" in line)
+        assert train in row and "afterok:gate" in row, status
         assert final(train)["State"] == "COMPLETED"  # after the clear gate, with the argv as typed
         assert json.loads(marker.read_text()) == TRICKY
     finally:

@@ -144,3 +144,14 @@ def test_a_slurm_result_written_by_another_job_id_is_not_shown(tmp_path):
     folder.write_result("check", result)
     assert stage_status(folder, "check", {"job_id": "101", "state": "RUNNING"}) == ""
     assert stage_status(folder, "check", {"job_id": "100", "state": "COMPLETED"}) == "pass"
+
+
+def test_the_chained_training_job_is_a_row_with_its_dependency(piped_container_check, tmp_path):
+    """jobs.json's `chained` row (written when the training job is chained on the gate) is shown."""
+    run = tmp_path / "preflight" / "runs" / "p1"
+    shutil.copytree(piped_container_check.cwd / "preflight" / "runs" / "p1", run)
+    jobs = json.loads((run / "jobs.json").read_text())
+    jobs["chained"] = {"job_id": "4242", "state": "PENDING", "depends_on": "afterok:4241"}
+    (run / "jobs.json").write_text(json.dumps(jobs))
+    cells = row_of(status(tmp_path, "p1"), "chained training job")
+    assert cells[1:3] == ["4242", "afterok:gate"] and cells[4] == "PENDING", cells

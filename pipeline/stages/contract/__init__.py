@@ -140,7 +140,7 @@ def load_sources(
         if count > 1:
             assert ctx is not None
             path, opts = Path(_path(cfg, "dataset")), scan_options(config, advance)
-            c, row = shards.read_sharded(path, opts, ctx, count, config.shard_rows)
+            c, row = shards.read_sharded(path, opts, ctx, count, config.shard_rows, shards.audit_key(cfg))
             rows.append(row)
         else:
             c = read_dataset(_path(cfg, "dataset"), scan_options(config, advance))

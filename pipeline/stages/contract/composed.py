@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from pipeline.readers import lerobot_command
 from pipeline.record.records import Check, Rows
 from pipeline.record.runfolder import RunFolder, composed_text
+from pipeline.record.text import quoted_argv
 from pipeline.storage import atomic_write_text
 
 ROWS = Rows("contract", "layout")
@@ -55,7 +56,7 @@ def _as_written(cfg: DictConfig) -> str:
 
 
 def _row(by: str, path: Any, argv: list[str]) -> Check:
-    evidence = {"composed_by": by, "train_config": str(path), "command": argv}
+    evidence = {"composed_by": by, "train_config": str(path), "command": quoted_argv(argv)}
     if by.startswith("lerobot"):
         message = f"training config composed by {by}'s own parser from the training command ({path})"
         return ROWS(ROW, "training", "match", message, expected="lerobot", actual=by, evidence=evidence)

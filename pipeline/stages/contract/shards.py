@@ -25,6 +25,7 @@ from pipeline.readers.lerobot_dataset import prepare
 from pipeline.readers.scan import ScanOptions, finish, scan_for, store
 from pipeline.readers.scan_shards import crossing, merge, split, task_count, write_partial
 from pipeline.readers.shard_partial import PARTIAL, changed, clear, identity, read
+from pipeline.record import integrity
 from pipeline.record.records import Check, Rows
 from pipeline.stages import StageContext
 from pipeline.stages.contract.config import ContractConfig
@@ -84,13 +85,21 @@ def run_part(cfg: DictConfig, ctx: StageContext, options: ScanOptions, count: in
         scan.health.repeats.log = []  # its kept windows, replayed by the merge
     if dims and hi > lo:
         scan.reduce(data.blocks(dims, files[lo:hi]))
-    return write_partial(scan, names, seen, out, {**stamp(ctx, count), "task": _index(ctx)})
+    return write_partial(scan, names, seen, out, {**stamp(ctx, count), "task": _index(ctx)}, audit_key(cfg))
 
 
-def gather(ctx: StageContext, count: int, root: Path) -> tuple[list[dict[str, Any]], str | None]:
+def audit_key(cfg: Any) -> bytes | None:
+    """The team's `audit.key_file` secret: a task signs its done marker with it, the main job merges
+    only partials so signed (None: no key, and a marker proves only which bytes were written with it)."""
+    return integrity.load_key((cfg.get("audit") or {}).get("key_file"))
+
+
+def gather(
+    ctx: StageContext, count: int, root: Path, key: bytes | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
     """Every task's partial of this launch, or why one cannot stand for its files (naming the task):
-    it stopped on a bad input, left no finished partial for this launch and these inputs, or a file it
-    read has changed since."""
+    it stopped on a bad input, left no finished partial for this launch and these inputs (signed with
+    `key` where one is set), or a file it read has changed since."""
     parts, want = [], stamp(ctx, count)
     for i in range(count):
         task = f"{PART}-{i:04d}"
@@ -98,7 +107,7 @@ def gather(ctx: StageContext, count: int, root: Path) -> tuple[list[dict[str, An
         if failed.exists():
             return [], f"{task} stopped on a bad input: {_failure(failed)}"
         try:
-            part = read(ctx.part_dir(task) / PARTIAL, {**want, "task": i})
+            part = read(ctx.part_dir(task) / PARTIAL, {**want, "task": i}, key)
         except InputError as exc:
             return [], f"{task}: {exc}"
         moved = changed(part, root)
@@ -120,7 +129,7 @@ def _failure(path: Path) -> str:
 
 
 def read_sharded(
-    root: Path, options: ScanOptions, ctx: StageContext, count: int, shard_rows: int
+    root: Path, options: ScanOptions, ctx: StageContext, count: int, shard_rows: int, key: bytes | None = None
 ) -> tuple[DatasetContract, Check]:
     """The dataset contract from the tasks' partials, and the `contract.shards` row; where the partials
     cannot stand for one pass (a failed or stale task, unreadable, other files, an episode across two
@@ -128,7 +137,7 @@ def read_sharded(
     contract, data, dims = prepare(root)
     names = [str(f.relative_to(data.root.resolve())) for f in data.data_files()]
     evidence: dict[str, Any] = {"tasks": count, "files": len(names), "shard_rows": shard_rows}
-    parts, why = gather(ctx, count, data.root.resolve())
+    parts, why = gather(ctx, count, data.root.resolve(), key)
     if why is not None:
         return _single(contract, data, dims, options, why, evidence)
     taken = [f for p in parts for f in p["files"]]

@@ -280,3 +280,28 @@ def test_a_partial_whose_arrays_do_not_fit_falls_back_naming_the_field(dataset: 
     rewrite_meta(partial, retarget)
     _, row = main_job(dataset, run)
     fell_back(row, "task-0003", f"{partial}: meta.json/stats/action/hist is shape (3,) int64, expected")
+
+
+# ------------------------------------------------------------------------------ signed markers
+def test_with_an_audit_key_only_markers_the_key_signed_are_merged(dataset: Path, tmp_path: Path) -> None:
+    """A marker's sha256 proves only that the partial is the bytes written with it: anyone who can write
+    the run folder can write both. With `audit.key_file`, the tasks sign their markers and a partial
+    with this launch's stamp and a recomputed sha256 but no valid HMAC falls back to one pass."""
+    key_file = tmp_path / "team.key"
+    key_file.write_text("k" * 32)
+    key_file.chmod(0o600)
+    run, key = tmp_path / "run", shards.audit_key(OmegaConf.create({"audit": {"key_file": str(key_file)}}))
+    relaunch(run, "first")
+    for i in range(COUNT):
+        cfg = OmegaConf.create({"dataset": {"path": str(dataset)}, "audit": {"key_file": str(key_file)}})
+        shards.run_part(cfg, StageContext(run, "contract", f"task-{i:04d}"), scan_options(CONFIG), COUNT)
+    ctx = StageContext(run, "contract")
+    assert shards.read_sharded(dataset, scan_options(CONFIG), ctx, COUNT, 300, key)[1].verdict == "match"
+    partial = run / "parts/contract/task-0001" / PARTIAL
+    rewrite_meta(partial, lambda meta: json.dumps({**meta, "rows": meta["rows"] + 1}))  # sha256 recomputed
+    _, row = shards.read_sharded(dataset, scan_options(CONFIG), ctx, COUNT, 300, key)
+    fell_back(row, "task-0001", "has an HMAC that audit.key_file did not make")
+    marker = partial.with_name(DONE)
+    marker.write_text(json.dumps({k: v for k, v in json.loads(marker.read_text()).items() if k != "hmac"}))
+    _, row = shards.read_sharded(dataset, scan_options(CONFIG), ctx, COUNT, 300, key)
+    fell_back(row, "task-0001", "is not signed, though audit.key_file is set")
