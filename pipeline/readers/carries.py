@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 TIMESTAMPS = "timestamps"
 EPISODE_LENGTHS = "episode_lengths"
 FRAMES = "frames"
+FPS = "fps"
 CARRIED = {  # each field in a row's words
     TIMESTAMPS: "per-row timestamps",
+    FPS: "declared frame rate",
     EPISODE_LENGTHS: "episode lengths listed apart from the rows",
     FRAMES: "camera frames as videos or image files",
 }
@@ -42,4 +44,4 @@ class Carries:
         return f"{text}; {how}" if how else text
 
 
-__all__ = ["CARRIED", "EPISODE_LENGTHS", "FRAMES", "TIMESTAMPS", "Carries"]
+__all__ = ["CARRIED", "EPISODE_LENGTHS", "FPS", "FRAMES", "TIMESTAMPS", "Carries"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, role_of
-from pipeline.readers.carries import EPISODE_LENGTHS, FRAMES, TIMESTAMPS, Carries
+from pipeline.readers.carries import EPISODE_LENGTHS, FPS, FRAMES, TIMESTAMPS, Carries
 from pipeline.readers.scan import ScanOptions, finish, image_summary
 from pipeline.storage.files import regular_file
 
@@ -206,9 +206,10 @@ def _carries(kind: str, fps: float | None, said: str, listed: bool) -> Carries:
     )
     return Carries(
         "robomimic HDF5" if kind == "robomimic_hdf5" else "robosuite HDF5 (raw demos)",
-        frozenset({EPISODE_LENGTHS} if listed else set()),
+        frozenset({EPISODE_LENGTHS} if listed else set()) | frozenset({FPS} if fps else set()),
         {
             TIMESTAMPS: rate,
+            FPS: "robomimic's data.attrs['env_args'] env_kwargs.control_freq would declare it",
             EPISODE_LENGTHS: "each demo's length is its rows; robomimic's per-demo attribute num_samples "
             "would give a second count to compare",
             FRAMES: "camera observations are arrays inside each demo, not videos or image files; the frame "

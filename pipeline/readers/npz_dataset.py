@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
-from pipeline.readers.carries import EPISODE_LENGTHS, FRAMES, TIMESTAMPS, Carries
+from pipeline.readers.carries import EPISODE_LENGTHS, FPS, FRAMES, TIMESTAMPS, Carries
 from pipeline.readers.scan import ScanOptions, finish, image_summary
 from pipeline.storage.files import npz_member, regular_file
 
@@ -124,12 +124,13 @@ def read(path: Path, options: ScanOptions) -> DatasetContract:
 
 def _carries(timed: bool) -> Carries:
     """What `.npz` episodes hold by design: a per-row time only where the episodes have a `timestamp`
-    array; no length apart from the arrays' first axis; camera frames as arrays inside each episode."""
+    array, and no declared rate; no length apart from the arrays' first axis; camera frames as arrays."""
     return Carries(
         "npz episodes",
         frozenset({TIMESTAMPS} if timed else set()),
         {
             TIMESTAMPS: "a `timestamp` array [T] in each episode would enable them",
+            FPS: "the timestamps are taken as they are; nothing in the format declares the rate to compare",
             EPISODE_LENGTHS: "each episode's length is its arrays' first axis; nothing lists it apart to "
             "compare",
             FRAMES: "camera frames are uint8 arrays inside each episode, not videos or image files; the "

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.readers.carries import TIMESTAMPS
+from pipeline.readers.carries import FPS, TIMESTAMPS, Carries
 from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed, trained, trained_text
 from pipeline.stages.contract.rows import Sources
@@ -37,7 +37,7 @@ def time_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
     return [
         _order(facts, keep, trained_text(src)),
         _gaps(facts, keep, src.cfg.health.gap_factor),
-        _fps(facts, keep, src.cfg.health.fps_tolerance),
+        _fps(facts, keep, src.cfg.health.fps_tolerance, src.c.carries),
         *_indices(facts, keep),
     ]
 
@@ -93,7 +93,7 @@ def _gaps(facts: dict[str, Any], keep: np.ndarray, factor: float) -> Check:
     )
 
 
-def _fps(facts: dict[str, Any], keep: np.ndarray, tolerance: float) -> Check:
+def _fps(facts: dict[str, Any], keep: np.ndarray, tolerance: float, carries: Carries) -> Check:
     fps, n, total = facts.get("fps"), column(facts, "dt_n"), column(facts, "dt_sum")
     ok_rows = (n > 0) & (total > 0) & keep
     rates = dict(
@@ -103,6 +103,9 @@ def _fps(facts: dict[str, Any], keep: np.ndarray, tolerance: float) -> Check:
             strict=True,
         )
     )
+    if not fps and FPS not in carries:
+        message = carries.skipped(FPS, "the fps the timestamps imply")
+        return ROWS("health.time.fps", "fps", "skipped", message, severity="soft")
     if not rates or not fps:
         why = "no fps in meta/info.json" if not fps else "no episode has two increasing timestamps"
         return ROWS(
