@@ -194,17 +194,7 @@ def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
     if averaged is not None and averaged.is_average:
         return [_averaged_row(src, pair, averaged)]
     rec = src.c.recomputed[pair.c.key]
-    varying = vec(rec, "max") > vec(rec, "min")
-    off = {
-        q: [
-            int(d)
-            for d in np.where(
-                varying & ((QUANTILE_LEVELS[q] < r[:, 0] - tol) | (QUANTILE_LEVELS[q] > r[:, 1] + tol))
-            )[0]
-        ]
-        for q, r in ranks.items()
-    }
-    off = {q: d for q, d in off.items() if d}
+    off = _ranks_off(rec, ranks, tol)
     evidence = {
         "shipped_quantile_ranks": {q: fmt(r, 3) for q, r in ranks.items()},
         "tolerance": tol,
@@ -246,6 +236,21 @@ def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
             evidence=evidence,
         )
     ]
+
+
+def _ranks_off(rec: dict[str, np.ndarray], ranks: dict[str, np.ndarray], tol: float) -> dict[str, list[int]]:
+    """Per level, the varying dims whose shipped quantile sits more than `tol` in rank from its level."""
+    varying = vec(rec, "max") > vec(rec, "min")
+    off = {
+        q: [
+            int(d)
+            for d in np.where(
+                varying & ((QUANTILE_LEVELS[q] < r[:, 0] - tol) | (QUANTILE_LEVELS[q] > r[:, 1] + tol))
+            )[0]
+        ]
+        for q, r in ranks.items()
+    }
+    return {q: d for q, d in off.items() if d}
 
 
 def _averaged_row(src: Sources, pair: Pair, found: quantiles.Averaged) -> Check:
