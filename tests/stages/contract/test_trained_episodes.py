@@ -101,3 +101,10 @@ def test_a_dataset_episodes_that_is_not_a_list_of_indices_names_the_field(
     ) as err:
         read_training(training(tmp_path, episodes))
     assert err.value.field == "dataset.episodes"
+
+
+def test_a_video_missing_only_outside_the_trained_episodes_is_never_loaded(tmp_path: Path) -> None:
+    dataset, _ = planted("v2.1", "videos_partial", tmp_path / "data")  # only episode 0 has its video
+    assert checked(dataset, training(tmp_path / "a", None))["contract.health.videos"].blocking
+    row = checked(dataset, training(tmp_path / "b", [0]))["contract.health.videos"]
+    assert row.verdict == "match" and "every camera video is present" in row.message

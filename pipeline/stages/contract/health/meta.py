@@ -19,7 +19,7 @@ from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_paths import unwritten
 from pipeline.readers.scan import INDEX_COLUMNS
 from pipeline.record.records import Check
-from pipeline.stages.contract.health.common import ROWS, listed
+from pipeline.stages.contract.health.common import ROWS, listed, trained
 
 REQUIRED = (
     "codebase_version",
@@ -47,8 +47,15 @@ def meta_rows(src: Any, data: LeRobotData | None) -> list[Check]:
         _types(schema),
         _stray(data),
         *_data_locations(data),
-        *_videos(src, data, [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]),
+        *_videos(src, data, _trained(src)),
     ]
+
+
+def _trained(src: Any) -> list[int]:
+    """The followed episodes training reads (all of them unless `dataset.episodes` names some): a video
+    missing for an episode not trained on is never loaded."""
+    followed = [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]
+    return [e for e, keep in zip(followed, trained(src, followed), strict=True) if keep]
 
 
 def _data_locations(data: LeRobotData) -> list[Check]:
