@@ -83,7 +83,7 @@ def _read(path: Path, options: ScanOptions) -> DatasetContract:
             "C", "robomimic_hdf5" if "obs" in handle["data"][demos[0]] else "robosuite_hdf5", str(path)
         )
         attrs = dict(handle["data"].attrs)
-        fps, said = control_freq(attrs, contract.notes)
+        fps, said = _control_freq(attrs, contract.notes)
         lengths = _listed_lengths(handle, demos)
         contract.claimed = {
             "total_frames": _total(attrs, path),
@@ -158,7 +158,7 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def control_freq(attrs: dict[str, Any], notes: list[str]) -> tuple[float | None, str]:
+def _control_freq(attrs: dict[str, Any], notes: list[str]) -> tuple[float | None, str]:
     """The control frequency the demos were recorded at, and where it was read: robomimic's
     `env_args` JSON (`env_kwargs.control_freq`), else raw robosuite's `env_info` JSON (`control_freq`).
     An attribute that is not JSON, or a rate that is not a positive number, is noted and not used."""
