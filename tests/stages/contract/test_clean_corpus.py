@@ -9,8 +9,9 @@ true findings of our copies, which must still be found exactly:
 - open_50 ships a std that float32 cancellation broke (`normalization.stale`, with its diagnosis).
 
 The datasets are found from `MANIFEST.tsv`: every LeRobot folder with its data files, every robomimic /
-robosuite HDF5 file, every folder of `.npz` episodes (rerun's v2.0 and v2.1 copies keep metadata only:
-no data file, nothing for the stage to judge but the metadata). Run in-process, no Slurm.
+robosuite HDF5 file, every folder of `.npz` episodes. rerun's v2.0 and v2.1 copies keep metadata only (no
+data file): they are checked on their own, for the same truncation and rows that say what the copy lacks.
+Run in-process, no Slurm.
 """
 
 from __future__ import annotations
@@ -118,6 +119,23 @@ def test_the_true_findings_are_still_found() -> None:
     for row_id in OPEN_50_STALE:
         assert stale[row_id].blocking and kept(OPEN_50, stale[row_id]), stale[row_id].message
     assert "recomputing the stats in float64 fixes it" in stale["contract.normalization.stale:state"].message
+
+
+@needs_real
+@pytest.mark.parametrize("name", ["apple_storage", "v21_apple_storage"])
+def test_a_metadata_only_copy_says_what_it_lacks_and_still_finds_the_truncation(name: str) -> None:
+    checks = rows_of({"dataset": {"path": str(REAL_DATA / "rerun-io__rerun/tests/assets/lerobot" / name)}})
+    left = {c.id: c for c in checks if c.verdict not in ("match", "skipped")}
+    truncated = left.pop("contract.layout.frames:dataset")
+    assert truncated.blocking and "14983" in truncated.message and "no data files" in truncated.message
+    assert left.pop("contract.frames.unavailable").verdict == "unverifiable"
+    for row_id in (
+        "contract.health.meta.columns",
+        "contract.health.meta.tasks",
+    ):  # never "absent from the data"
+        row = left.pop(row_id)
+        assert (row.verdict, row.severity) == ("unverifiable", "soft") and "no data file under" in row.message
+    assert not left, list(left)
 
 
 @pytest.fixture(scope="module")
