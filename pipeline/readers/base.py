@@ -24,6 +24,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.normalization import ROLE_OF_TYPE, ROLES, TYPE_OF_ROLE  # noqa: F401  (re-exported)
+from pipeline.readers.carries import Carries
 from pipeline.storage.files import (
     MAX_JSONL_BYTES,
     MAX_METADATA_BYTES,
@@ -107,6 +108,7 @@ class DatasetContract(Contract):
     files: list[str] = field(default_factory=list)
     shipped_ranks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     health: dict[str, Any] = field(default_factory=dict)  # `readers.health.HealthScan.facts()`
+    carries: Carries = field(default_factory=Carries)  # what the format holds by design (`readers.carries`)
 
 
 def role_of(key: str, shape: tuple[int, ...] | None = None, dtype: str | None = None) -> str:

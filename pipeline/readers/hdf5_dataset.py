@@ -5,10 +5,15 @@ Layouts seen in the wild: robomimic (`data/demo_N/{actions, obs/<key>, ...}`, `d
 Every numeric dataset under a demo (including `obs/<key>`) is a feature keyed by its path inside the demo;
 a dataset missing from a demo, or with another width, is an InputError naming the demo and the key.
 Image datasets (uint8, [T, H, W, C]) are summarized from a few frames for the encoding checks.
+
+Neither layout stores per-row timestamps, and raw robosuite lists no episode lengths apart from the rows
+(robomimic's per-demo `num_samples` does): the contract says so (`carries`), with the control frequency
+robomimic's `env_args` (or robosuite's `env_info`) names taken as the fps where one is stored.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, role_of
+from pipeline.readers.carries import EPISODE_LENGTHS, FPS, FRAMES, TIMESTAMPS, Carries
 from pipeline.readers.scan import ScanOptions, finish, image_summary
 from pipeline.storage.files import regular_file
 
@@ -77,12 +83,17 @@ def _read(path: Path, options: ScanOptions) -> DatasetContract:
             "C", "robomimic_hdf5" if "obs" in handle["data"][demos[0]] else "robosuite_hdf5", str(path)
         )
         attrs = dict(handle["data"].attrs)
+        fps, said = _control_freq(attrs, contract.notes)
+        lengths = _listed_lengths(handle, demos)
         contract.claimed = {
             "total_frames": _total(attrs, path),
             "total_episodes": len(demos),
             "env": _text(attrs.get("env")),
             "has_env_args": "env_args" in attrs,
+            "fps": fps,
+            **({"episode_lengths": lengths} if lengths is not None else {}),
         }
+        contract.carries = _carries(contract.kind, fps, said, lengths is not None)
         for key, ds in first.items():
             if ds.ndim == 0 or not np.issubdtype(ds.dtype, np.number) or (ds.ndim == 2 and ds.shape[1] == 0):
                 continue
@@ -145,3 +156,63 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _control_freq(attrs: dict[str, Any], notes: list[str]) -> tuple[float | None, str]:
+    """The control frequency the demos were recorded at, and where it was read: robomimic's
+    `env_args` JSON (`env_kwargs.control_freq`), else raw robosuite's `env_info` JSON (`control_freq`).
+    An attribute that is not JSON, or a rate that is not a positive number, is noted and not used."""
+    for name, where in (("env_args", ("env_kwargs", "control_freq")), ("env_info", ("control_freq",))):
+        if name not in attrs:
+            continue
+        try:
+            value: Any = json.loads(_text(attrs[name]) or "")
+        except (ValueError, RecursionError):
+            notes.append(f"data.attrs['{name}'] is not JSON: no control frequency read from it")
+            continue
+        for step in where:
+            value = value.get(step) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e6:
+            notes.append(f"data.attrs['{name}'] {'.'.join(where)} = {value!r} is not a rate in Hz: not used")
+            continue
+        return float(value), f"data.attrs['{name}'] {'.'.join(where)}"
+    return None, ""
+
+
+def _listed_lengths(handle: h5py.File, demos: list[str]) -> dict[int, int] | None:
+    """Each demo's `num_samples` attribute (robomimic writes it), by the episode number the scan gives the
+    demo; None unless every demo has an integer one."""
+    out = {}
+    for number, demo in enumerate(demos):
+        value = np.asarray(handle["data"][demo].attrs.get("num_samples", np.nan))
+        if value.size != 1 or not np.issubdtype(value.dtype, np.integer):
+            return None
+        out[number] = int(value.reshape(-1)[0])
+    return out
+
+
+def _carries(kind: str, fps: float | None, said: str, listed: bool) -> Carries:
+    """What this file holds by design: never per-row timestamps; lengths apart from the rows only where
+    every demo has robomimic's `num_samples`; camera observations as arrays, not videos."""
+    rate = (
+        f"the rows are evenly spaced by design at the control frequency {fps:g} Hz ({said}), taken as "
+        "the fps; per-row timestamps (a LeRobot conversion writes them) would enable these checks"
+        if fps
+        else "no control frequency is stored either (robomimic's data.attrs['env_args'] "
+        "env_kwargs.control_freq would give the fps); per-row timestamps (a LeRobot conversion writes "
+        "them) would enable these checks"
+    )
+    return Carries(
+        "robomimic HDF5" if kind == "robomimic_hdf5" else "robosuite HDF5 (raw demos)",
+        frozenset({EPISODE_LENGTHS} if listed else set()) | frozenset({FPS} if fps else set()),
+        {
+            TIMESTAMPS: rate,
+            FPS: "robomimic's data.attrs['env_args'] env_kwargs.control_freq would declare it",
+            EPISODE_LENGTHS: "each demo's length is its rows; robomimic's per-demo attribute num_samples "
+            "would give a second count to compare",
+            FRAMES: "camera observations are arrays inside each demo, not videos or image files; the frame "
+            "rows read LeRobot's, so a LeRobot conversion would enable them",
+        },
+    )

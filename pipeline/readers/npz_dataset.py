@@ -5,6 +5,10 @@ Each array whose first axis is time becomes a feature: [T] and [T, d] numeric ar
 episode's (e.g. `actions` one shorter than `obs_*`, or a per-episode `success` flag) are fine: each
 feature is streamed on its own. A file that needs pickle, or whose feature widths differ from the first
 file's, is an InputError naming the file and the array.
+
+The format stores what each episode's author put in it: a `timestamp` array [T] is the per-row time where
+there is one; no length is listed apart from the arrays, and camera frames are arrays, not videos. The
+contract says so (`carries`), so the rows that need those fields are skipped, not unverifiable.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, inside, read_json, role_of
+from pipeline.readers.carries import EPISODE_LENGTHS, FPS, FRAMES, TIMESTAMPS, Carries
 from pipeline.readers.scan import ScanOptions, finish, image_summary
 from pipeline.storage.files import npz_member, regular_file
 
@@ -90,6 +95,7 @@ def read(path: Path, options: ScanOptions) -> DatasetContract:
         if role == "image":
             contract.images[key] = image_summary(arr[: options.image_frames])
     contract.files = [str(f) for f in files]
+    contract.carries = _carries("timestamp" in contract.features)
     dims = {k: f.dim for k, f in contract.features.items() if f.role != "image" and f.dim}
 
     def blocks() -> Iterator[dict[str, np.ndarray]]:
@@ -114,3 +120,20 @@ def read(path: Path, options: ScanOptions) -> DatasetContract:
             yield block
 
     return finish(contract, blocks, options)
+
+
+def _carries(timed: bool) -> Carries:
+    """What `.npz` episodes hold by design: a per-row time only where the episodes have a `timestamp`
+    array, and no declared rate; no length apart from the arrays' first axis; camera frames as arrays."""
+    return Carries(
+        "npz episodes",
+        frozenset({TIMESTAMPS} if timed else set()),
+        {
+            TIMESTAMPS: "a `timestamp` array [T] in each episode would enable them",
+            FPS: "the timestamps are taken as they are; nothing in the format declares the rate to compare",
+            EPISODE_LENGTHS: "each episode's length is its arrays' first axis; nothing lists it apart to "
+            "compare",
+            FRAMES: "camera frames are uint8 arrays inside each episode, not videos or image files; the "
+            "frame rows read LeRobot's, so a LeRobot conversion would enable them",
+        },
+    )

@@ -93,6 +93,8 @@ def _contract(path: Path, data: dict[str, Any], kind: str) -> Contract:
         for k in ("repo_id", "root", "use_imagenet_stats")
         if isinstance(dataset, dict) and k in dataset
     }
+    if isinstance(dataset, dict) and dataset.get("episodes") is not None:
+        contract.hints["dataset"]["episodes"] = episode_list(dataset["episodes"], path)
     contract.hints["pretrained_path"] = policy.get("pretrained_path")
     contract.hints["policy_type"] = policy.get("type")
     # what one training sample spans for a policy built from this config alone (no base: `--policy.type`)
@@ -144,3 +146,17 @@ def _declared_names(contract: Contract, raw: Any, path: Path) -> None:
             contract.features[key] = feature
         if names is not None:
             feature.names = [str(n) for n in names]
+
+
+def episode_list(value: Any, path: Path) -> list[int]:
+    """`dataset.episodes`, the episodes lerobot-train loads (all of them when it is null), as indices."""
+    ok = isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+    )
+    if not ok:
+        raise InputError(
+            f"{path}: field 'dataset.episodes' must be a list of episode indices (or null), got {value!r}",
+            path=path,
+            field="dataset.episodes",
+        )
+    return [int(v) for v in value]

@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline.normalization import QUANTILE_LEVELS, stats_shift
 from pipeline.record.records import Check, Rows
+from pipeline.stages.contract import quantiles
 from pipeline.stages.contract.config import StaleConfig
 from pipeline.stages.contract.rows import (
     NAME,
@@ -32,7 +33,7 @@ from pipeline.stages.contract.rows import (
 ROWS = Rows(NAME, "normalization")
 QUANTILE_NOTE = (
     "rank = [fraction of the data below, at or below] the shipped value; LeRobot v3 "
-    "averages per-episode quantiles, which is not the dataset quantile"
+    "averages per-episode quantiles, which is not the dataset quantile: those are judged as that average"
 )
 
 
@@ -183,33 +184,34 @@ def _diagnosis_text(d: int, item: dict[str, Any]) -> str:
 
 
 def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
+    """Shipped quantiles: LeRobot's average of per-episode quantiles is judged as that average
+    (`quantiles.py`); other shipped quantiles, and an average that is not one, by their rank in the data."""
     ranks = src.c.shipped_ranks.get(pair.c.key) if pair.c else None
-    if not ranks:
+    if not ranks or pair.c is None:
         return []
-    tol = src.cfg.stale.quantile_rank
+    key, check_id, tol = pair.a.key, f"normalization.quantiles:{pair.a.key}", src.cfg.stale.quantile_rank
+    averaged = quantiles.episode_average(src, pair.c.key, list(ranks))
+    if averaged is not None and averaged.is_average:
+        return [_averaged_row(src, pair, averaged)]
     rec = src.c.recomputed[pair.c.key]
-    varying = vec(rec, "max") > vec(rec, "min")
-    off = {
-        q: [
-            int(d)
-            for d in np.where(
-                varying & ((QUANTILE_LEVELS[q] < r[:, 0] - tol) | (QUANTILE_LEVELS[q] > r[:, 1] + tol))
-            )[0]
-        ]
-        for q, r in ranks.items()
-    }
-    off = {q: d for q, d in off.items() if d}
+    off = _ranks_off(rec, ranks, tol)
     evidence = {
         "shipped_quantile_ranks": {q: fmt(r, 3) for q, r in ranks.items()},
         "tolerance": tol,
         "note": QUANTILE_NOTE,
+        **({"per_episode": quantiles.evidence(averaged)} if averaged is not None else {}),
     }
-    key, check_id = pair.a.key, f"normalization.quantiles:{pair.a.key}"
     if not off:
         message = f"{pair.c.key}: shipped quantiles sit within {tol:g} of their levels in the data"
         return [ROWS(check_id, key, "match", message, severity="soft", evidence=evidence)]
     dims = sorted({d for v in off.values() for d in v})
     evidence["values"] = dim_values(src, pair, dims, stats=("mean", "std", *QUANTILE_LEVELS))
+    neither = (
+        f"; nor are they the length-weighted average of meta/episodes' per-episode quantiles (off in "
+        f"{', '.join(f'{q} dim(s) {d}' for q, d in averaged.off_average.items())}): stale"
+        if averaged is not None
+        else ""
+    )
     message = (
         f"{pair.c.key}: shipped quantiles are off their level by > {tol:g} in rank in dim(s) "
         f"{dims_text(dims, pair.c.names)} ({', '.join(off)}); "
@@ -220,6 +222,7 @@ def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
             for q, ds in list(off.items())[:2]
             for d in ds[:2]
         )
+        + neither
     )
     return [
         ROWS(
@@ -233,6 +236,51 @@ def _quantile_rank_rows(src: Sources, pair: Pair) -> list[Check]:
             evidence=evidence,
         )
     ]
+
+
+def _ranks_off(rec: dict[str, np.ndarray], ranks: dict[str, np.ndarray], tol: float) -> dict[str, list[int]]:
+    """Per level, the varying dims whose shipped quantile sits more than `tol` in rank from its level."""
+    varying = vec(rec, "max") > vec(rec, "min")
+    off = {
+        q: [
+            int(d)
+            for d in np.where(
+                varying & ((QUANTILE_LEVELS[q] < r[:, 0] - tol) | (QUANTILE_LEVELS[q] > r[:, 1] + tol))
+            )[0]
+        ]
+        for q, r in ranks.items()
+    }
+    return {q: d for q, d in off.items() if d}
+
+
+def _averaged_row(src: Sources, pair: Pair, found: quantiles.Averaged) -> Check:
+    """stats.json's quantiles are the episodes' average: stale only where an episode's own quantile lies
+    outside that episode's data."""
+    assert pair.c is not None
+    key, check_id = pair.a.key, f"normalization.quantiles:{pair.a.key}"
+    what = (
+        f"{pair.c.key}: shipped quantiles are LeRobot's per-episode quantiles averaged over the "
+        f"{found.episodes} episodes (weighted by length), which LeRobot normalises with"
+    )
+    evidence = {"note": QUANTILE_NOTE, **quantiles.evidence(found)}
+    if not found.outside:
+        checked = f", each of {found.compared} followed episodes' within its data" if found.compared else ""
+        message = f"{what}: stats.json is their average{checked}"
+        return ROWS(check_id, key, "match", message, severity="soft", evidence=evidence)
+    message = (
+        f"{what}, but {len(found.outside)} episode(s)' own quantiles lie outside that episode's data, so "
+        f"they describe other data (stale): {quantiles.outside_text(found)}"
+    )
+    return ROWS(
+        check_id,
+        key,
+        "mismatch",
+        message,
+        severity=src.cfg.stale.quantile_severity,
+        expected="each episode's quantiles within its data",
+        actual=f"{len(found.outside)} episode(s) outside",
+        evidence=evidence,
+    )
 
 
 def _num(values: np.ndarray | None, d: int) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.errors import InputError
 from pipeline.normalization import IMAGENET_STATS
+from pipeline.readers.carries import FRAMES
 from pipeline.readers.frames import FrameReader, probe
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.record.records import Check, Rows
@@ -74,7 +75,13 @@ def frames_here(src: Sources) -> FrameReader | None:
 
 def _unavailable(src: Sources, cams: list[str]) -> Check:
     """No frames here: unverifiable for the cameras the model reads; where it reads none of them (a
-    state-only policy on a dataset whose videos were never downloaded) nothing it reads is missing."""
+    state-only policy on a dataset whose videos were never downloaded) nothing it reads is missing. A
+    format that keeps its camera frames in no form these rows decode is skipped, saying so."""
+    if FRAMES not in src.c.carries:
+        keys = [k for k, f in src.c.features.items() if f.role == "image"]
+        message = src.c.carries.skipped(FRAMES, f"the frame rows ({', '.join(keys) or 'no camera'})")
+        evidence = {"format": src.c.carries.format, "dataset_cameras": keys}
+        return LAYOUT("frames.unavailable", "images", "skipped", message, severity="soft", evidence=evidence)
     why = f"{src.c.kind} input at {src.c.path} holds no decodable frames (stats only)"
     read = src.model_cameras()
     if read is None or read:

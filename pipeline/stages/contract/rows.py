@@ -40,6 +40,13 @@ class Sources:
     cfg: ContractConfig
     permutations: dict[str, dict[int, int]] = field(default_factory=dict)
     explained: dict[str, dict[int, str]] = field(default_factory=dict)
+    # the episodes training reads (B's dataset.episodes, from --dataset.episodes or the training config);
+    # None: every episode. The health rows judge these; the stats rows judge the whole dataset.
+    trained_episodes: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.trained_episodes is None:
+            self.trained_episodes = (self.b.hints.get("dataset") or {}).get("episodes")
 
     def b_mode(self, feature: Feature) -> str | None:
         return self.b_mode_of(feature.type)

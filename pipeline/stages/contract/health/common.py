@@ -64,3 +64,21 @@ def per_episode(facts: dict[str, Any], key: str, field: str) -> tuple[list[int],
     if name not in facts["episodes"]:
         return [], np.empty((0, 0))
     return episode_ids(facts), column(facts, name)
+
+
+def trained(src: Sources, ids: Sequence[int]) -> np.ndarray:
+    """Which of these episodes training reads (`Sources.trained_episodes`): all of them unless the
+    training line or config names its episodes."""
+    chosen = src.trained_episodes
+    ids = np.asarray(ids, dtype=np.int64)
+    return np.ones(len(ids), dtype=bool) if chosen is None else np.isin(ids, np.asarray(chosen, np.int64))
+
+
+def trained_text(src: Sources) -> str:
+    """`; judged on the 10 episode(s) training reads (dataset.episodes)` for a row's message, or ''."""
+    chosen = src.trained_episodes
+    return (
+        ""
+        if chosen is None
+        else f"; judged on the {len(chosen)} episode(s) training reads (dataset.episodes)"
+    )

@@ -5,6 +5,12 @@ duplicated episodes.
 `horizon`, `n_action_steps`, `n_obs_steps`), not a table of policy names: an episode shorter than the
 window the model trains on is padded or skipped by the loader, silently. Duplicates are found by a
 content digest per episode (exact) and a coarse signature (near), never by comparing all pairs.
+
+With `dataset.episodes` the rows judge the episodes training reads: a copy of an episode that is not
+trained on weighs nothing. A format that lists no lengths apart from its rows (robomimic HDF5 without
+`num_samples`, `.npz` episodes) gives a skipped lengths row; a length is an outlier only where it departs
+from the other episodes' on a log scale (a long take is common, two episodes joined or one cut short is
+not), judged once there are `MIN_EPISODES`.
 """
 
 from __future__ import annotations
@@ -12,24 +18,31 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.stats import norm
 
 from pipeline.errors import InputError
+from pipeline.readers.carries import EPISODE_LENGTHS
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_windows import span
 from pipeline.record.records import Check
-from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed
+from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed, trained, trained_text
 from pipeline.stages.contract.rows import Sources
 
 HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon", "action_chunk_size")
+MIN_EPISODES = 4  # fewer episodes give no spread of lengths to depart from
+LOG_FLOOR = 0.05  # the smallest spread of log lengths judged against (5 %): equal-length episodes
+FAMILY_ALPHA = 0.05  # the chance that any episode of a clean dataset is called a length outlier
 
 
 def episode_rows(src: Sources, facts: dict[str, Any], data: LeRobotData | None) -> list[Check]:
-    lengths = dict(zip(episode_ids(facts), column(facts, "rows").astype(int).tolist(), strict=True))
+    every = dict(zip(episode_ids(facts), column(facts, "rows").astype(int).tolist(), strict=True))
+    keep = trained(src, list(every))
+    lengths = {e: n for (e, n), k in zip(every.items(), keep, strict=True) if k}
     return [
         _short(src, lengths),
-        _meta_lengths(data, lengths),
-        _length_outliers(src, lengths),
-        _missing(facts),
+        _meta_lengths(src, data, lengths),
+        _length_outliers(src, every, lengths),
+        _missing(src, facts),
         *_duplicates(src, facts),
     ]
 
@@ -100,39 +113,48 @@ def _short(src: Sources, lengths: dict[int, int]) -> Check:
     )
 
 
-def _meta_lengths(data: LeRobotData | None, lengths: dict[int, int]) -> Check:
-    listed_meta = None
-    if data is not None:
-        try:
-            listed_meta = data.episodes()
-        except InputError:
-            listed_meta = None
+def _listed_lengths(src: Sources, data: LeRobotData | None) -> dict[int, int] | None:
+    """Each episode's length as the metadata lists it apart from the rows: LeRobot's meta/episodes, or
+    what the format's reader found (robomimic's per-demo `num_samples`)."""
+    if data is None:
+        listed_c = src.c.claimed.get("episode_lengths")
+        return {int(e): int(n) for e, n in listed_c.items()} if isinstance(listed_c, dict) else None
+    try:
+        listed_meta = data.episodes()
+    except InputError:
+        return None
     if listed_meta is None or listed_meta.length is None:
-        return ROWS(
-            "health.episodes.lengths",
-            "episode",
-            "unverifiable",
-            "no per-episode lengths in meta",
-            severity="soft",
-        )
-    claimed = dict(zip(listed_meta.index.tolist(), listed_meta.length.tolist(), strict=True))
+        return None
+    return dict(zip(listed_meta.index.tolist(), listed_meta.length.tolist(), strict=True))
+
+
+def _meta_lengths(src: Sources, data: LeRobotData | None, lengths: dict[int, int]) -> Check:
+    claimed = _listed_lengths(src, data)
+    if claimed is None:
+        carries = src.c.carries
+        if EPISODE_LENGTHS not in carries:
+            message = carries.skipped(EPISODE_LENGTHS, "lengths against the metadata")
+            return ROWS("health.episodes.lengths", "episode", "skipped", message, severity="soft")
+        message = "no per-episode lengths in meta"
+        return ROWS("health.episodes.lengths", "episode", "unverifiable", message, severity="soft")
+    where = "meta/episodes" if data is not None else f"the {src.c.carries.format} metadata"
     off = {
         e: {"meta": int(claimed[e]), "data": n}
         for e, n in lengths.items()
         if e in claimed and int(claimed[e]) != n
     }
     message = (
-        f"{len(off)} episode(s) hold another number of rows than meta/episodes says: "
+        f"{len(off)} episode(s) hold another number of rows than {where} says: "
         f"{listed([_pair_text(e, v) for e, v in off.items()])}; the loader's "
         "per-episode windows then cross into other episodes"
         if off
-        else f"every followed episode has the length meta/episodes lists ({len(lengths)} compared)"
+        else f"every followed episode has the length {where} lists ({len(lengths)} compared)"
     )
     return ROWS(
         "health.episodes.lengths",
         "episode",
         "mismatch" if off else "match",
-        message,
+        message + trained_text(src),
         evidence={"episodes": list(off), "lengths": off},
     )
 
@@ -141,31 +163,46 @@ def _pair_text(episode: int, lengths: dict[str, int]) -> str:
     return f"{episode} ({lengths['data']} vs {lengths['meta']})"
 
 
-def _length_outliers(src: Sources, lengths: dict[int, int]) -> Check:
-    z_max = src.cfg.health.length_z
-    values = np.array(list(lengths.values()), dtype=float)
-    median = float(np.median(values)) if len(values) else 0.0
-    mad = float(np.median(np.abs(values - median))) * 1.4826 if len(values) else 0.0
-    odd = {e: n for e, n in lengths.items() if mad > 0 and abs(n - median) / mad > z_max}
+def _length_outliers(src: Sources, every: dict[int, int], lengths: dict[int, int]) -> Check:
+    """Lengths on a log scale (a take twice the median is as far as one half of it), robust z over every
+    episode (median, MAD floored at `LOG_FLOOR`), beyond `length_z` and beyond the z that `FAMILY_ALPHA`
+    allows over this many episodes (Bonferroni); only trained episodes are named."""
+    if len(every) < MIN_EPISODES:
+        message = (
+            f"{len(every)} episode(s): a length outlier needs the spread of at least {MIN_EPISODES} "
+            "episodes' lengths; the data's size, not a fault"
+        )
+        return ROWS("health.episodes.length_outliers", "episode", "skipped", message, severity="soft")
+    logs = np.log(np.maximum(np.array(list(every.values()), dtype=float), 1.0))
+    centre = float(np.median(logs))
+    spread = max(float(np.median(np.abs(logs - centre))) * 1.4826, LOG_FLOOR)
+    z_max = max(src.cfg.health.length_z, float(norm.isf(FAMILY_ALPHA / (2 * len(every)))))
+    median = float(np.exp(centre))
+    odd = {e: n for e, n in lengths.items() if abs(np.log(max(n, 1)) - centre) / spread > z_max}
+    rule = (
+        f"robust z of the log length > {z_max:.2f} around the median {median:g}, spread x{np.exp(spread):.3g}"
+    )
     message = (
-        f"{len(odd)} episode length outlier(s) (robust z > {z_max:g} around the median {median:g}): "
-        f"{listed([f'{e} ({n})' for e, n in odd.items()])}"
+        f"{len(odd)} episode length outlier(s) ({rule}): {listed([f'{e} ({n})' for e, n in odd.items()])}"
         if odd
-        else f"episode lengths within robust z {z_max:g} of the median {median:g}"
+        else f"episode lengths within {rule}"
     )
     return ROWS(
         "health.episodes.length_outliers",
         "episode",
         "mismatch" if odd else "match",
-        message,
+        message + trained_text(src),
         severity="soft",
-        evidence={"episodes": list(odd), "median": median, "mad": mad},
+        evidence={"episodes": list(odd), "median": median, "log_spread": spread, "z_max": z_max},
     )
 
 
-def _missing(facts: dict[str, Any]) -> Check:
+def _missing(src: Sources, facts: dict[str, Any]) -> Check:
+    """Gaps in the episode indices, and episodes training asks for (`dataset.episodes`) that the data
+    does not hold: the loader stops on those, so they are hard."""
     seen = sorted(int(e) for e in facts["order"])
     missing = sorted(set(range(seen[0], seen[-1] + 1)) - set(seen)) if seen else []
+    absent = sorted(set(src.trained_episodes or ()) - set(seen))
     message = (
         f"{len(missing)} episode index(es) missing between {seen[0]} and {seen[-1]}: {listed(missing)}"
         if missing
@@ -173,14 +210,23 @@ def _missing(facts: dict[str, Any]) -> Check:
         if seen
         else "no episodes"
     )
+    if absent:
+        asked = f"dataset.episodes asks for {len(absent)} episode(s) the data lacks: {listed(absent)}"
+        message = f"{asked}; {message}"
     return ROWS(
         "health.episodes.missing",
         "episode_index",
-        "mismatch" if missing else "match",
+        "mismatch" if missing or absent else "match",
         message,
-        severity="soft",
-        evidence={"missing": missing[:200], "episodes": []},
+        severity="hard" if absent else "soft",
+        evidence={"missing": missing[:200], "episodes": [], "trained_absent": absent[:200]},
     )
+
+
+def _in_training(src: Sources, groups: list[list[int]]) -> list[list[int]]:
+    """Each group of alike episodes cut to those training reads; a group left with one episode is none."""
+    cut = [[e for e, k in zip(g, trained(src, g), strict=True) if k] for g in groups]
+    return [g for g in cut if len(g) > 1]
 
 
 def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
@@ -188,11 +234,12 @@ def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
     exact: dict[str, list[int]] = {}
     for episode, digest in zip(ids, column(facts, "digest").tolist(), strict=True):
         exact.setdefault(digest, []).append(episode)
-    groups = [g for g in exact.values() if len(g) > 1]
-    copies = sum(len(g) - 1 for g in groups)
-    share, limit = copies / max(len(ids), 1), src.cfg.health.max_duplicate_share
+    every = [g for g in exact.values() if len(g) > 1]
+    groups = _in_training(src, every)
+    copies, judged = sum(len(g) - 1 for g in groups), int(trained(src, ids).sum())
+    share, limit = copies / max(judged, 1), src.cfg.health.max_duplicate_share
     message = (
-        f"{copies} duplicated episode(s) ({share:.1%} of {len(ids)}, limit {limit:.1%}): "
+        f"{copies} duplicated episode(s) ({share:.1%} of {judged}, limit {limit:.1%}): "
         f"{listed([' = '.join(map(str, g)) for g in groups])}; the same frames recorded twice weigh "
         "double in training"
         if groups
@@ -204,12 +251,18 @@ def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
         "share": share,
         "max_duplicate_share": limit,
         "episodes": [e for g in groups for e in g[1:]],
+        "untrained_groups": [g for g in every if g not in groups][:50],
     }
-    rows = [
-        ROWS("health.episodes.duplicates", "episode", verdict, message, severity=severity, evidence=evidence)
-    ]
-    exact = {e for g in groups for e in g}
-    return rows + [_near(src, facts, exact), _repeated(src, facts, groups)]
+    row = ROWS(
+        "health.episodes.duplicates",
+        "episode",
+        verdict,
+        message + trained_text(src),
+        severity=severity,
+        evidence=evidence,
+    )
+    alike = {e for g in every for e in g}
+    return [row, _near(src, facts, alike), _repeated(src, facts, every)]
 
 
 def _repeated(src: Sources, facts: dict[str, Any], groups: list[list[int]]) -> Check:
@@ -219,7 +272,9 @@ def _repeated(src: Sources, facts: dict[str, Any], groups: list[list[int]]) -> C
     runs = [
         r
         for r in found["runs"]
-        if r["windows"] >= least and not any({r["episode"], r["of"]} <= g for g in same)
+        if r["windows"] >= least
+        and not any({r["episode"], r["of"]} <= g for g in same)
+        and trained(src, [r["episode"], r["of"]]).all()
     ]
     shown = [
         f"episode {r['episode']} frames {r['frames'][0]}-{r['frames'][1]} = episode {r['of']} frames "
@@ -269,7 +324,7 @@ def _near(src: Sources, facts: dict[str, Any], exact: set[int]) -> Check:
     keys: dict[bytes, list[int]] = {}
     for episode, row in zip(episode_ids(facts), signature, strict=True):
         keys.setdefault(row.tobytes(), []).append(episode)
-    groups = [g for g in keys.values() if len(g) > 1 and not set(g) <= exact]
+    groups = _in_training(src, [g for g in keys.values() if len(g) > 1 and not set(g) <= exact])
     message = (
         f"{len(groups)} group(s) of near-duplicate episodes (length, means, first and last rows within "
         f"{tol:g} x std): {listed([' ~ '.join(map(str, g)) for g in groups])}"

@@ -19,7 +19,7 @@ from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_paths import unwritten
 from pipeline.readers.scan import INDEX_COLUMNS
 from pipeline.record.records import Check
-from pipeline.stages.contract.health.common import ROWS, listed
+from pipeline.stages.contract.health.common import ROWS, listed, trained
 
 REQUIRED = (
     "codebase_version",
@@ -47,8 +47,15 @@ def meta_rows(src: Any, data: LeRobotData | None) -> list[Check]:
         _types(schema),
         _stray(data),
         *_data_locations(data),
-        *_videos(src, data, [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]),
+        *_videos(src, data, _trained(src)),
     ]
+
+
+def _trained(src: Any) -> list[int]:
+    """The followed episodes training reads (all of them unless `dataset.episodes` names some): a video
+    missing for an episode not trained on is never loaded."""
+    followed = [int(e) for e in (src.c.health.get("episodes") or {}).get("index", [])]
+    return [e for e, keep in zip(followed, trained(src, followed), strict=True) if keep]
 
 
 def _data_locations(data: LeRobotData) -> list[Check]:
@@ -93,7 +100,13 @@ def _tasks(data: LeRobotData, facts: dict[str, Any]) -> Check:
     declared = data.tasks()
     used = [int(t) for t in facts.get("tasks_used", [])]
     if declared is None or not used:
-        why = "no task list in meta" if declared is None else "no task_index column in the data"
+        why = (
+            "no task list in meta"
+            if declared is None
+            else "no task_index column in the data"
+            if data.data_files()
+            else f"no data file under {data.root / 'data'}"
+        )
         return ROWS(
             "health.meta.tasks", "task_index", "unverifiable", f"tasks not compared: {why}", severity="soft"
         )
@@ -118,6 +131,9 @@ def _tasks(data: LeRobotData, facts: dict[str, Any]) -> Check:
 
 
 def _columns(data: LeRobotData, schema: dict[str, pa.DataType]) -> Check:
+    if not data.data_files():  # a metadata-only copy: no column is absent, none was there to read
+        message = f"no data file under {data.root / 'data'}: declared features not compared with columns"
+        return ROWS("health.meta.columns", "features", "unverifiable", message, severity="soft")
     in_parquet = {k for k, v in data.features.items() if isinstance(v, dict) and v.get("dtype") != "video"}
     absent = sorted(in_parquet - set(schema))
     undeclared = sorted(set(schema) - set(data.features) - {"__index_level_0__"})

@@ -4,6 +4,10 @@ LeRobot's loader finds a sample's neighbours (`delta_timestamps`, action chunks)
 episode and by the global `index` across the dataset: time that runs backwards inside an episode, or an
 fps that is not the one the timestamps were written at, hands the model other frames than it asks for,
 with no error. Those rows are hard; dropped frames and repeated timestamps are counted (soft).
+
+A format that stores no per-row time by design (robomimic HDF5, `.npz` episodes without a `timestamp`
+array) gives one skipped row saying so; a format that should have one and lacks it is unverifiable. With
+`dataset.episodes` the per-episode rows judge the episodes training reads.
 """
 
 from __future__ import annotations
@@ -12,33 +16,43 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.readers.carries import FPS, TIMESTAMPS, Carries
 from pipeline.record.records import Check
-from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed
+from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed, trained, trained_text
 from pipeline.stages.contract.rows import Sources
 
 
 def time_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
     if "timestamp" not in facts["columns"]:
+        carries = src.c.carries
+        if TIMESTAMPS not in carries:
+            message = carries.skipped(TIMESTAMPS, "time order, gaps and fps")
+            evidence = {"format": carries.format, "fps": src.c.claimed.get("fps")}
+            return [
+                ROWS("health.time.order", "timestamp", "skipped", message, severity="soft", evidence=evidence)
+            ]
         message = "no timestamp column in the data: time order, gaps and fps cannot be checked"
         return [ROWS("health.time.order", "timestamp", "unverifiable", message, severity="soft")]
+    keep = trained(src, episode_ids(facts))
     return [
-        _order(facts),
-        _gaps(facts, src.cfg.health.gap_factor),
-        _fps(facts, src.cfg.health.fps_tolerance),
-        *_indices(facts),
+        _order(facts, keep, trained_text(src)),
+        _gaps(facts, keep, src.cfg.health.gap_factor),
+        _fps(facts, keep, src.cfg.health.fps_tolerance, src.c.carries),
+        *_indices(facts, keep),
     ]
 
 
-def _flagged(facts: dict[str, Any], name: str) -> dict[int, int]:
-    """{episode: count} for the episodes where the per-episode count `name` is not 0."""
+def _flagged(facts: dict[str, Any], name: str, keep: np.ndarray) -> dict[int, int]:
+    """{episode: count} for the judged episodes where the per-episode count `name` is not 0."""
     ids, counts = episode_ids(facts), column(facts, name)
-    return {ids[i]: int(counts[i]) for i in np.flatnonzero(counts)}
+    return {ids[i]: int(counts[i]) for i in np.flatnonzero((counts != 0) & keep)}
 
 
-def _order(facts: dict[str, Any]) -> Check:
-    back = _flagged(facts, "backwards")
+def _order(facts: dict[str, Any], keep: np.ndarray, scope: str) -> Check:
+    back = _flagged(facts, "backwards", keep)
     if not back:
-        return ROWS("health.time.order", "timestamp", "match", "timestamps increase within every episode")
+        message = f"timestamps increase within every episode{scope}"
+        return ROWS("health.time.order", "timestamp", "match", message)
     ids, first = episode_ids(facts), column(facts, "first_backwards")
     where = {e: int(first[ids.index(e)]) for e in back}
     message = (
@@ -57,8 +71,8 @@ def _order(facts: dict[str, Any]) -> Check:
     )
 
 
-def _gaps(facts: dict[str, Any], factor: float) -> Check:
-    gaps, repeated = _flagged(facts, "gaps"), _flagged(facts, "repeated")
+def _gaps(facts: dict[str, Any], keep: np.ndarray, factor: float) -> Check:
+    gaps, repeated = _flagged(facts, "gaps", keep), _flagged(facts, "repeated", keep)
     threshold = f"a step > {factor} / fps" if facts.get("fps") else "no fps in info.json: gaps not counted"
     if not gaps and not repeated:
         message = f"no dropped frames ({threshold}) and no repeated timestamps"
@@ -79,9 +93,9 @@ def _gaps(facts: dict[str, Any], factor: float) -> Check:
     )
 
 
-def _fps(facts: dict[str, Any], tolerance: float) -> Check:
+def _fps(facts: dict[str, Any], keep: np.ndarray, tolerance: float, carries: Carries) -> Check:
     fps, n, total = facts.get("fps"), column(facts, "dt_n"), column(facts, "dt_sum")
-    ok_rows = (n > 0) & (total > 0)
+    ok_rows = (n > 0) & (total > 0) & keep
     rates = dict(
         zip(
             np.asarray(episode_ids(facts))[ok_rows].tolist(),
@@ -89,6 +103,9 @@ def _fps(facts: dict[str, Any], tolerance: float) -> Check:
             strict=True,
         )
     )
+    if not fps and FPS not in carries:
+        message = carries.skipped(FPS, "the fps the timestamps imply")
+        return ROWS("health.time.fps", "fps", "skipped", message, severity="soft")
     if not rates or not fps:
         why = "no fps in meta/info.json" if not fps else "no episode has two increasing timestamps"
         return ROWS(
@@ -113,10 +130,10 @@ def _fps(facts: dict[str, Any], tolerance: float) -> Check:
     )
 
 
-def _indices(facts: dict[str, Any]) -> list[Check]:
+def _indices(facts: dict[str, Any], keep: np.ndarray) -> list[Check]:
     out = []
     if "frame_index" in facts["columns"]:
-        counts = _flagged(facts, "frame_bad")
+        counts = _flagged(facts, "frame_bad", keep)
         message = (
             f"frame_index is not 0, 1, 2, ... in {len(counts)} episode(s): {listed(list(counts))}"
             if counts
