@@ -38,6 +38,7 @@ checks = st.builds(
     expected=json_values,
     configured=json_values,
     actual=json_values,
+    deployed=json_values,
     message=st.text(max_size=20),
     evidence=st.dictionaries(st.text(max_size=5), json_values, max_size=3),
 )
@@ -128,3 +129,16 @@ def test_the_old_records_path_still_imports_and_says_where_it_went():
         old = importlib.import_module("pipeline.records")
     assert old.Check is Check and old.Rows.__module__ == "pipeline.record.records"
     assert any("pipeline.record" in str(w.message) and w.category is DeprecationWarning for w in caught)
+
+
+def test_deployed_is_absent_from_a_row_without_d_and_round_trips_where_present():
+    """Records written before D existed have no `deployed`: they read, and a row without D writes none."""
+    old = {k: v for k, v in Check("s.x", "s", "layout", "f", "match").to_dict().items()}
+    assert "deployed" not in old
+    assert Check.from_dict(old).deployed is None
+    with_d = Check("s.y", "s", "layout", "f", "mismatch", actual="480x640x3", deployed="720x1280x3")
+    data = with_d.to_dict()
+    assert data["deployed"] == "720x1280x3" and Check.from_dict(data) == with_d
+    jsonschema.validate(record([StageResult.from_checks("s", [with_d])]).to_dict(), SCHEMA)
+    data["deployed"] = None  # a D row's value may be null only where written so; it still reads
+    assert Check.from_dict(data).deployed is None
