@@ -266,9 +266,15 @@ def _cameras_row(src: Sources, d: Deployment) -> list[Check]:
         )
         return [_row(d, "cameras", "visual", "match", message, **fields)]
     message = (
-        f"{text}: neither is a subset of the other, so lerobot's validate_visual_features_consistency "
-        f"raises 'Feature mismatch between dataset/environment and policy config' (missing "
-        f"{sorted(expected - provided)}, extra {sorted(provided - expected)})"
+        f"{text}: neither is a subset of the other, which lerobot's validate_visual_features_consistency "
+        f"refuses ('Feature mismatch between dataset/environment and policy config'; missing "
+        f"{sorted(expected - provided)}, extra {sorted(provided - expected)}). lerobot applies that rule "
+        "only where no rename map is given; with one, the first step that reads a missing camera fails"
+        + (
+            " (lerobot-train: at the first evaluation, after eval_freq steps)"
+            if d.place == "eval_env"
+            else ""
+        )
     )
     return [_row(d, "cameras", "visual", "mismatch", message, **fields)]
 
@@ -292,6 +298,10 @@ def _fps_rows(src: Sources, d: Deployment) -> list[Check]:
             message += (
                 f"; each chunk of {steps} actions spans {steps / fps:.2f} s in training and "
                 f"{steps / d.fps:.2f} s at D"
+            )
+        if not same and severity == "soft":
+            message += (
+                " (a simulator steps on its own clock: env.fps is the rate lerobot writes its videos at)"
             )
         verdict = "match" if same else "mismatch"
         rows.append(
