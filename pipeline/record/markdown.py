@@ -134,8 +134,18 @@ def _head(record: GateRecord, inputs: str | None) -> list[str]:
         f"- container: {code(src['container'].get('kind'))}"
         + (f" {code(src['container']['image'])}" if src["container"].get("image") else ""),
         f"- known_good_reference: {code(src.get('known_good_reference') or 'n/a')}",
+        *_deploy_lines(src.get("deploy") or []),
         "",
     ]
+
+
+def _deploy_lines(deploy: list[dict[str, Any]]) -> list[str]:
+    """D, where the trained policy will run, and where the launch named it (none: no line)."""
+    lines = []
+    for item in deploy:
+        what = shlex.join(item["line"]) if item.get("line") else item.get("path")
+        lines.append(f"- deployed (D): {code(what)} (from {code(item.get('from'))})")
+    return lines
 
 
 def _command_line(training: dict[str, Any]) -> list[str]:
