@@ -54,8 +54,8 @@ def describe(demo_cfg: Mapping[str, Any]) -> dict[str, Any]:
     features["observation.state"] = {"role": "state", "shape": [len(STATE)], "names": STATE}
     features["observation.environment_state"] = {"role": "env", "shape": [len(CUBE)], "names": CUBE}
     return {
-        "kind": f"OGBench {ENV_ID} (the env the demo's episodes came from)",
-        "read_by": "the demo's env settings (pipeline.demo.deploy_env: its cameras, its state, its rate)",
+        "kind": f"ogbench/{ENV_ID}",
+        "read_by": "the demo's settings of the OGBench env its episodes came from (demo/deploy_env.py)",
         "fps": FPS,
         "rename_map": {},
         "features": features,

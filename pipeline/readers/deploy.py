@@ -303,7 +303,10 @@ def read_file(path: Path) -> Deployment:
             raise InputError(
                 f"{path}: expected an object with a 'features' mapping", path=path, field="features"
             )
-        d = Deployment("env", line, str(data.get("kind") or "?"), read_by=str(data.get("read_by") or path))
+        kind = str(data.get("kind") or "?")
+        d = Deployment(
+            "env", f"deploy.path ({kind})", kind, read_by=f"{data.get('read_by') or 'the file'}, {path}"
+        )
         d.fps = float(data["fps"]) if data.get("fps") else None
         d.rename_map = {str(k): str(v) for k, v in (data.get("rename_map") or {}).items()}
         for key, spec in data["features"].items():
