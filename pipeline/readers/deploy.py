@@ -192,6 +192,11 @@ def read_env(
     except Exception as exc:  # noqa: BLE001 - whatever lerobot's config classes refuse is one row
         d.problem = f"lerobot cannot read --env.type={env_type}: {type(exc).__name__}: {str(exc)[:200]}"
         return d
+    if not features:
+        d.problem = (
+            f"lerobot's config for --env.type={env_type} holds no features offline (they come at run time)"
+        )
+        return d
     d.features, d.fps = features, fps
     return d
 
@@ -271,20 +276,36 @@ def robot_motors(robot: str, flags: Mapping[str, str]) -> tuple[list[str] | None
     """The robot's `<motor>.pos` names: lerobot's class built without connecting where it can, else the
     arms lerobot 0.4.4 names in code, else None and why."""
     try:
-        from lerobot.robots import RobotConfig, make_robot_from_config
+        import lerobot.robots as robots
     except ImportError:
-        if robot in ROBOT_MOTORS:
-            return ROBOT_MOTORS[robot], "from lerobot 0.4.4's robot class, read off its code"
-        return None, "not known without lerobot, and not one of " + ", ".join(ROBOT_MOTORS)
-    try:
-        cls = RobotConfig.get_choice_class(robot)
-        config = cls(**{"port": flags.get("robot.port") or "/dev/null"} if "port" in _fields(cls) else {})
-        features = make_robot_from_config(config).observation_features
-        return [k for k, v in features.items() if v is float], "from lerobot's robot class"
-    except Exception as exc:  # noqa: BLE001 - a class that needs its SDK or hardware cannot say
-        if robot in ROBOT_MOTORS:
-            return ROBOT_MOTORS[robot], "from lerobot 0.4.4's robot class, read off its code"
-        return None, f"lerobot's class cannot say without its hardware or SDK ({type(exc).__name__})"
+        why = "lerobot is not importable here"
+    else:
+        try:
+            return _motors_with_lerobot(robots, robot, flags), "from lerobot's robot class"
+        except Exception as exc:  # noqa: BLE001 - a class that needs its SDK or hardware cannot say
+            why = f"lerobot's class cannot say without its SDK or hardware ({type(exc).__name__}: {exc})"[
+                :200
+            ]
+    if robot in ROBOT_MOTORS:
+        return ROBOT_MOTORS[robot], f"as lerobot 0.4.4's robot class names them in code ({why})"
+    return None, why
+
+
+def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> list[str]:
+    """Every robot module imported (as lerobot-record does, which registers each type), then the type's
+    class built without `connect()`: its `observation_features` name the motors."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(robots.__path__):
+        try:
+            importlib.import_module(f"{robots.__name__}.{module.name}")
+        except Exception:  # noqa: BLE001, S112 - a robot whose SDK is missing is not the one asked about
+            continue
+    cls = robots.RobotConfig.get_choice_class(robot)
+    config = cls(**({"port": flags.get("robot.port") or "/dev/null"} if "port" in _fields(cls) else {}))
+    features = robots.make_robot_from_config(config).observation_features
+    return [k for k, v in features.items() if v is float]
 
 
 def _fields(cls: type) -> set[str]:

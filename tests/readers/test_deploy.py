@@ -135,9 +135,11 @@ def test_the_table_agrees_with_lerobots_own_env_configs(env_type):
 
 
 @pytest.mark.lerobot
-def test_lerobots_robot_class_names_the_so101_motors_or_the_table_does():
+def test_lerobots_robot_class_names_the_motors_or_the_table_does_where_it_needs_its_sdk():
     pytest.importorskip(
         "lerobot", reason="lerobot is not installed (scripts/test_lerobot.sh builds its venv)"
     )
     motors, by = deploy.robot_motors("so101_follower", {})
     assert motors == [f"{m}.pos" for m in ARM] and "lerobot" in by
+    motors, by = deploy.robot_motors("reachy2", {})  # needs no SDK to be built: its class says
+    assert by == "from lerobot's robot class" and "r_gripper.pos" in motors
