@@ -36,6 +36,7 @@ STATE = [
     "gripper.opening",
 ]
 CUBE = ["cube.x", "cube.y", "cube.z", "cube.yaw"]
+ACTION = ["effector.dx", "effector.dy", "effector.dz", "effector.dyaw", "gripper.cmd"]  # what env.step takes
 FOLDER = "deploy"
 
 
@@ -53,6 +54,7 @@ def describe(demo_cfg: Mapping[str, Any]) -> dict[str, Any]:
         features[a], features[b] = features[b], features[a]
     features["observation.state"] = {"role": "state", "shape": [len(STATE)], "names": STATE}
     features["observation.environment_state"] = {"role": "env", "shape": [len(CUBE)], "names": CUBE}
+    features["action"] = {"role": "action", "shape": [len(ACTION)], "names": ACTION}
     return {
         "kind": f"ogbench/{ENV_ID}",
         "read_by": "the demo's settings of the OGBench env its episodes came from (demo/deploy_env.py)",

@@ -47,6 +47,7 @@ ENV_TABLE: dict[str, tuple[int, dict[str, tuple[str, Any]], dict[str, int]]] = {
             "observation.images.image": ("image", ("observation_height", "observation_width")),
             "observation.images.image2": ("image", ("observation_height", "observation_width")),
             "observation.state": ("state", (8,)),
+            "action": ("action", (7,)),
         },
         {"observation_height": 360, "observation_width": 360},
     ),
@@ -55,6 +56,7 @@ ENV_TABLE: dict[str, tuple[int, dict[str, tuple[str, Any]], dict[str, int]]] = {
         {
             "observation.images.top": ("image", ("observation_height", "observation_width")),
             "observation.state": ("state", (14,)),
+            "action": ("action", (14,)),
         },
         {"observation_height": 480, "observation_width": 640},
     ),
@@ -63,12 +65,17 @@ ENV_TABLE: dict[str, tuple[int, dict[str, tuple[str, Any]], dict[str, int]]] = {
         {
             "observation.image": ("image", ("observation_height", "observation_width")),
             "observation.state": ("state", (2,)),
+            "action": ("action", (2,)),
         },
         {"observation_height": 384, "observation_width": 384},
     ),
     "metaworld": (
         80,
-        {"observation.image": ("image", (3, 480, 480)), "observation.state": ("state", (4,))},
+        {
+            "observation.image": ("image", (3, 480, 480)),
+            "observation.state": ("state", (4,)),
+            "action": ("action", (4,)),
+        },
         {},
     ),
 }
@@ -84,7 +91,7 @@ class Provided:
     """One observation D hands the policy's preprocessor, in D's own key (before its rename map)."""
 
     key: str
-    role: str  # image | state | env
+    role: str  # image | state | env | action (what D takes from the policy)
     shape: tuple[int, ...] | None = None  # images channel-first (C, H, W)
     names: list[str] | None = None
     fps: float | None = None  # a camera's own rate
@@ -223,7 +230,12 @@ def _env_with_lerobot(env_type: str, flags: Mapping[str, str]) -> tuple[dict[str
             by_type.setdefault(ft.type, {})[key] = ft
         folded = LiberoProcessorStep().transform_features(by_type)
         features = {k: ft for group in folded.values() for k, ft in group.items()}
-    roles = {FeatureType.VISUAL: "image", FeatureType.STATE: "state", FeatureType.ENV: "env"}
+    roles = {
+        FeatureType.VISUAL: "image",
+        FeatureType.STATE: "state",
+        FeatureType.ENV: "env",
+        FeatureType.ACTION: "action",
+    }
     out = {
         key: Provided(key, roles[ft.type], tuple(int(n) for n in ft.shape))
         for key, ft in features.items()
@@ -263,35 +275,37 @@ def read_robot(line: str, flags: Mapping[str, str]) -> Deployment:
         d.features[f"observation.images.{name}"] = Provided(
             f"observation.images.{name}", "image", shape, fps=fps
         )
-    motors, by = robot_motors(robot, flags)
+    motors, actions, by = robot_motors(robot, flags)
     d.read_by = f"--robot.cameras as typed; motors {by}"
-    if motors is None:
+    if motors is None or actions is None:
         d.unknown.append(f"robot type {robot}: its motors ({by})")
     else:
         d.features["observation.state"] = Provided("observation.state", "state", (len(motors),), motors)
+        d.features["action"] = Provided("action", "action", (len(actions),), actions)
     return d
 
 
-def robot_motors(robot: str, flags: Mapping[str, str]) -> tuple[list[str] | None, str]:
-    """The robot's `<motor>.pos` names: lerobot's class built without connecting where it can, else the
-    arms lerobot 0.4.4 names in code, else None and why."""
+def robot_motors(robot: str, flags: Mapping[str, str]) -> tuple[list[str] | None, list[str] | None, str]:
+    """The robot's state and action names (`<motor>.pos`): lerobot's class built without connecting where
+    it can, else the arms lerobot 0.4.4 names in code (the same names both ways), else None and why."""
     try:
         import lerobot.robots as robots
     except ImportError:
         why = "lerobot is not importable here"
     else:
         try:
-            return _motors_with_lerobot(robots, robot, flags), "from lerobot's robot class"
+            return (*_motors_with_lerobot(robots, robot, flags), "from lerobot's robot class")
         except Exception as exc:  # noqa: BLE001 - a class that needs its SDK or hardware cannot say
             why = f"lerobot's class cannot say without its SDK or hardware ({type(exc).__name__}: {exc})"[
                 :200
             ]
     if robot in ROBOT_MOTORS:
-        return ROBOT_MOTORS[robot], f"as lerobot 0.4.4's robot class names them in code ({why})"
-    return None, why
+        names = ROBOT_MOTORS[robot]
+        return names, names, f"as lerobot 0.4.4's robot class names them in code ({why})"
+    return None, None, why
 
 
-def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> list[str]:
+def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """Every robot module imported (as lerobot-record does, which registers each type), then the type's
     class built without `connect()`: its `observation_features` name the motors."""
     import importlib
@@ -304,8 +318,9 @@ def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> l
             continue
     cls = robots.RobotConfig.get_choice_class(robot)
     config = cls(**({"port": flags.get("robot.port") or "/dev/null"} if "port" in _fields(cls) else {}))
-    features = robots.make_robot_from_config(config).observation_features
-    return [k for k, v in features.items() if v is float]
+    made = robots.make_robot_from_config(config)
+    state = [k for k, v in made.observation_features.items() if v is float]
+    return state, [k for k, v in made.action_features.items() if v is float]
 
 
 def _fields(cls: type) -> set[str]:

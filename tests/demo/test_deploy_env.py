@@ -17,6 +17,7 @@ def demo(variant: str) -> dict:
 def test_the_env_gives_what_the_demo_records_from_it():
     """The D file's state names are the ones the demo's dataset writes from the same env info."""
     assert deploy_env.STATE == dataset.STATE_NAMES and deploy_env.CUBE == dataset.ENV_NAMES
+    assert deploy_env.ACTION == dataset.ACTION_NAMES
     assert deploy_env.FPS == dataset.FPS
 
 

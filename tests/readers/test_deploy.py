@@ -41,9 +41,14 @@ def test_a_record_line_gives_its_cameras_motors_rate_and_rename_map():
     assert d.features["observation.images.front"].fps == 30
     assert d.features["observation.images.wrist"].shape == (3, 240, 320)
     assert d.features["observation.images.wrist"].fps is None  # not typed: not guessed
-    assert d.features["observation.state"].names == [f"{m}.pos" for m in ARM]
+    assert d.features["observation.state"].names == d.features["action"].names == [f"{m}.pos" for m in ARM]
     assert d.fps == 15 and d.rename_map == {"observation.images.front": "observation.images.top"}
-    assert set(d.renamed()) == {"observation.images.top", "observation.images.wrist", "observation.state"}
+    assert set(d.renamed()) == {
+        "observation.images.top",
+        "observation.images.wrist",
+        "observation.state",
+        "action",
+    }
 
 
 def test_a_record_line_without_camera_size_or_known_robot_says_what_is_unknown():
@@ -139,7 +144,7 @@ def test_lerobots_robot_class_names_the_motors_or_the_table_does_where_it_needs_
     pytest.importorskip(
         "lerobot", reason="lerobot is not installed (scripts/test_lerobot.sh builds its venv)"
     )
-    motors, by = deploy.robot_motors("so101_follower", {})
-    assert motors == [f"{m}.pos" for m in ARM] and "lerobot" in by
-    motors, by = deploy.robot_motors("reachy2", {})  # needs no SDK to be built: its class says
+    motors, actions, by = deploy.robot_motors("so101_follower", {})
+    assert motors == actions == [f"{m}.pos" for m in ARM] and "lerobot" in by
+    motors, _, by = deploy.robot_motors("reachy2", {})  # needs no SDK to be built: its class says
     assert by == "from lerobot's robot class" and "r_gripper.pos" in motors

@@ -68,6 +68,7 @@ def place_rows(src: Sources, d: Deployment) -> list[Check]:
     checks = [_source_row(d)]
     for key, feature in _policy_inputs(src).items():
         checks += _input_rows(src, d, key, feature)
+    checks += _action_rows(src, d)
     checks += _cameras_row(src, d)
     checks += _fps_rows(src, d)
     for what in d.unknown:
@@ -244,6 +245,25 @@ def _role(key: str) -> str | None:
     words = [w for w in re.split(r"[^a-z]+", key.lower().rsplit(".", 1)[-1]) if w]
     found = sorted({"wrist" if w in WRIST else w for w in words if w in WRIST or w in CAMERA_WORDS})
     return " ".join(found) or None
+
+
+def _action_rows(src: Sources, d: Deployment) -> list[Check]:
+    """What D takes from the policy: as wide as the actions it was trained to output, dims by name."""
+    at_d = d.features.get("action")  # a rename map renames observations only
+    trained = next((f for f in src.c.features.values() if f.role == "action"), None)
+    policy = next((f for f in src.a.features.values() if f.role == "action"), None)
+    ref = trained or policy
+    if at_d is None or at_d.shape is None or ref is None or ref.dim is None:
+        return []
+    fields = {
+        "expected": _shape_text(policy),
+        "actual": _shape_text(trained) if trained else None,
+        "deployed": _shape_text(at_d),
+    }
+    width = _dim(at_d.shape)
+    message = f"action: the policy outputs {ref.dim} dims as trained ('{ref.key}'), {d.line} takes {width}"
+    verdict = "match" if width == ref.dim else "mismatch"
+    return [_row(d, "action", "action", verdict, message, **fields), *_names_row(d, "action", ref, at_d)]
 
 
 def _cameras_row(src: Sources, d: Deployment) -> list[Check]:

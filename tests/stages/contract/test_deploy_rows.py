@@ -59,6 +59,8 @@ def test_a_matching_record_line_is_clear_and_fills_the_d_column(so101: Sources):
     front = found["contract.deploy.robot.input:observation.images.front"]
     assert (front.actual, front.deployed) == ("480x640x3", "480x640x3")
     assert found["contract.deploy.robot.names:observation.state"].verdict == "match"
+    assert found["contract.deploy.robot.action:action"].verdict == "match"  # 6 motors, as trained
+    assert found["contract.deploy.robot.names:action"].verdict == "match"
     assert "so101_follower" in found["contract.deploy.robot.source:so101_follower"].message
 
 
