@@ -198,3 +198,5 @@ def test_the_training_env_is_read_by_lerobots_own_env_config():
     source = found["contract.deploy.eval_env.source:libero"]
     assert "lerobot's env config" in source.message
     assert found["contract.deploy.eval_env.input:observation.images.camera2"].blocking
+    test_a_rename_map_covering_both_is_clear()  # the same judgments on lerobot's own reading of the env
+    test_a_three_camera_base_against_a_two_camera_env_gets_lerobots_rule()
