@@ -18,6 +18,7 @@ the arms whose names lerobot 0.4.4 fixes in code. What cannot be known is kept i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,10 +141,13 @@ def read_deployments(cfg: Any) -> list[Deployment]:
     """Every D this launch names: the training line's eval env, the deploy line, a D file. None named,
     none returned: the gate never guesses where a policy will run."""
     found = []
-    train = lerobot_command.parse(lerobot_command.training_argv(cfg))
-    if train is not None and train.env_type and _eval_freq(train.get("eval_freq")) > 0:
-        line = "training.command --env.type=" + train.env_type
-        found.append(read_env("eval_env", line, train.env_type, train.env_flags, train.rename_map))
+    try:
+        train = lerobot_command.parse(lerobot_command.training_argv(cfg))
+        if train is not None and train.env_type and _eval_freq(train.get("eval_freq")) > 0:
+            line = "training.command --env.type=" + train.env_type
+            found.append(read_env("eval_env", line, train.env_type, train.env_flags, train.rename_map))
+    except InputError as exc:  # the launch refuses such a line; a job given one says so in a row
+        found.append(Deployment("eval_env", lerobot_command.FIELD, "?", problem=str(exc)))
     argv = deploy_argv(cfg)
     if argv:
         found.append(read_line(argv))
@@ -159,11 +163,7 @@ def read_line(argv: Sequence[str]) -> Deployment:
     line = f"{FIELD} {argv[0]}"
     if kind is None:
         return Deployment("eval", line, "?", problem=f"{argv[0]} is not lerobot-eval or lerobot-record")
-    start = (
-        next(i for i, a in enumerate(argv) if a.startswith("--"))
-        if any(a.startswith("--") for a in argv)
-        else len(argv)
-    )
+    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
     try:
         flags = lerobot_command.parse_flags(argv[start:])
         if kind == "eval":
@@ -171,11 +171,8 @@ def read_line(argv: Sequence[str]) -> Deployment:
             if not env_type:
                 return Deployment("eval", line, "?", problem="lerobot-eval without --env.type names no env")
             rename = _mapping(flags.get("rename_map"), "rename_map")
-            env = {
-                k.removeprefix("env."): v
-                for k, v in flags.items()
-                if k.startswith("env.") and k != "env.type"
-            }
+            env = {k.removeprefix("env."): v for k, v in flags.items() if k.startswith("env.")}
+            env.pop("type", None)
             return read_env("eval", line, env_type, env, rename)
         return read_robot(line, flags)
     except InputError as exc:
@@ -296,9 +293,8 @@ def robot_motors(robot: str, flags: Mapping[str, str]) -> tuple[list[str] | None
         try:
             return (*_motors_with_lerobot(robots, robot, flags), "from lerobot's robot class")
         except Exception as exc:  # noqa: BLE001 - a class that needs its SDK or hardware cannot say
-            why = f"lerobot's class cannot say without its SDK or hardware ({type(exc).__name__}: {exc})"[
-                :200
-            ]
+            why = f"lerobot's class cannot say without its SDK or hardware ({type(exc).__name__}: {exc})"
+            why = why[:200]
     if robot in ROBOT_MOTORS:
         names = ROBOT_MOTORS[robot]
         return names, names, f"as lerobot 0.4.4's robot class names them in code ({why})"
@@ -317,16 +313,11 @@ def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> t
         except Exception:  # noqa: BLE001, S112 - a robot whose SDK is missing is not the one asked about
             continue
     cls = robots.RobotConfig.get_choice_class(robot)
-    config = cls(**({"port": flags.get("robot.port") or "/dev/null"} if "port" in _fields(cls) else {}))
+    names = {f.name for f in dataclasses.fields(cls)}
+    config = cls(**({"port": flags.get("robot.port") or "/dev/null"} if "port" in names else {}))
     made = robots.make_robot_from_config(config)
     state = [k for k, v in made.observation_features.items() if v is float]
     return state, [k for k, v in made.action_features.items() if v is float]
-
-
-def _fields(cls: type) -> set[str]:
-    import dataclasses
-
-    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 
 
 def read_file(path: Path) -> Deployment:
