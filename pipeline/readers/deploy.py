@@ -13,7 +13,8 @@ features offline, with no simulator: `env_to_policy_features`, then LIBERO's env
 its state keys into one 8-dim `observation.state`); elsewhere from a table read off lerobot 0.4.4's
 `lerobot/envs/configs.py`, and `read_by` says which. A robot's cameras come from `--robot.cameras` as
 typed; its motor names from lerobot's robot class where it can say without hardware, else from a table of
-the arms whose names lerobot 0.4.4 fixes in code. What cannot be known is kept in `unknown`, never guessed.
+the arms whose names lerobot 0.4.4 fixes in code. What cannot be known is kept in `unknown` (feature ->
+why), never guessed.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class Deployment:
     rename_map: dict[str, str] = field(default_factory=dict)
     fps: float | None = None  # the control loop's rate
     read_by: str = ""
-    unknown: list[str] = field(default_factory=list)  # what D could not say, one phrase each
+    unknown: dict[str, str] = field(default_factory=dict)  # feature -> why D cannot say its shape
     problem: str | None = None  # D named but unreadable (an unknown env type): one row, never a crash
 
     def renamed(self) -> dict[str, Provided]:
@@ -267,7 +268,7 @@ def read_robot(line: str, flags: Mapping[str, str]) -> Deployment:
         h, w = cam.get("height"), cam.get("width")
         shape = (3, int(h), int(w)) if h and w else None
         if shape is None:
-            d.unknown.append(f"camera {name}: no width/height typed (the device's default, unknown here)")
+            d.unknown[f"observation.images.{name}"] = "no width/height typed (the device's default)"
         fps = float(cam["fps"]) if cam.get("fps") else None
         d.features[f"observation.images.{name}"] = Provided(
             f"observation.images.{name}", "image", shape, fps=fps
@@ -275,7 +276,9 @@ def read_robot(line: str, flags: Mapping[str, str]) -> Deployment:
     motors, actions, by = robot_motors(robot, flags)
     d.read_by = f"--robot.cameras as typed; motors {by}"
     if motors is None or actions is None:
-        d.unknown.append(f"robot type {robot}: its motors ({by})")
+        for key, role in (("observation.state", "state"), ("action", "action")):
+            d.features[key] = Provided(key, role)
+            d.unknown[key] = f"robot type {robot}: its motors ({by})"
     else:
         d.features["observation.state"] = Provided("observation.state", "state", (len(motors),), motors)
         d.features["action"] = Provided("action", "action", (len(actions),), actions)

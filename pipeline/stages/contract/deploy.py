@@ -71,9 +71,6 @@ def place_rows(src: Sources, d: Deployment) -> list[Check]:
     checks += _action_rows(src, d)
     checks += _cameras_row(src, d)
     checks += _fps_rows(src, d)
-    for what in d.unknown:
-        message = f"{d.line}: not known here, so not judged: {what}"
-        checks.append(_row(d, "unknown", what.split(":")[0], "mismatch", message, severity="soft"))
     return checks
 
 
@@ -168,7 +165,8 @@ def _shape_row(
     want, got = chw(ref) if ref.role == "image" else _flat(ref), at_d.shape
     what = "the training frames" if trained and ref.role == "image" else "trained"
     if got is None or want is None:
-        message = f"{key}: {d.line} does not say its shape, so whether it fits is not known here"
+        why = d.unknown.get(at_d.key, "not given")
+        message = f"{key}: {d.line} does not say its shape ({why}), so whether it fits is not known here"
         return _row(d, "input", key, "mismatch", message, severity="soft", evidence=evidence, **fields)
     if ref.role != "image":
         same = _dim(want) == _dim(got)
@@ -253,8 +251,11 @@ def _action_rows(src: Sources, d: Deployment) -> list[Check]:
     trained = next((f for f in src.c.features.values() if f.role == "action"), None)
     policy = next((f for f in src.a.features.values() if f.role == "action"), None)
     ref = trained or policy
-    if at_d is None or at_d.shape is None or ref is None or ref.dim is None:
+    if at_d is None or ref is None or ref.dim is None:
         return []
+    if at_d.shape is None:
+        message = f"action: {d.line} does not say what it takes ({d.unknown.get('action', 'not given')})"
+        return [_row(d, "action", "action", "mismatch", message, severity="soft", actual=_shape_text(ref))]
     fields = {
         "expected": _shape_text(policy),
         "actual": _shape_text(trained) if trained else None,
