@@ -4,7 +4,8 @@ A user names D on a command line (`readers.deploy`); the demo has no such line, 
 describes the env as a D file (`deploy.path`): the two cameras at the size the demo renders them, the
 proprioceptive state and the cube's state it reads from the env's `info` each step, at the demo's control
 rate. `demo=faulty` plants D faults here (`demo.deploy.faults`): a camera rendered at another size than
-the training frames, or two cameras' keys exchanged. Kept apart from the demo's build (no torch, no
+the training frames (`camera_size`), or two cameras' frames exchanged between their keys (`swap_cameras`:
+each key then says, in `source`, whose frames it carries). Kept apart from the demo's build (no torch, no
 MuJoCo): a launch writes this small file each time, and the demo's build digest leaves `deploy` out.
 """
 
@@ -47,7 +48,7 @@ def describe(demo_cfg: Mapping[str, Any]) -> dict[str, Any]:
     features: dict[str, Any] = {}
     for key in CAMERAS if size else ():
         px = int((faults.get("camera_size") or {}).get(key, size))
-        features[key] = {"role": "image", "shape": [3, px, px], "fps": FPS}
+        features[key] = {"role": "image", "shape": [3, px, px], "fps": FPS, "source": key.rsplit(".", 1)[-1]}
     swap = faults.get("swap_cameras") or []
     if len(swap) == 2 and all(k in features for k in swap):
         a, b = swap

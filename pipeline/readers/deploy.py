@@ -97,6 +97,7 @@ class Provided:
     shape: tuple[int, ...] | None = None  # images channel-first (C, H, W)
     names: list[str] | None = None
     fps: float | None = None  # a camera's own rate
+    source: str | None = None  # the camera whose frames these are, where D says (a D file's `source`)
 
 
 @dataclass
@@ -324,8 +325,9 @@ def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> t
 
 
 def read_file(path: Path) -> Deployment:
-    """A D file (`deploy.path`): `{"place", "kind", "fps", "rename_map", "features": {key: {"role",
-    "shape", "names", "fps"}}}`, the form a place that is no lerobot line is described in."""
+    """A D file (`deploy.path`): `{"kind", "fps", "rename_map", "features": {key: {"role", "shape",
+    "names", "fps", "source"}}}`, the form a place that is no lerobot line is described in (`source`: the
+    camera whose frames a key carries, where that is not the key's own name)."""
     line = f"deploy.path {path}"
     try:
         data = read_json(path, "a deployment description (deploy.path)")
@@ -342,7 +344,8 @@ def read_file(path: Path) -> Deployment:
         for key, spec in data["features"].items():
             shape = tuple(int(n) for n in spec["shape"]) if spec.get("shape") else None
             fps = float(spec["fps"]) if spec.get("fps") else None
-            d.features[key] = Provided(key, str(spec.get("role") or "state"), shape, spec.get("names"), fps)
+            role, source = str(spec.get("role") or "state"), spec.get("source")
+            d.features[key] = Provided(key, role, shape, spec.get("names"), fps, source)
         return d
     except (InputError, KeyError, TypeError, ValueError) as exc:
         return Deployment("env", line, "?", problem=f"{path}: unreadable deployment description: {exc}")

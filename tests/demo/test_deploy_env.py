@@ -29,4 +29,6 @@ def test_the_clean_env_matches_and_faulty_renders_front_at_another_size(tmp_path
     assert faulty.features[FRONT].shape == (3, 96, 96) and faulty.features[WRIST].shape == (3, 64, 64)
     swapped = deploy_env.describe({"cameras": {"size": 64}, "deploy": {"faults": {
         "camera_size": {FRONT: 96}, "swap_cameras": [FRONT, WRIST]}}})  # fmt: skip
-    assert swapped["features"][WRIST]["shape"] == [3, 96, 96]
+    assert (
+        swapped["features"][WRIST]["shape"] == [3, 96, 96] and swapped["features"][WRIST]["source"] == "front"
+    )

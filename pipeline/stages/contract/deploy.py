@@ -222,7 +222,7 @@ def _camera_role_row(
     which camera they are and say different ones."""
     if at_d.role != "image":
         return []
-    d_role = _role(at_d.key)
+    d_role = _role(at_d.source or at_d.key)
     ref_key = trained.key if trained is not None else key
     ref_role = _role(ref_key) or _role(key)
     if d_role is None or ref_role is None:
@@ -233,7 +233,8 @@ def _camera_role_row(
         return [_row(d, "camera", key, "match", message, **fields)]
     message = (
         f"{key}: trained on '{ref_key}' ({ref_role} camera), but at {d.line} it is fed from '{at_d.key}' "
-        f"({d_role} camera) after the rename map {d.rename_map or '(none)'}: the policy acts on another view"
+        + (f"(which carries the {at_d.source} camera's frames) " if at_d.source else f"({d_role} camera) ")
+        + f"after the rename map {d.rename_map or '(none)'}: the policy acts on another view"
     )
     return [_row(d, "camera", key, "mismatch", message, **fields)]
 

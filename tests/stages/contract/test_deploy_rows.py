@@ -200,3 +200,23 @@ def test_the_training_env_is_read_by_lerobots_own_env_config():
     assert found["contract.deploy.eval_env.input:observation.images.camera2"].blocking
     test_a_rename_map_covering_both_is_clear()  # the same judgments on lerobot's own reading of the env
     test_a_three_camera_base_against_a_two_camera_env_gets_lerobots_rule()
+
+
+def test_a_d_file_whose_front_key_carries_the_top_cameras_frames_blocks(so101: Sources, tmp_path: Path):
+    import json
+
+    frames = {"role": "image", "shape": [3, 480, 640], "fps": 30}
+    spec = {
+        "kind": "sim",
+        "fps": 30,
+        "features": {
+            "observation.images.front": {**frames, "source": "top"},
+            "observation.images.top": {**frames, "source": "front"},
+        },
+    }
+    (tmp_path / "d.json").write_text(json.dumps(spec))
+    cfg = OmegaConf.create({"deploy": {"path": str(tmp_path / "d.json")}})
+    found = {ch.id: ch for ch in deploy_rows(cfg, so101) if ch.blocking}
+    row = found["contract.deploy.env.camera:observation.images.front"]
+    assert "carries the top camera's frames" in row.message
+    assert "contract.deploy.env.camera:observation.images.top" in found
