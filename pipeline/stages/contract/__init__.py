@@ -197,8 +197,8 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     a, b, c, sharded = load_sources(cfg, config, ctx)
     checks, src = reconcile(a, b, c, config)
     checks += sharded
-    checks += deploy_rows(cfg, src)  # D, where the trained policy will run, where the launch names one
     checks += _known_good(cfg, config, b, c, checks)
+    checks += deploy_rows(cfg, src)  # D, where the trained policy will run, where the launch names one
     artifacts = _artifacts(ctx.artifacts_dir, src, checks)
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 

@@ -61,6 +61,8 @@ def deploy_rows(cfg: Any, src: Sources) -> list[Check]:
 
 
 def place_rows(src: Sources, d: Deployment) -> list[Check]:
+    """One D's rows: what it is and how it was read, each input the policy reads, the action it takes,
+    the cameras by lerobot's rule, the rates; one soft row only where D cannot be read."""
     if d.problem:
         message = f"{d.line}: D cannot be read, so where the policy runs is not judged: {d.problem}"
         evidence = reader.describe(d)
@@ -122,8 +124,11 @@ def _input_rows(src: Sources, d: Deployment, key: str, a: Feature) -> list[Check
         "actual": _shape_text(trained) if trained else None,
         "deployed": _shape_text(at_d) if at_d else None,
     }
-    given = {k: v for k, v in d.rename_map.items()}
-    evidence = {"d_keys": list(d.features), "d_rename_map": given, "policy_keys": list(_policy_inputs(src))}
+    evidence = {
+        "d_keys": list(d.features),
+        "d_rename_map": dict(d.rename_map),
+        "policy_keys": list(_policy_inputs(src)),
+    }
     if at_d is None:
         return [_missing_row(src, d, key, a, trained, fields, evidence)]
     if at_d.role != a.role:
