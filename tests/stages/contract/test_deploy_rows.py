@@ -19,6 +19,7 @@ from pipeline.stages.contract import scan_options, sides
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.deploy import deploy_rows
 from pipeline.stages.contract.rows import Sources
+from tests.conftest import gate_of, launch, run_dir_of
 
 RECORD_TEST = "SamueleSandrini__record-test"
 ROBOT = ["lerobot-record", "--robot.type=so101_follower", "--policy.path=outputs/ckpt"]
@@ -220,3 +221,25 @@ def test_a_d_file_whose_front_key_carries_the_top_cameras_frames_blocks(so101: S
     row = found["contract.deploy.env.camera:observation.images.front"]
     assert "carries the top camera's frames" in row.message
     assert "contract.deploy.env.camera:observation.images.top" in found
+
+
+def test_a_deploy_line_typed_after_its_own_double_dash_is_judged_and_named_in_sources(real_data, tmp_path):
+    """As a user types it: the launch splits the deploy line off, keeps it for the fingerprint, the
+    contract judges it and the record names it among the sources."""
+    folder = real_data / RECORD_TEST
+    if not (folder / "meta" / "info.json").is_file():
+        pytest.skip(f"real data missing: {folder}")
+    line = [*ROBOT, cams(front="width: 1280, height: 720, fps: 30")]
+    proc = launch(
+        tmp_path, "launcher=local", "stage=contract", "~demo", f"dataset.path={folder}", "--", *line
+    )
+    run_dir = run_dir_of(tmp_path, proc)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    gate = gate_of(run_dir)
+    assert gate["sources"]["deploy"] == [{"from": "deploy.command", "line": line}]
+    assert any(
+        r.startswith("contract.deploy.robot.input:observation.images.front: ") for r in gate["reasons"]
+    )
+    record = next((tmp_path / "audit_logs").glob("*_audit.md")).read_text()
+    assert "- deployed (D): `lerobot-record --robot.type=so101_follower" in record
+    assert "| 480x640x3 | 720x1280x3 | mismatch | hard |" in record  # actual (C), deployed (D)
