@@ -19,9 +19,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline import stages
-from pipeline.cli import training_command
+from pipeline.cli import deploy_command, training_command
 from pipeline.cli.checks import validate
-from pipeline.cli.compose import attach_command
+from pipeline.cli.compose import attach_command, attach_deploy
 from pipeline.cli.runguard import run_lock, validate_run_folders
 from pipeline.demo import provider
 from pipeline.errors import (
@@ -34,6 +34,7 @@ from pipeline.errors import (
     disk_full,
     one_line,
 )
+from pipeline.readers.deploy import deploy_argv
 from pipeline.readers.lerobot_command import training_argv
 from pipeline.readers.sif import sha256_file
 from pipeline.record.fingerprint import digest_path
@@ -93,8 +94,9 @@ def resolved_config(cfg: DictConfig, executor: str) -> DictConfig:
         provider.provide(out, load_registry(out))  # the demo's inputs, only when the launch named none
         out.launcher.name = executor
         attach_command(out, training_argv(cfg))  # literal again: OmegaConf.create re-reads `${`
+        attach_deploy(out, deploy_argv(cfg))
         out.wait = bool(executor != "slurm" if cfg.wait is None else cfg.wait)
-        for section in ("model", "dataset", "training", "known_good", "release", "cache"):
+        for section in ("model", "dataset", "training", "known_good", "release", "cache", "deploy"):
             if out.get(section) and out[section].get("path"):
                 out[section].path = str(Path(out[section].path).resolve())
     assert isinstance(out, DictConfig)
@@ -150,6 +152,7 @@ def launch(cfg: DictConfig) -> int:
         _say(said)
         if note := training_command.dataset_note(cfg):
             _say(note)
+    deploy_command.fill(cfg)  # D: the lines naming where the policy will run, kept for the fingerprint
     launch_inputs.check_inputs(cfg, registry)  # the paths the user gave, before any demo is built
     if provider.named_inputs(cfg, registry) or not cfg.get("demo"):
         unrunnable(cfg, registry)  # no demo will fill anything: refused now, before anything is built

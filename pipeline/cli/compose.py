@@ -54,13 +54,41 @@ def split_training_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut + 1 :]
 
 
+DEPLOY_PROGRAMS = ("lerobot-eval", "lerobot-record")
+
+
+def split_deploy_command(command: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The training command and the deploy line: the deploy line starts at a lone `--` followed by
+    lerobot-eval or lerobot-record (or the whole command is one). Only that pair splits, so a training
+    command that passes its own `--` to a program it wraps is kept whole."""
+    command = list(command)
+    if command and Path(command[0]).name in DEPLOY_PROGRAMS:
+        return [], command
+    for i in range(len(command) - 1):
+        if command[i] == "--" and Path(command[i + 1]).name in DEPLOY_PROGRAMS:
+            return command[:i], command[i + 1 :]
+    return command, []
+
+
 def attach_command(cfg: DictConfig, command: Sequence[str]) -> None:
-    """`training.command` set to the argv exactly as typed: set through OmegaConf, not Hydra's override
-    grammar (which would re-parse quotes, commas and backslashes), with `${` escaped so that OmegaConf
-    never resolves an item as an interpolation."""
-    if command:
+    """`training.command` (and `deploy.command`, the deploy line after its own `--`) set to the argv
+    exactly as typed: set through OmegaConf, not Hydra's override grammar (which would re-parse quotes,
+    commas and backslashes), with `${` escaped so that OmegaConf never resolves an item as an
+    interpolation."""
+    training, deploy = split_deploy_command(command)
+    if training:
         with open_dict(cfg):
-            cfg.training.command = [_literal(item) for item in command]
+            cfg.training.command = [_literal(item) for item in training]
+    attach_deploy(cfg, deploy)
+
+
+def attach_deploy(cfg: DictConfig, deploy: Sequence[str]) -> None:
+    """`deploy.command` set to the deploy line as typed, as `attach_command` sets the training command."""
+    if deploy:
+        with open_dict(cfg):
+            if cfg.get("deploy") is None:
+                cfg.deploy = {}
+            cfg.deploy.command = [_literal(item) for item in deploy]
 
 
 def _literal(item: str) -> str:

@@ -29,8 +29,11 @@ BUILD_VERSION = 4
 def settings(demo_cfg: Any) -> dict[str, Any]:
     raw = demo_cfg if isinstance(demo_cfg, Mapping) else _to_dict(demo_cfg)
     # `render_cache` configures the render_cache demo (pipeline/demo/render_cache.py, its own build and
-    # digest): left out here, so changing it does not rebuild this demo
-    given = {k: v for k, v in dict(raw or {}).items() if v is not None and k != "render_cache"}
+    # digest), `deploy` the env the policy runs in (pipeline/demo/deploy_env.py, a file of its own): left
+    # out here, so changing either does not rebuild this demo
+    given = {
+        k: v for k, v in dict(raw or {}).items() if v is not None and k not in ("render_cache", "deploy")
+    }
     out = {**DEFAULTS, **given}
     out["faults"] = dict(out.get("faults") or {})
     out["cameras"] = {**DEFAULTS["cameras"], **dict(out.get("cameras") or {})}

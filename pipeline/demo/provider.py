@@ -28,6 +28,7 @@ NAME = "demo"
 TRAINER = "pipeline.demo.reference_trainer"
 RELOAD_LOADER = "pipeline.demo.reload:load_demo"
 SECTIONS = ("model", "dataset", "training")
+NAME_CONTRACT = "contract"
 
 
 def named_inputs(cfg: Any, registry: Mapping[str, Stage]) -> list[str]:
@@ -59,12 +60,25 @@ def provide(cfg: DictConfig, registry: Mapping[str, Stage]) -> bool:
             built = demo.ensure(cfg.demo, demo_dir(cfg.output_root))
             for key in wanted:
                 cfg[key].path, cfg[key].name = str(built[key]), NAME
+            if NAME_CONTRACT in names and not (cfg.get("deploy") or {}).get("command"):
+                _deploy(cfg)
             if "teacher_forced" in names:
                 _teacher_forced(cfg, Path(built["dataset"]).parent)
             if "determinism" in names:
                 _determinism(cfg)
         pin_image(cfg)
     return True
+
+
+def _deploy(cfg: DictConfig) -> None:
+    """The demo's D: the OGBench env its policy runs in, as a D file in `deploy.path`."""
+    from pipeline.demo import deploy_env
+
+    demo = OmegaConf.to_container(cfg.demo, resolve=True)
+    assert isinstance(demo, dict)
+    if cfg.get("deploy") is None:
+        cfg.deploy = {}
+    cfg.deploy.path = str(deploy_env.write(demo, demo_dir(cfg.output_root)))
 
 
 def _render_cache(cfg: DictConfig) -> None:

@@ -81,6 +81,19 @@ class LeRobotCommand:
         return self.get("dataset.repo_id")
 
     @property
+    def env_type(self) -> str | None:
+        return self.get("env.type")
+
+    @property
+    def env_flags(self) -> dict[str, str]:
+        """The `--env.*` flags but the type, keyed by the env config's own field names."""
+        return {
+            k.removeprefix("env."): v
+            for k, v in self.flags.items()
+            if k.startswith("env.") and k != "env.type"
+        }
+
+    @property
     def rename_map(self) -> dict[str, str]:
         raw = self.get("rename_map")
         value = _value(raw, "rename_map") if raw else {}

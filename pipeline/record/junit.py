@@ -102,6 +102,7 @@ def _details(check: Check) -> str:
         "expected (A)": check.expected,
         "configured (B)": check.configured,
         "actual (C)": check.actual,
+        **({"deployed (D)": check.deployed} if check.deployed is not None else {}),
         "message": check.message,
         "evidence": check.evidence,
     }

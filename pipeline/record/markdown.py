@@ -31,12 +31,14 @@ DEFAULT_PHYSICAL_CHECKS = (
 # the order findings are listed in: what blocks first, then what the gate let through (soft mismatch: 3)
 _RANK = {"error": 0, "mismatch": 1, "unverifiable": 2, "waived": 4, "skipped": 5}
 FULL_HEADER = (
-    "| feature | category | expected (A) | configured (B) | actual (C) | verdict | severity | check |",
-    "|---|---|---|---|---|---|---|---|",
+    "| feature | category | expected (A) | configured (B) | actual (C) | deployed (D) | verdict | severity "
+    "| check |",
+    "|---|---|---|---|---|---|---|---|---|",
 )
 FINDINGS_HEADER = (
-    "| check | verdict | severity | feature | expected (A) | configured (B) | actual (C) | message |",
-    "|---|---|---|---|---|---|---|---|",
+    "| check | verdict | severity | feature | expected (A) | configured (B) | actual (C) | deployed (D) "
+    "| message |",
+    "|---|---|---|---|---|---|---|---|---|",
 )
 
 # files: an artifact's path in the record -> (its copy relative to the audit folder, or "" for the
@@ -132,8 +134,18 @@ def _head(record: GateRecord, inputs: str | None) -> list[str]:
         f"- container: {code(src['container'].get('kind'))}"
         + (f" {code(src['container']['image'])}" if src["container"].get("image") else ""),
         f"- known_good_reference: {code(src.get('known_good_reference') or 'n/a')}",
+        *_deploy_lines(src.get("deploy") or []),
         "",
     ]
+
+
+def _deploy_lines(deploy: list[dict[str, Any]]) -> list[str]:
+    """D, where the trained policy will run, and where the launch named it (none: no line)."""
+    lines = []
+    for item in deploy:
+        what = shlex.join(item["line"]) if item.get("line") else item.get("path")
+        lines.append(f"- deployed (D): {code(what)} (from {code(item.get('from'))})")
+    return lines
 
 
 def _command_line(training: dict[str, Any]) -> list[str]:
@@ -206,7 +218,7 @@ def _findings(findings: list[Check], slugs: dict[str, str]) -> list[str]:
     owned: set[str] = set()
     lines = list(FINDINGS_HEADER)
     for c in findings:
-        values = (c.verdict, c.severity, c.feature, c.expected, c.configured, c.actual)
+        values = (c.verdict, c.severity, c.feature, c.expected, c.configured, c.actual, c.deployed)
         cells = [_check_cell(c.id, slugs, owned), *(cell(v, 60) for v in values), cell(c.message, 100)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -224,7 +236,7 @@ def _full_table(checks: list[Check]) -> list[str]:
     """Every row; the anchors live in the findings table (a link cannot open a folded block)."""
     lines = list(FULL_HEADER)
     for c in checks:
-        values = (c.feature, c.category, c.expected, c.configured, c.actual)
+        values = (c.feature, c.category, c.expected, c.configured, c.actual, c.deployed)
         lines.append(
             "| "
             + " | ".join(cell(v) for v in values)

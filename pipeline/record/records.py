@@ -64,7 +64,9 @@ def jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Check:
-    """One reconciliation row: what A expects, what B configures, what C holds, and the verdict."""
+    """One reconciliation row: what A expects, what B configures, what C holds, what D (where the trained
+    policy will run) provides, and the verdict. `deployed` is left out of the JSON where a row has no D,
+    so records written before D existed read, and write, byte for byte as they did."""
 
     id: str
     stage: str
@@ -77,6 +79,7 @@ class Check:
     actual: Any = None
     message: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
+    deployed: Any = None
 
     def __post_init__(self) -> None:
         _require(self.category, CATEGORIES, f"check {self.id}: category")
@@ -88,7 +91,10 @@ class Check:
         return self.verdict == "error" or (self.verdict == "mismatch" and self.severity == "hard")
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(dataclasses.asdict(self))
+        data = jsonable(dataclasses.asdict(self))
+        if self.deployed is None:
+            del data["deployed"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Check:
@@ -117,6 +123,7 @@ class Rows:
         configured: Any = None,
         actual: Any = None,
         evidence: Mapping[str, Any] | None = None,
+        deployed: Any = None,
     ) -> Check:
         return Check(
             id=f"{self.stage}.{check_id}",
@@ -130,6 +137,7 @@ class Rows:
             actual=actual,
             message=message,
             evidence=dict(evidence or {}),
+            deployed=deployed,
         )
 
     def judge(self, check_id: str, feature: str, ok: bool | None, message: str, **fields: Any) -> Check:

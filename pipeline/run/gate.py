@@ -205,7 +205,24 @@ def sources(cfg: DictConfig, plan: dict[str, Any]) -> dict[str, Any]:
         "git_sha": plan.get("git_sha"),
         "gate_job_id": plan.get("gate_job_id"),
         "variant": demo_variant(cfg),
+        **({"deploy": deploy} if (deploy := deploy_source(section)) else {}),
     }
+
+
+def deploy_source(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """D, where the trained policy will run, as the launch named it: the training line's env, the deploy
+    line, a D file (what each provides is in the contract's `deploy.*.source` rows)."""
+    found: list[dict[str, Any]] = []
+    training = [str(a) for a in (section.get("training") or {}).get("command") or []]
+    env = [a for a in training if a.startswith(("--env.", "--eval_freq"))]
+    if any(a.startswith("--env.type") for a in env):
+        found.append({"from": "training.command", "line": env})
+    deploy = section.get("deploy") or {}
+    if deploy.get("command"):
+        found.append({"from": "deploy.command", "line": [str(a) for a in deploy["command"]]})
+    if deploy.get("path"):
+        found.append({"from": "deploy.path", "path": str(deploy["path"])})
+    return found
 
 
 def training_source(training: dict[str, Any]) -> dict[str, Any]:

@@ -103,3 +103,22 @@ def test_everything_after_a_lone_double_dash_is_the_training_command_kept_as_typ
     composed = compose_command_line(overrides, got)
     assert composed.problem is None and list(composed.cfg.training.command) == command
     assert compose_command_line(["stage=contract"]).cfg.training.command is None
+
+
+def test_a_second_double_dash_before_lerobot_record_or_eval_starts_the_deploy_line():
+    from pipeline.cli.compose import split_training_command
+
+    training = ["lerobot-train", "--policy.path=base", "--dataset.repo_id=u/d", "--env.type=libero"]
+    deploy = [
+        "lerobot-record", "--robot.type=so101_follower",
+        "--robot.cameras={front: {type: opencv, width: 640, height: 480, fps: 30}}", "--policy.path=${ckpt}",
+    ]  # fmt: skip
+    overrides, got = split_training_command(["stage=contract", "--", *training, "--", *deploy])
+    cfg = compose_command_line(overrides, got).cfg
+    assert list(cfg.training.command) == training and list(cfg.deploy.command) == deploy
+    line = ["lerobot-eval", "--env.type=pusht"]
+    alone = compose_command_line(["stage=contract"], line).cfg
+    assert alone.training.command is None and list(alone.deploy.command) == line
+    wrapped = ["torchrun", "train.py", "--", "lerobot-trainer-arg"]  # a `--` not before a deploy program
+    kept = compose_command_line(["stage=contract"], wrapped).cfg
+    assert list(kept.training.command) == wrapped and kept.deploy.command is None

@@ -82,7 +82,7 @@ def test_markdown_record_follows_the_template(tmp_path):
     ):
         assert heading in text
     assert "- gate: **blocked**, 1 reason(s):\n  - s.x: bad\n" in text  # its row matches: nothing to link
-    assert "| x\\|y | units | [1, 2] | — | — | match | hard | `s.x` |" in text
+    assert "| x\\|y | units | [1, 2] | — | — | — | match | hard | `s.x` |" in text  # no D: an empty D cell
     assert "- plot: [plot](" in text and "(not copied: no such file when the gate ran)" in text
     assert "Resolve `s.x`" not in text  # a match is not a reason; the reasons come from the record
 

@@ -38,6 +38,7 @@ checks = st.builds(
     expected=json_values,
     configured=json_values,
     actual=json_values,
+    deployed=json_values,
     message=st.text(max_size=20),
     evidence=st.dictionaries(st.text(max_size=5), json_values, max_size=3),
 )
@@ -137,3 +138,16 @@ def test_a_quoted_command_is_capped_per_item_and_in_all_and_says_what_was_cut():
     quoted = quoted_argv(["a" * 10, "é" * 8, *["b" * 6] * 5], item_bytes=8, total=30)
     assert quoted[:2] == ["aaaaaaaa… (2 bytes cut)", "éééé… (8 bytes cut)"]
     assert quoted[2:] == ["bbbbbb"] * 2 + ["… (3 more item(s), 18 bytes cut)"]
+
+
+def test_deployed_is_absent_from_a_row_without_d_and_round_trips_where_present():
+    """Records written before D existed have no `deployed`: they read, and a row without D writes none."""
+    old = {k: v for k, v in Check("s.x", "s", "layout", "f", "match").to_dict().items()}
+    assert "deployed" not in old
+    assert Check.from_dict(old).deployed is None
+    with_d = Check("s.y", "s", "layout", "f", "mismatch", actual="480x640x3", deployed="720x1280x3")
+    data = with_d.to_dict()
+    assert data["deployed"] == "720x1280x3" and Check.from_dict(data) == with_d
+    jsonschema.validate(record([StageResult.from_checks("s", [with_d])]).to_dict(), SCHEMA)
+    data["deployed"] = None  # a D row's value may be null only where written so; it still reads
+    assert Check.from_dict(data).deployed is None

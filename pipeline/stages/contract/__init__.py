@@ -48,6 +48,7 @@ from pipeline.stages.contract import (
     units,
 )
 from pipeline.stages.contract.config import ContractConfig
+from pipeline.stages.contract.deploy import DEPLOY_INPUTS, deploy_rows
 from pipeline.stages.contract.health import health_rows
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
@@ -197,6 +198,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     checks, src = reconcile(a, b, c, config)
     checks += sharded
     checks += _known_good(cfg, config, b, c, checks)
+    checks += deploy_rows(cfg, src)  # D, where the trained policy will run, where the launch names one
     artifacts = _artifacts(ctx.artifacts_dir, src, checks)
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 
@@ -379,7 +381,13 @@ register(
         run=run,
         run_part=run_part,
         array=shards.tasks,
-        inputs=("model", "training", "dataset", Input("known_good.path", "model", whole=True)),
+        inputs=(
+            "model",
+            "training",
+            "dataset",
+            Input("known_good.path", "model", whole=True),
+            *DEPLOY_INPUTS,
+        ),
         needs=("dataset.path",),
         unmet=_unmet,
         category="normalization",

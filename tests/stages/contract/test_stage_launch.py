@@ -37,6 +37,8 @@ PLANTED = {
         "lags the state by 3 frame(s) (0.300 s)",
         "bootstrap",
     ),
+    # D, the env the demo's policy runs in, renders the front camera at 96 px: trained on 64
+    "contract.deploy.env.input:observation.images.front": ("observation.images.front", "96x96x3", "d_keys"),
 }
 
 
@@ -62,6 +64,8 @@ def test_demo_default_clears(cwd: Path) -> None:
     # the demo's oracle saturates its actions at +-1 and snaps its gripper: soft health rows, nothing else
     assert not [c for c in result["checks"] if c["verdict"] != "match" and c["severity"] == "hard"]
     assert {c["category"] for c in result["checks"] if c["verdict"] != "match"} <= {"health"}
+    deployed = [c for c in result["checks"] if c["id"].startswith("contract.deploy.env.")]  # D is present
+    assert len(deployed) > 4 and all(c["verdict"] == "match" for c in deployed)
     pngs = [p for p in result["artifacts"].values() if p.endswith(".png")]
     assert len(pngs) == 4 and all(Path(p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
     record = next((cwd / "audit_logs").glob(f"*{run_dir.name}_audit.md")).read_text()

@@ -1,0 +1,391 @@
+"""D, where the trained policy will run: what each place provides to the policy, read before training.
+
+A LeRobot policy is trained to run somewhere that is named before training starts: the env lerobot-train
+evaluates in every `eval_freq` steps (`--env.type` on the training line), the line the user will deploy
+with (`lerobot-eval --env.type=...`, `lerobot-record --robot.type=... --robot.cameras=...`), or a place
+described in a file (`deploy.path`: the embedded demo's OGBench env). Each is read here into the
+observation keys lerobot hands the policy's preprocessor there, with the rename map that preprocessor
+applies at that place (read off lerobot 0.4.4's scripts: lerobot-train's eval env and lerobot-eval apply
+`--rename_map`, lerobot-record applies `--dataset.rename_map`).
+
+An env's features come from lerobot's own env config classes where lerobot is importable (they hold the
+features offline, with no simulator: `env_to_policy_features`, then LIBERO's env processor, which folds
+its state keys into one 8-dim `observation.state`); elsewhere from a table read off lerobot 0.4.4's
+`lerobot/envs/configs.py`, and `read_by` says which. A robot's cameras come from `--robot.cameras` as
+typed; its motor names from lerobot's robot class where it can say without hardware, else from a table of
+the arms whose names lerobot 0.4.4 fixes in code. What cannot be known is kept in `unknown` (feature ->
+why), never guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from pipeline.errors import InputError
+from pipeline.readers import lerobot_command
+from pipeline.readers.base import read_json
+
+FIELD = "deploy.command"
+PROGRAMS = {"lerobot-eval": "eval", "lerobot-record": "robot"}
+MODULES = {"lerobot.scripts.lerobot_eval": "eval", "lerobot.scripts.lerobot_record": "robot"}
+RECORD_FPS = 30  # lerobot-record's `--dataset.fps` default (DatasetRecordConfig.fps)
+EVAL_FREQ = 20000  # lerobot-train's `--eval_freq` default: the env is built when it is > 0
+LEROBOT = "lerobot's env config (lerobot.envs.configs, env_to_policy_features, the env processor)"
+TABLE = "hpc-preflight's table of lerobot 0.4.4's env features (lerobot is not importable here)"
+
+# lerobot 0.4.4's env features with obs_type=pixels_agent_pos (its default), in the keys the policy gets
+# (features_map applied, images channel-first, LIBERO's state folded by its env processor): type ->
+# (fps, {key: (role, shape or a (height flag, width flag) pair)}, {size flag: default})
+ENV_TABLE: dict[str, tuple[int, dict[str, tuple[str, Any]], dict[str, int]]] = {
+    "libero": (
+        30,
+        {
+            "observation.images.image": ("image", ("observation_height", "observation_width")),
+            "observation.images.image2": ("image", ("observation_height", "observation_width")),
+            "observation.state": ("state", (8,)),
+            "action": ("action", (7,)),
+        },
+        {"observation_height": 360, "observation_width": 360},
+    ),
+    "aloha": (
+        50,
+        {
+            "observation.images.top": ("image", ("observation_height", "observation_width")),
+            "observation.state": ("state", (14,)),
+            "action": ("action", (14,)),
+        },
+        {"observation_height": 480, "observation_width": 640},
+    ),
+    "pusht": (
+        10,
+        {
+            "observation.image": ("image", ("observation_height", "observation_width")),
+            "observation.state": ("state", (2,)),
+            "action": ("action", (2,)),
+        },
+        {"observation_height": 384, "observation_width": 384},
+    ),
+    "metaworld": (
+        80,
+        {
+            "observation.image": ("image", (3, 480, 480)),
+            "observation.state": ("state", (4,)),
+            "action": ("action", (4,)),
+        },
+        {},
+    ),
+}
+# arms whose motors lerobot 0.4.4 names in the robot class itself (so_follower.py, koch_follower.py)
+ARM = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
+ROBOT_MOTORS = {
+    name: [f"{m}.pos" for m in ARM] for name in ("so100_follower", "so101_follower", "koch_follower")
+}
+
+
+@dataclass
+class Provided:
+    """One observation D hands the policy's preprocessor, in D's own key (before its rename map)."""
+
+    key: str
+    role: str  # image | state | env | action (what D takes from the policy)
+    shape: tuple[int, ...] | None = None  # images channel-first (C, H, W)
+    names: list[str] | None = None
+    fps: float | None = None  # a camera's own rate
+    source: str | None = None  # the camera whose frames these are, where D says (a D file's `source`)
+
+
+@dataclass
+class Deployment:
+    """One place the policy will run, what it provides, and how that was read."""
+
+    place: str  # eval_env (the training line's env) | eval | robot | env (a D file)
+    line: str  # where it came from, as the record names it
+    kind: str  # the env or robot type
+    features: dict[str, Provided] = field(default_factory=dict)
+    rename_map: dict[str, str] = field(default_factory=dict)
+    fps: float | None = None  # the control loop's rate
+    read_by: str = ""
+    unknown: dict[str, str] = field(default_factory=dict)  # feature -> why D cannot say its shape
+    problem: str | None = None  # D named but unreadable (an unknown env type): one row, never a crash
+
+    def renamed(self) -> dict[str, Provided]:
+        """The features under the keys the policy sees them, after this place's rename map."""
+        return {self.rename_map.get(k, k): f for k, f in self.features.items()}
+
+
+def deploy_argv(cfg: Any) -> list[str]:
+    """`deploy.command` (the deploy line after its own `--`), as the argv list it was typed."""
+    section = cfg.get("deploy") if hasattr(cfg, "get") else None
+    command = (section or {}).get("command") or []
+    items = OmegaConf.to_container(command, resolve=True) if OmegaConf.is_config(command) else command
+    return [str(item) for item in items]
+
+
+def deploy_kind(argv: Sequence[str]) -> str | None:
+    """`eval` for lerobot-eval, `robot` for lerobot-record (any path to them, or `python -m`), else None."""
+    if not argv:
+        return None
+    if Path(argv[0]).name in PROGRAMS:
+        return PROGRAMS[Path(argv[0]).name]
+    for i in range(1, len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1] in MODULES:
+            return MODULES[argv[i + 1]]
+    return None
+
+
+def read_deployments(cfg: Any) -> list[Deployment]:
+    """Every D this launch names: the training line's eval env, the deploy line, a D file. None named,
+    none returned: the gate never guesses where a policy will run."""
+    found = []
+    try:
+        train = lerobot_command.parse(lerobot_command.training_argv(cfg))
+        if train is not None and train.env_type and _eval_freq(train.get("eval_freq")) > 0:
+            line = "training.command --env.type=" + train.env_type
+            found.append(read_env("eval_env", line, train.env_type, train.env_flags, train.rename_map))
+    except InputError as exc:  # the launch refuses such a line; a job given one says so in a row
+        found.append(Deployment("eval_env", lerobot_command.FIELD, "?", problem=str(exc)))
+    argv = deploy_argv(cfg)
+    if argv:
+        found.append(read_line(argv))
+    path = ((cfg.get("deploy") or {}) if hasattr(cfg, "get") else {}).get("path")
+    if path:
+        found.append(read_file(Path(str(path))))
+    return found
+
+
+def read_line(argv: Sequence[str]) -> Deployment:
+    """A lerobot-eval or lerobot-record line; any other program is one problem row naming it."""
+    kind = deploy_kind(argv)
+    line = f"{FIELD} {argv[0]}"
+    if kind is None:
+        return Deployment("eval", line, "?", problem=f"{argv[0]} is not lerobot-eval or lerobot-record")
+    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    try:
+        flags = lerobot_command.parse_flags(argv[start:])
+        if kind == "eval":
+            env_type = flags.get("env.type")
+            if not env_type:
+                return Deployment("eval", line, "?", problem="lerobot-eval without --env.type names no env")
+            rename = _mapping(flags.get("rename_map"), "rename_map")
+            env = {k.removeprefix("env."): v for k, v in flags.items() if k.startswith("env.")}
+            env.pop("type", None)
+            return read_env("eval", line, env_type, env, rename)
+        return read_robot(line, flags)
+    except InputError as exc:
+        return Deployment(kind, line, "?", problem=str(exc).replace(lerobot_command.FIELD, FIELD))
+
+
+def read_env(
+    place: str, line: str, env_type: str, flags: Mapping[str, str], rename: dict[str, str]
+) -> Deployment:
+    """An env's features: lerobot's own config class where importable, else lerobot 0.4.4's table."""
+    d = Deployment(place, line, env_type, rename_map=dict(rename))
+    try:
+        features, fps = _env_with_lerobot(env_type, flags)
+        d.read_by = LEROBOT
+    except ImportError:
+        if env_type not in ENV_TABLE:
+            d.problem = f"env type {env_type!r} is not in {TABLE.split(' (')[0]} ({', '.join(ENV_TABLE)})"
+            return d
+        features, fps = _env_from_table(env_type, flags)
+        d.read_by = TABLE
+    except Exception as exc:  # noqa: BLE001 - whatever lerobot's config classes refuse is one row
+        d.problem = f"lerobot cannot read --env.type={env_type}: {type(exc).__name__}: {str(exc)[:200]}"
+        return d
+    if not features:
+        d.problem = (
+            f"lerobot's config for --env.type={env_type} holds no features offline (they come at run time)"
+        )
+        return d
+    d.features, d.fps = features, fps
+    return d
+
+
+def _env_with_lerobot(env_type: str, flags: Mapping[str, str]) -> tuple[dict[str, Provided], float]:
+    import draccus
+    from lerobot.configs.types import FeatureType
+    from lerobot.envs.configs import EnvConfig
+    from lerobot.envs.utils import env_to_policy_features
+
+    try:
+        cls = EnvConfig.get_choice_class(env_type)
+    except Exception:  # noqa: BLE001 - draccus' registry says so in its own words
+        raise ValueError(
+            f"no such env type (lerobot knows {sorted(EnvConfig.get_known_choices())})"
+        ) from None
+    env_cfg = draccus.parse(cls, args=[f"--{k}={v}" for k, v in flags.items()])
+    features = env_to_policy_features(env_cfg)
+    if env_type == "libero" or "libero" in env_cfg.type:
+        from lerobot.processor.env_processor import LiberoProcessorStep
+
+        by_type: dict[Any, dict[str, Any]] = {}
+        for key, ft in features.items():
+            by_type.setdefault(ft.type, {})[key] = ft
+        folded = LiberoProcessorStep().transform_features(by_type)
+        features = {k: ft for group in folded.values() for k, ft in group.items()}
+    roles = {
+        FeatureType.VISUAL: "image",
+        FeatureType.STATE: "state",
+        FeatureType.ENV: "env",
+        FeatureType.ACTION: "action",
+    }
+    out = {
+        key: Provided(key, roles[ft.type], tuple(int(n) for n in ft.shape))
+        for key, ft in features.items()
+        if ft.type in roles
+    }
+    return out, float(env_cfg.fps)
+
+
+def _env_from_table(env_type: str, flags: Mapping[str, str]) -> tuple[dict[str, Provided], float]:
+    fps, spec, sizes = ENV_TABLE[env_type]
+    size = {k: int(flags.get(k, v)) for k, v in sizes.items()}
+    out = {}
+    for key, (role, shape) in spec.items():
+        if isinstance(shape[0], str):
+            shape = (3, size[shape[0]], size[shape[1]])
+        out[key] = Provided(key, role, tuple(shape))
+    return out, float(flags.get("fps", fps))
+
+
+def read_robot(line: str, flags: Mapping[str, str]) -> Deployment:
+    """lerobot-record's observation keys (`hw_to_dataset_features`): `observation.images.<camera>` at the
+    configured height x width, `observation.state` over the motors' `<motor>.pos`; the loop at
+    `--dataset.fps`; `--dataset.rename_map` applied in the policy's preprocessor."""
+    robot = flags.get("robot.type") or "?"
+    d = Deployment(
+        "robot", line, robot, rename_map=_mapping(flags.get("dataset.rename_map"), "dataset.rename_map")
+    )
+    d.fps = float(flags.get("dataset.fps") or RECORD_FPS)
+    cameras = _mapping_any(flags.get("robot.cameras"), "robot.cameras")
+    for name, cam in cameras.items():
+        cam = cam if isinstance(cam, dict) else {}
+        h, w = cam.get("height"), cam.get("width")
+        shape = (3, int(h), int(w)) if h and w else None
+        if shape is None:
+            d.unknown[f"observation.images.{name}"] = "no width/height typed (the device's default)"
+        fps = float(cam["fps"]) if cam.get("fps") else None
+        d.features[f"observation.images.{name}"] = Provided(
+            f"observation.images.{name}", "image", shape, fps=fps
+        )
+    motors, actions, by = robot_motors(robot, flags)
+    d.read_by = f"--robot.cameras as typed; motors {by}"
+    if motors is None or actions is None:
+        for key, role in (("observation.state", "state"), ("action", "action")):
+            d.features[key] = Provided(key, role)
+            d.unknown[key] = f"robot type {robot}: its motors ({by})"
+    else:
+        d.features["observation.state"] = Provided("observation.state", "state", (len(motors),), motors)
+        d.features["action"] = Provided("action", "action", (len(actions),), actions)
+    return d
+
+
+def robot_motors(robot: str, flags: Mapping[str, str]) -> tuple[list[str] | None, list[str] | None, str]:
+    """The robot's state and action names (`<motor>.pos`): lerobot's class built without connecting where
+    it can, else the arms lerobot 0.4.4 names in code (the same names both ways), else None and why."""
+    try:
+        import lerobot.robots as robots
+    except ImportError:
+        why = "lerobot is not importable here"
+    else:
+        try:
+            return (*_motors_with_lerobot(robots, robot, flags), "from lerobot's robot class")
+        except Exception as exc:  # noqa: BLE001 - a class that needs its SDK or hardware cannot say
+            why = f"lerobot's class cannot say without its SDK or hardware ({type(exc).__name__}: {exc})"
+            why = why[:200]
+    if robot in ROBOT_MOTORS:
+        names = ROBOT_MOTORS[robot]
+        return names, names, f"as lerobot 0.4.4's robot class names them in code ({why})"
+    return None, None, why
+
+
+def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Every robot module imported (as lerobot-record does, which registers each type), then the type's
+    class built without `connect()`: its `observation_features` name the motors."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(robots.__path__):
+        try:
+            importlib.import_module(f"{robots.__name__}.{module.name}")
+        except Exception:  # noqa: BLE001, S112 - a robot whose SDK is missing is not the one asked about
+            continue
+    cls = robots.RobotConfig.get_choice_class(robot)
+    names = {f.name for f in dataclasses.fields(cls)}
+    config = cls(**({"port": flags.get("robot.port") or "/dev/null"} if "port" in names else {}))
+    made = robots.make_robot_from_config(config)
+    state = [k for k, v in made.observation_features.items() if v is float]
+    return state, [k for k, v in made.action_features.items() if v is float]
+
+
+def read_file(path: Path) -> Deployment:
+    """A D file (`deploy.path`): `{"kind", "fps", "rename_map", "features": {key: {"role", "shape",
+    "names", "fps", "source"}}}`, the form a place that is no lerobot line is described in (`source`: the
+    camera whose frames a key carries, where that is not the key's own name)."""
+    line = f"deploy.path {path}"
+    try:
+        data = read_json(path, "a deployment description (deploy.path)")
+        if not isinstance(data, dict) or not isinstance(data.get("features"), dict):
+            raise InputError(
+                f"{path}: expected an object with a 'features' mapping", path=path, field="features"
+            )
+        kind = str(data.get("kind") or "?")
+        d = Deployment(
+            "env", f"deploy.path ({kind})", kind, read_by=f"{data.get('read_by') or 'the file'}, {path}"
+        )
+        d.fps = float(data["fps"]) if data.get("fps") else None
+        d.rename_map = {str(k): str(v) for k, v in (data.get("rename_map") or {}).items()}
+        for key, spec in data["features"].items():
+            shape = tuple(int(n) for n in spec["shape"]) if spec.get("shape") else None
+            fps = float(spec["fps"]) if spec.get("fps") else None
+            role, source = str(spec.get("role") or "state"), spec.get("source")
+            d.features[key] = Provided(key, role, shape, spec.get("names"), fps, source)
+        return d
+    except (InputError, KeyError, TypeError, ValueError) as exc:
+        return Deployment("env", line, "?", problem=f"{path}: unreadable deployment description: {exc}")
+
+
+def _eval_freq(raw: str | None) -> int:
+    try:
+        return int(raw) if raw is not None else EVAL_FREQ
+    except ValueError:
+        return EVAL_FREQ
+
+
+def _mapping(raw: str | None, key: str) -> dict[str, str]:
+    value = _mapping_any(raw, key)
+    if not all(isinstance(v, str) for v in value.values()):
+        raise InputError(f"{FIELD}: --{key}={raw!r} is not a mapping of key -> key", field=FIELD)
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _mapping_any(raw: str | None, key: str) -> dict[str, Any]:
+    if not raw:
+        return {}
+    value = lerobot_command._value(raw, key)
+    if not isinstance(value, dict):
+        raise InputError(f"{FIELD}: --{key}={raw!r} is not a mapping", field=FIELD)
+    return value
+
+
+def describe(d: Deployment) -> dict[str, Any]:
+    """D as the record's evidence keeps it."""
+    return {
+        "place": d.place,
+        "line": d.line,
+        "kind": d.kind,
+        "fps": d.fps,
+        "rename_map": d.rename_map,
+        "read_by": d.read_by,
+        "unknown": d.unknown,
+        "features": {
+            k: {"role": f.role, "shape": f.shape, "names": f.names, "fps": f.fps}
+            for k, f in d.features.items()
+        },
+    }
