@@ -4,22 +4,19 @@ The contract job reads D from the config itself (`readers.deploy`): the `--env.*
 line and the deploy line after its own `--`. Neither is a file, so neither would reach the contract's
 input fingerprints, and a launch that changed only where the policy runs could take an earlier clear
 result from the history. So the launch writes both, as typed, to `<output_root>/composed/<digest>/
-deploy_lines.json` (content-addressed: the same lines are the same file and reuse holds) and names it in
-`deploy.lines`, a declared input of the contract.
+deploy_lines.json` (content-addressed and written afresh, as B is: the same lines are the same file)
+and names it in `deploy.lines`, a declared input of the contract.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from pipeline.cli.training_command import COMPOSED_DIR
+from pipeline.cli.training_command import write_composed
 from pipeline.readers import lerobot_command
 from pipeline.readers.deploy import deploy_argv
-from pipeline.storage import atomic_write_json
 
 LINES = "deploy_lines.json"
 
@@ -33,11 +30,8 @@ def fill(cfg: DictConfig) -> None:
     deploy = deploy_argv(cfg)
     if not env and not deploy:
         return
-    text = json.dumps({"training_env": env, "deploy": deploy}, indent=2, sort_keys=True)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = Path(str(cfg.output_root)).resolve() / COMPOSED_DIR / digest / LINES
-    if not path.is_file():
-        atomic_write_json(path, json.loads(text))
+    # written afresh, as B is: a file left at the content-addressed path is never trusted for reuse
+    path, _ = write_composed(Path(str(cfg.output_root)), {"training_env": env, "deploy": deploy}, LINES)
     with open_dict(cfg):
         if cfg.get("deploy") is None:
             cfg.deploy = {}

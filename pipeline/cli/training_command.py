@@ -75,14 +75,14 @@ def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[
     return composed, by
 
 
-def write_composed(output_root: Path, composed: dict[str, Any]) -> tuple[Path, str]:
+def write_composed(output_root: Path, composed: dict[str, Any], name: str = TRAIN_CONFIG) -> tuple[Path, str]:
     """`<output_root>/composed/<digest>/train_config.json`, written afresh at every launch (whatever was
     left there is replaced, never trusted), and its sha256, which the run keeps (`training.composed_sha256`)
     so that the jobs judge exactly this text: the folder is shared, the digest in the config is not."""
     text = json.dumps(composed, indent=2, sort_keys=True, default=str) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()
     root = output_root.resolve()
-    path = root / COMPOSED_DIR / digest[:16] / TRAIN_CONFIG
+    path = root / COMPOSED_DIR / digest[:16] / name
     if path.is_dir() or not path.parent.resolve().is_relative_to(root):
         where = "is a directory" if path.is_dir() else f"lies in {path.parent.resolve()}, outside {root}"
         raise InputError(
