@@ -18,6 +18,7 @@ from pipeline.record.text import anchors
 
 # findings order: what blocks first (error, hard mismatch), unverifiable, what the gate let through
 RANK = {"error": 0, "mismatch": 1, "unverifiable": 2, "soft": 3, "waived": 4, "skipped": 5}
+REASON = 240  # characters of a reason in the banner's list (its finding has the whole message)
 PROFILE_ARTIFACTS = ("profile", "profile_plot")  # shown in the profile section, not with the plots
 
 
@@ -88,9 +89,10 @@ def reasons(
     for reason in data.get("reasons") or ():
         found = reason_check(str(reason), ids)
         if found is not None and found in slugs:
-            out.append({"check": found, "slug": slugs[found], "text": str(reason)[len(found) :].lstrip(": ")})
+            rest = values.text(str(reason)[len(found) :].removeprefix(": "), REASON)
+            out.append({"check": found, "slug": slugs[found], "text": rest})
         else:
-            out.append({"check": "", "slug": "", "text": str(reason)})
+            out.append({"check": "", "slug": "", "text": values.text(str(reason), REASON)})
     return out
 
 
