@@ -8,8 +8,8 @@ flags keep it off the network (no background fetches, updates, sync or QUIC) and
 
 from __future__ import annotations
 
+import base64
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,16 @@ def make_record(
     )
 
 
-def copy_tree(source: Path, target: Path) -> Path:
-    shutil.copytree(source, target)
-    return target
+# a 1x1 PNG: the profile's plot in records made here
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def write_profile(folder: Path, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """A dataset profile as the contract stage leaves it (JSON + plot): the artifacts naming them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {"schema": "preflight.profile/1", "dataset": "so101_pick", "episodes": 21, "rows": rows}
+    (folder / "profile.json").write_text(json.dumps(body))
+    (folder / "profile.png").write_bytes(PNG)
+    return {"profile": str(folder / "profile.json"), "profile_plot": str(folder / "profile.png")}

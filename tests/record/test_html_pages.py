@@ -4,7 +4,6 @@ the browser's view of the same pages is test_html_browser.py."""
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from pathlib import Path
@@ -13,12 +12,8 @@ from pipeline.record import audit, history
 from pipeline.record.html import INDEX, page_path, rebuild_html, write_html
 from pipeline.record.html import index as index_module
 from pipeline.run.status import main as status_main
-from tests.record.html_support import make_record
+from tests.record.html_support import PNG, make_record, write_profile
 
-# a 1x1 PNG: what the profile's plot is here
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
-)
 KEY = b"team-secret-key-0123456789"
 
 
@@ -107,14 +102,7 @@ def test_the_hmac_key_never_reaches_a_page(tmp_path):
 
 
 def profile(tmp_path: Path, rows: list[dict]) -> dict[str, str]:
-    body = {"schema": "preflight.profile/1", "dataset": "so101_pick", "episodes": 21, "rows": rows}
-    (tmp_path / "run").mkdir(exist_ok=True)
-    (tmp_path / "run" / "profile.json").write_text(json.dumps(body))
-    (tmp_path / "run" / "profile.png").write_bytes(PNG)
-    return {
-        "profile": str(tmp_path / "run" / "profile.json"),
-        "profile_plot": str(tmp_path / "run" / "profile.png"),
-    }
+    return write_profile(tmp_path / "run", rows)
 
 
 def test_the_dataset_profile_shows_where_the_contract_left_one(tmp_path):
