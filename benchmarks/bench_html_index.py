@@ -5,8 +5,9 @@ Prints one JSON line.
 
     python benchmarks/bench_html_index.py [--records 500] [--loads 7]
 
-The records are JSON twins written as the gate writes them (sealed and chained), without their markdown:
-the index is built from the twins alone. Timings on a shared machine are noisy; the load average is
+Also times `preflight-status --html` (every page and the index rendered again). The records are JSON
+twins written as the gate writes them (sealed and chained), without their markdown: the index is built
+from the twins alone. Timings on a shared machine are noisy; the load average is
 printed beside them, and the ratio is the number to compare.
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from pipeline.record import history
 from pipeline.record.audit import record_stem
-from pipeline.record.html import INDEX
+from pipeline.record.html import INDEX, rebuild_html
 from pipeline.record.html.write import write_index
 from pipeline.storage import atomic_write_json
 from tests.record.html_support import make_record, missing_browser, start_browser
@@ -80,6 +81,9 @@ def main() -> None:
         index = write_index(audit_dir)
         build_s = time.perf_counter() - started
         size = index.stat().st_size
+        started = time.perf_counter()
+        pages, _ = rebuild_html(audit_dir)  # `preflight-status --html`: every page, then the index
+        rebuild_s = time.perf_counter() - started
         baseline = Path(tmp) / "baseline.html"  # the same bytes, a page with nothing to lay out or run
         head = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>b</title></head><body><pre>"
         baseline.write_text(head + "x" * (size - len(head) - 20) + "</pre></body></html>")
@@ -88,6 +92,8 @@ def main() -> None:
             "index_bytes": size,
             "bytes_per_record": round(size / args.records),
             "build_s": round(build_s, 3),
+            "rebuild_all_pages_s": round(rebuild_s, 3),
+            "pages": pages,
         }
         if why is None:
             driver = start_browser(Path(tmp) / "profile")

@@ -160,12 +160,15 @@ def test_the_index_is_bounded(tmp_path, monkeypatch):
 
 
 def test_preflight_status_html_renders_every_page_again(tmp_path, capsys):
-    for day in (1, 2):
+    for day in (1, 2):  # records written before pages existed
         markdown = audit.write_record(tmp_path, make_record(f"r{day}", f"2026-12-0{day}T10:00:00+00:00"))
-    assert not page_path(markdown).exists()  # records written before pages existed
+    assert not page_path(markdown).exists()
+    page = gate(tmp_path, make_record("r3", "2026-12-03T10:00:00+00:00"))
+    assert f'id="previous-link" href="{markdown.name}"' in page.read_text()  # no page yet: its markdown
     assert status_main(["--html", str(tmp_path)]) == 0
-    assert f"{tmp_path / INDEX}: 2 record page(s) and the index written" in capsys.readouterr().out
-    assert len(list(tmp_path.glob("*_audit.html"))) == 2
+    assert f"{tmp_path / INDEX}: 3 record page(s) and the index written" in capsys.readouterr().out
+    assert len(list(tmp_path.glob("*_audit.html"))) == 3
+    assert f'id="previous-link" href="{page_path(markdown).name}"' in page.read_text()
     assert status_main(["--html", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("status: ") and "not a folder" in err and "\n" not in err.strip()

@@ -6,7 +6,9 @@ mismatch")."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from pipeline.record.html.entries import Entry
 from pipeline.record.html.page import checks_of
@@ -23,8 +25,9 @@ def inputs_of(data: dict[str, Any]) -> dict[str, str]:
     return prints
 
 
-def diff(current: Entry, before: Entry) -> dict[str, Any]:
-    """The page's "what changed" section (both entries must have data)."""
+def diff(current: Entry, before: Entry, audit_dir: Path) -> dict[str, Any]:
+    """The page's "what changed" section (both entries must have data); it links the earlier record's
+    page, or its markdown where that record has no page yet (written before pages were)."""
     now, then = current.data or {}, before.data or {}
     old = {str(c.get("id")): c for c in checks_of(then)}
     new = {str(c.get("id")): c for c in checks_of(now)}
@@ -39,13 +42,14 @@ def diff(current: Entry, before: Entry) -> dict[str, Any]:
         if k in old and old[k].get("verdict") != c.get("verdict")
     ]
     prints_now, prints_then = inputs_of(now), inputs_of(then)
+    page = f"{before.stem}.html"
     inputs = [
         {"input": k, "before": prints_then.get(k, "—"), "now": prints_now.get(k, "—")}
         for k in sorted(set(prints_now) | set(prints_then))
         if prints_now.get(k) != prints_then.get(k)
     ]
     return {
-        "stem": before.stem,
+        "href": quote(page if (Path(audit_dir) / page).exists() else f"{before.stem}.md"),
         "run_id": str(then.get("run_id")),
         "created": str(then.get("created")),
         "gate": str(then.get("gate")),

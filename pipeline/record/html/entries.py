@@ -28,33 +28,39 @@ class Entry:
         return self.path.stem
 
     @cached_property
-    def data(self) -> dict[str, Any] | None:
-        """The record as JSON (the twin's body); for a twin whose content did not prove itself, what
-        its file says, read again, bounded (shown as untrusted, never relied on)."""
-        if self.twin.record is not None:
-            return self.twin.record.to_dict()
+    def _raw(self) -> dict[str, Any] | None:
+        """The twin's JSON as written (bounded); for a twin that proved itself, checked to be the content
+        `verify` proved (its digest again), else the entry is not trusted (it changed since)."""
         try:
             raw = integrity.load_json(self.path, history.MAX_TWIN_BYTES, inside=self.path.parent)
-        except integrity.Unreadable:
+        except integrity.Unreadable as exc:
+            self.problem = self.problem or f"unreadable: {exc}"
             return None
         if not isinstance(raw, dict) or not isinstance(raw.get("sources"), dict):
             return None
-        return {k: v for k, v in raw.items() if k not in (history.INTEGRITY, history.FILES)}
+        block = raw.pop(history.INTEGRITY, None)
+        if self.problem is None and self.twin.record is not None:
+            previous = block.get("previous") if isinstance(block, dict) else None
+            if integrity.digest({**raw, "previous": previous}) != self.twin.digest:
+                self.problem = "changed since the history verified it"
+        return raw
 
     @cached_property
+    def data(self) -> dict[str, Any] | None:
+        """The record as its twin holds it (JSON); for a twin that did not prove itself, what its file
+        says all the same (shown as untrusted, never relied on)."""
+        raw = self._raw
+        return None if raw is None else {k: v for k, v in raw.items() if k != history.FILES}
+
+    @property
     def files(self) -> dict[str, str]:
         """Artifact path -> its copy beside the record, relative to the audit folder."""
-        if self.twin.record is not None:
-            return dict(self.twin.files)
-        try:
-            raw = integrity.load_json(self.path, history.MAX_TWIN_BYTES, inside=self.path.parent)
-        except integrity.Unreadable:
-            return {}
-        found = raw.get(history.FILES) if isinstance(raw, dict) else None
+        found = (self._raw or {}).get(history.FILES)
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
     @property
     def trusted(self) -> bool:
+        self._raw  # noqa: B018  (reading the file may find it changed since it was verified)
         return self.problem is None and self.twin.record is not None
 
     def order(self) -> tuple[str, str]:

@@ -76,7 +76,9 @@ def render(template: str, script: str, **context: Any) -> str:
 
 def render_page(entry: Entry, before: Entry | None, audit_dir: Path) -> str:
     context = page_context(entry, audit_dir)
-    context["diff"] = diff(entry, before) if before is not None and before.data is not None else None
+    context["diff"] = (
+        diff(entry, before, audit_dir) if before is not None and before.data is not None else None
+    )
     return render("page.html.j2", "page.js", **context)
 
 
@@ -103,23 +105,32 @@ def write_html(
     return written
 
 
-def write_index(audit_dir: Path, mode: int | None = None, key: bytes | None = None) -> Path:
+def write_index(
+    audit_dir: Path, mode: int | None = None, key: bytes | None = None, found: list[Entry] | None = None
+) -> Path:
+    """index.html from every twin, listed afresh under the audit lock (or from `found`, listed by a
+    caller that holds the lock)."""
+    if found is not None:
+        return atomic_write_text(Path(audit_dir) / INDEX, render_index(found, audit_dir), mode)
     with file_lock(Path(audit_dir) / LOCK):
         text = render_index(entries(audit_dir, key), audit_dir)
         return atomic_write_text(Path(audit_dir) / INDEX, text, mode)
 
 
 def rebuild_html(audit_dir: Path, mode: int | None = None, key: bytes | None = None) -> tuple[int, Path]:
-    """Every record's page rendered again from its twin, then the index (`preflight-status --html`).
-    Returns how many pages were written and the index's path."""
+    """Every record's page rendered again from its twin, then the index (`preflight-status --html`), all
+    under the audit lock. Returns how many pages were written and the index's path."""
     audit_dir = Path(audit_dir)
-    found = entries(audit_dir, key)
-    pages = 0
-    for entry in found:
-        if entry.data is None:
-            continue
-        atomic_write_text(
-            audit_dir / page_name(entry.stem), render_page(entry, previous(found, entry), audit_dir), mode
-        )
-        pages += 1
-    return pages, write_index(audit_dir, mode, key)
+    with file_lock(audit_dir / LOCK):
+        found = entries(audit_dir, key)
+        lineages: dict[tuple[str, ...], list[Entry]] = {}
+        for entry in found:
+            if entry.data is not None:
+                lineages.setdefault(entry.lineage(), []).append(entry)
+        pages = 0
+        for same in lineages.values():
+            for entry in same:
+                page = render_page(entry, previous(same, entry), audit_dir)
+                atomic_write_text(audit_dir / page_name(entry.stem), page, mode)
+                pages += 1
+        return pages, write_index(audit_dir, mode, key, found)
