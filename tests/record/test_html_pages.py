@@ -5,7 +5,10 @@ the browser's view of the same pages is test_html_browser.py."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from pipeline.record import audit, history
@@ -172,3 +175,16 @@ def test_preflight_status_html_renders_every_page_again(tmp_path, capsys):
     assert status_main(["--html", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("status: ") and "not a folder" in err and "\n" not in err.strip()
+
+
+def test_a_fifo_and_a_device_link_in_the_history_are_named_never_read(tmp_path):
+    """Read as the history reads its files: a FIFO named like a twin would block a plain open forever."""
+    gate(tmp_path, make_record("r1", "2026-12-01T10:00:00+00:00"))
+    os.mkfifo(tmp_path / "2026-12-03_m_d_fifo_audit.json")
+    (tmp_path / "2026-12-03_m_d_zero_audit.json").symlink_to("/dev/zero")
+    script = f"from pipeline.record.html import rebuild_html; print(rebuild_html({str(tmp_path)!r})[0])"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+    unreadable = (tmp_path / INDEX).read_text().split("Unreadable records", 1)[1]
+    assert "fifo_audit.json</code>: unreadable: is a FIFO" in unreadable
+    assert "zero_audit.json</code>: unreadable: a symlink to /dev/zero" in unreadable
