@@ -88,7 +88,9 @@ def history(faulty: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
 def test_the_gate_wrote_the_page_and_the_index(faulty):
     audit_dir = faulty.markdown.parent
     assert page_path(faulty.markdown).is_file() and (audit_dir / INDEX).is_file()
-    assert f"page: {page_path(faulty.markdown)}" in faulty.proc.stdout
+    index = (audit_dir / INDEX).read_text()
+    assert f'<a href="{page_path(faulty.markdown).name}">{faulty.record.run_id}</a>' in index
+    assert 'class="banner blocked"' in page_path(faulty.markdown).read_text()
 
 
 def test_a_finding_unfolds_and_the_table_filters(browser, history):
