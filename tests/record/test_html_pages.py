@@ -130,6 +130,7 @@ def test_the_dataset_profile_shows_where_the_contract_left_one(tmp_path):
 
 def test_a_profile_that_is_not_one_is_a_line_not_a_failed_page(tmp_path):
     artifacts = profile(tmp_path, [])
+    del artifacts["profile_plot"]  # a profile without its plot
     Path(artifacts["profile"]).write_text(json.dumps({"schema": "other/9", "rows": []}))
     html = gate(tmp_path / "audit", make_record("r1", "2026-12-01T10:00:00+00:00", artifacts=artifacts))
     assert (
@@ -188,3 +189,16 @@ def test_a_fifo_and_a_device_link_in_the_history_are_named_never_read(tmp_path):
     unreadable = (tmp_path / INDEX).read_text().split("Unreadable records", 1)[1]
     assert "fifo_audit.json</code>: unreadable: is a FIFO" in unreadable
     assert "zero_audit.json</code>: unreadable: a symlink to /dev/zero" in unreadable
+
+
+def test_a_record_the_renderer_cannot_lay_out_gets_a_page_saying_so(tmp_path, monkeypatch):
+    from pipeline.record.html import write
+
+    def broken(*args):
+        raise TypeError("a shape this renderer does not know")
+
+    monkeypatch.setattr(write, "page_context", broken)
+    page = gate(tmp_path, make_record("r1", "2026-12-01T10:00:00+00:00")).read_text()
+    assert "could not be laid out as a page (TypeError: a shape this renderer does not know)" in page
+    assert f'href="{page_path(next(tmp_path.glob("*_audit.md"))).stem}.md"' in page
+    assert 'data-run="r1"' in (tmp_path / INDEX).read_text()

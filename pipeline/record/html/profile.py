@@ -38,7 +38,15 @@ def profile_section(data: dict[str, Any], audit_dir: Path, files: dict[str, str]
     found = (contract or {}).get("artifacts") or {}
     if "profile" not in found and "profile_plot" not in found:
         return None
-    section: dict[str, Any] = {"problem": "", "columns": [], "rows": [], "dataset": "", "episodes": ""}
+    section: dict[str, Any] = {
+        "problem": "",
+        "columns": [],
+        "rows": [],
+        "left_out": 0,
+        "dataset": "",
+        "episodes": "",
+        "plot": "",
+    }
     if "profile_plot" in found:
         section["plot"] = values.link(str(found["profile_plot"]), audit_dir, files)
     if "profile" in found:

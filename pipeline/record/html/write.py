@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateError, select_autoescape
 from markupsafe import Markup
 
 from pipeline.record.audit import LOCK
@@ -75,11 +75,16 @@ def render(template: str, script: str, **context: Any) -> str:
 
 
 def render_page(entry: Entry, before: Entry | None, audit_dir: Path) -> str:
-    context = page_context(entry, audit_dir)
-    context["diff"] = (
-        diff(entry, before, audit_dir) if before is not None and before.data is not None else None
-    )
-    return render("page.html.j2", "page.js", **context)
+    """The record's page; a record this renderer cannot lay out (a twin of a shape it does not know)
+    gets a page that says so and where the record is, never a gate that fails after its record."""
+    try:
+        context = page_context(entry, audit_dir)
+        has_diff = before is not None and before.data is not None
+        context["diff"] = diff(entry, before, audit_dir) if has_diff else None
+        return render("page.html.j2", "page.js", **context)
+    except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        return render("broken.html.j2", "none.js", stem=entry.stem, why=why)
 
 
 def render_index(all_entries: list[Entry], audit_dir: Path) -> str:
