@@ -202,3 +202,17 @@ def test_a_record_the_renderer_cannot_lay_out_gets_a_page_saying_so(tmp_path, mo
     assert "could not be laid out as a page (TypeError: a shape this renderer does not know)" in page
     assert f'href="{page_path(next(tmp_path.glob("*_audit.md"))).stem}.md"' in page
     assert 'data-run="r1"' in (tmp_path / INDEX).read_text()
+
+
+def test_many_changed_inputs_are_named_not_spelled_out():
+    from pipeline.record.html.diff import headline
+
+    names = ["stages.tf.models[0].path", "model", "dataset", "training", "cache", "release", "config"]
+    inputs = [{"input": n, "before": "sha256:" + "1" * 64, "now": "sha256:" + "2" * 64} for n in names]
+    now, then = {"gate": "blocked"}, {"gate": "clear", "created": "2026-12-01T10:00:00", "run_id": "r1"}
+    text = headline(now, then, inputs, [])
+    assert text == (
+        "blocked now, clear on 2026-12-01 (run r1): 6 inputs changed (cache, dataset, model, release, "
+        "training, and 1 more), and no row changed its verdict."
+    )
+    assert "same inputs, other software (config)" in headline(now, then, inputs[-1:], [])

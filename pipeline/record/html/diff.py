@@ -70,8 +70,12 @@ def headline(
     when = str(then.get("created") or "")[:10]
     head = f"{now.get('gate')} now, {then.get('gate')} on {when} (run {then.get('run_id')})"
     real = [i for i in inputs if i["input"] not in NOT_INPUTS]
-    if real:
+    if 0 < len(real) <= 2:
         what = "; ".join(f"{i['input']} changed ({_short(i['before'])} → {_short(i['now'])})" for i in real)
+    elif real:  # the sources first (model, dataset, ...), then the nested inputs (a stage's models)
+        names = sorted((i["input"] for i in real), key=lambda n: ("." in n or "[" in n, n))
+        more = f", and {len(names) - 5} more" if len(names) > 5 else ""
+        what = f"{len(names)} inputs changed ({', '.join(names[:5])}{more})"
     elif inputs:
         what = "the same inputs, other software (" + ", ".join(i["input"] for i in inputs) + ")"
     else:
