@@ -27,6 +27,10 @@ PACKAGES=(
     libosmesa6
     # pgrep/pkill/ps, used by slurm_local.sh.
     procps
+    # The audit pages' browser tests (tests/record/test_html_browser.py): headless Chromium driven
+    # through Debian's chromedriver, so nothing is downloaded when the tests run.
+    chromium
+    chromium-driver
 )
 
 if [[ ${EUID} -ne 0 ]]; then

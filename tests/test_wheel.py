@@ -110,6 +110,8 @@ def test_wheel_install_clears_the_demo_from_an_empty_folder(fresh_python, tmp_pa
     assert gate["gate"] == "clear"
     assert {s["stage"] for s in gate["stages"]} >= {"container_check", "contract", "determinism"}
     assert (tmp_path / "out" / "demo").is_dir() and (empty / "audit_logs" / "timeline.md").is_file()
+    pages = list((empty / "audit_logs").glob("*_audit.html"))  # rendered from the templates in the wheel
+    assert len(pages) == 1 and (empty / "audit_logs" / "index.html").is_file()
 
 
 # The console scripts the README names, as pip installs them from the wheel: `preflight-launch` (a Hydra

@@ -4,7 +4,8 @@ The gate runs `afterany` on the stages, so it also runs when a stage crashed or 
 stage without a readable result becomes an `error` check, never a silent pass.
 
 "clear" never stands without a record: the gate first removes any earlier decision of this run, writes
-the audit record (JSON twin, markdown, timeline row), and only then `gate.json`. A write that fails
+the audit record (JSON twin, markdown, timeline row, its HTML page and the history's index.html), and
+only then `gate.json`. A write that fails
 (a full or read-only filesystem) ends the job with exit 1 and one line naming the write and the files
 that did get written; the decision itself is kept as `gate.incomplete.json` where that is possible.
 With `gate.junit=PATH` the same record is also written as JUnit XML (before `gate.json`, so a
@@ -30,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError
 from pipeline.record import audit, integrity
+from pipeline.record.html import write_html
 from pipeline.record.junit import write_junit
 from pipeline.record.records import GateRecord, PartDone, RecordError, Rows, StageResult
 from pipeline.record.runfolder import NO_GATE_EXIT, PART_DONE, RunFolder, demo_dir
@@ -54,6 +56,10 @@ def run_gate(run_dir: Path) -> int:
     except ConfigError as exc:  # the key file went missing or bad since launch
         return _failed(folder, record, str(exc), [])
     written = [markdown.with_suffix(".json"), markdown, markdown.parent / audit.TIMELINE]
+    try:  # the page beside the record and the history's index.html: derived from the twins, like the timeline
+        written += write_html(Path(cfg.audit_dir), markdown, mode, key)
+    except OSError as exc:
+        return _failed(folder, record, f"writing the record's page failed: {exc.strerror or exc}", written)
     junit = junit_path(cfg)
     if junit is not None:
         try:
@@ -64,7 +70,8 @@ def run_gate(run_dir: Path) -> int:
         folder.write_gate(record)
     except OSError as exc:
         return _failed(folder, record, f"writing {folder.gate_file} failed: {exc.strerror or exc}", written)
-    print(f"record: {markdown}" + (f"; junit: {junit}" if junit else ""))
+    page = markdown.with_suffix(".html")
+    print(f"record: {markdown}; page: {page}" + (f"; junit: {junit}" if junit else ""))
     return folder.report_gate()
 
 

@@ -18,6 +18,7 @@ from rich.table import Table
 from pipeline.errors import InputError, PreflightError, one_line
 from pipeline.progress import make_console
 from pipeline.record import history, integrity
+from pipeline.record.html import rebuild_html
 from pipeline.record.records import RecordError
 from pipeline.record.runfolder import RunFolder
 
@@ -164,6 +165,19 @@ def verify_history(audit_dir: Path, key_file: str | None) -> int:
     return 3 if bad else 0
 
 
+def build_html(audit_dir: Path, key_file: str | None) -> int:
+    """Every record's page and `index.html` rendered again from the JSON twins of `audit_dir`."""
+    if not audit_dir.is_dir():
+        raise InputError(f"{audit_dir}: not a folder (expected an audit_dir)", path=audit_dir)
+    try:
+        pages, index = rebuild_html(audit_dir, key=integrity.load_key(key_file))
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise InputError(f"{audit_dir}: writing the pages failed: {why}", path=audit_dir) from None
+    print(f"{index}: {pages} record page(s) and the index written")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.status", description=__doc__)
     parser.add_argument(
@@ -181,11 +195,22 @@ def main(argv: list[str] | None = None) -> int:
         const="audit_logs",
         help="check every record of an audit_dir (digest, chain, HMAC); exit 3 if one fails",
     )
-    parser.add_argument("--key-file", default=None, help="the team's audit.key_file, for --verify-history")
+    parser.add_argument(
+        "--html",
+        metavar="AUDIT_DIR",
+        nargs="?",
+        const="audit_logs",
+        help="render every record's HTML page and index.html of an audit_dir again from its JSON twins",
+    )
+    parser.add_argument(
+        "--key-file", default=None, help="the team's audit.key_file, for --verify-history and --html"
+    )
     args = parser.parse_args(argv)
     try:
         if args.verify_history is not None:
             return verify_history(Path(args.verify_history), args.key_file)
+        if args.html is not None:
+            return build_html(Path(args.html), args.key_file)
         if args.run is None:
             folder = RunFolder.latest(args.output_root)
             print(f"latest run under {folder.root.parent}: {folder.run_id}")

@@ -1,0 +1,141 @@
+"""Rendering and writing the pages: Jinja2 templates shipped in the package (`templates/`), autoescape on
+for every template, each file written atomically, the index under the audit lock.
+
+Each page carries a Content-Security-Policy that allows its own inline style and script by their
+sha256, images from its folder, and nothing else: a value that somehow reached the page as markup could
+still not run or fetch anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateError, select_autoescape
+from markupsafe import Markup
+
+from pipeline.record.audit import LOCK
+from pipeline.record.html.diff import diff
+from pipeline.record.html.entries import Entry, entries, previous
+from pipeline.record.html.index import index_context
+from pipeline.record.html.page import page_context
+from pipeline.storage import atomic_write_text, file_lock
+
+INDEX = "index.html"
+
+
+def page_path(markdown: Path) -> Path:
+    """The page beside a markdown record: `<stem>.html` (the stem ends in `_audit`)."""
+    return Path(markdown).with_suffix(".html")
+
+
+def page_name(stem: str) -> str:
+    return f"{stem}.html"
+
+
+@functools.cache
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("pipeline.record.html", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["urlpart"] = lambda value: quote(str(value))
+    return env
+
+
+def _asset(name: str) -> str:
+    env = environment()
+    assert env.loader is not None
+    return env.loader.get_source(env, name)[0]
+
+
+def _sha(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def render(template: str, script: str, **context: Any) -> str:
+    """A template with the shared style and one script inlined, and the policy that allows only them."""
+    style, code = _asset("style.css"), _asset(script)
+    policy = (
+        "default-src 'none'; img-src 'self' file: data:; "
+        f"style-src {_sha(style)}; script-src {_sha(code)}; base-uri 'none'; form-action 'none'"
+    )
+    return (
+        environment()
+        .get_template(template)
+        .render(style=Markup(style), script=Markup(code), policy=policy, **context)
+    )
+
+
+def render_page(entry: Entry, before: Entry | None, audit_dir: Path) -> str:
+    """The record's page; a record this renderer cannot lay out (a twin of a shape it does not know)
+    gets a page that says so and where the record is, never a gate that fails after its record."""
+    try:
+        context = page_context(entry, audit_dir)
+        has_diff = before is not None and before.data is not None
+        context["diff"] = diff(entry, before, audit_dir) if has_diff else None
+        return render("page.html.j2", "page.js", **context)
+    except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        return render("broken.html.j2", "none.js", stem=entry.stem, why=why)
+
+
+def render_index(all_entries: list[Entry], audit_dir: Path) -> str:
+    return render("index.html.j2", "index.js", **index_context(all_entries, audit_dir, page_name))
+
+
+def write_html(
+    audit_dir: Path, markdown: Path, mode: int | None = None, key: bytes | None = None
+) -> list[Path]:
+    """The gate's call after its record: this record's page, then the index rebuilt under the audit lock
+    (so two gates finishing together each leave an index that lists both). Returns the files written."""
+    audit_dir = Path(audit_dir)
+    found = entries(audit_dir, key)
+    twin = Path(markdown).with_suffix(".json")
+    current = next((e for e in found if e.path == twin), None)
+    written = []
+    if current is not None and current.data is not None:
+        page = page_path(markdown)
+        written.append(
+            atomic_write_text(page, render_page(current, previous(found, current), audit_dir), mode)
+        )
+    written.append(write_index(audit_dir, mode, key))
+    return written
+
+
+def write_index(
+    audit_dir: Path, mode: int | None = None, key: bytes | None = None, found: list[Entry] | None = None
+) -> Path:
+    """index.html from every twin, listed afresh under the audit lock (or from `found`, listed by a
+    caller that holds the lock)."""
+    if found is not None:
+        return atomic_write_text(Path(audit_dir) / INDEX, render_index(found, audit_dir), mode)
+    with file_lock(Path(audit_dir) / LOCK):
+        text = render_index(entries(audit_dir, key), audit_dir)
+        return atomic_write_text(Path(audit_dir) / INDEX, text, mode)
+
+
+def rebuild_html(audit_dir: Path, mode: int | None = None, key: bytes | None = None) -> tuple[int, Path]:
+    """Every record's page rendered again from its twin, then the index (`preflight-status --html`), all
+    under the audit lock. Returns how many pages were written and the index's path."""
+    audit_dir = Path(audit_dir)
+    with file_lock(audit_dir / LOCK):
+        found = entries(audit_dir, key)
+        lineages: dict[tuple[str, ...], list[Entry]] = {}
+        for entry in found:
+            if entry.data is not None:
+                lineages.setdefault(entry.lineage(), []).append(entry)
+        pages = 0
+        for same in lineages.values():
+            for entry in same:
+                page = render_page(entry, previous(same, entry), audit_dir)
+                atomic_write_text(audit_dir / page_name(entry.stem), page, mode)
+                pages += 1
+        return pages, write_index(audit_dir, mode, key, found)
