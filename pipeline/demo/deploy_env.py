@@ -17,27 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.demo import dataset
 from pipeline.demo.cameras import CAMERAS, ENV_ID
 from pipeline.storage import atomic_write_json
 
-FPS = 10  # the demo's control rate (demo/dataset.py FPS): one action per env step at 10 Hz
-# what the demo reads from the env's info each step (demo/dataset.py `_state`, `_env_state`; a test keeps
-# them equal): joints, effector pose, gripper; the cube's pose
-STATE = [
-    "shoulder_pan.pos",
-    "shoulder_lift.pos",
-    "elbow.pos",
-    "wrist_1.pos",
-    "wrist_2.pos",
-    "wrist_3.pos",
-    "effector.x",
-    "effector.y",
-    "effector.z",
-    "effector.yaw",
-    "gripper.opening",
-]
-CUBE = ["cube.x", "cube.y", "cube.z", "cube.yaw"]
-ACTION = ["effector.dx", "effector.dy", "effector.dz", "effector.dyaw", "gripper.cmd"]  # what env.step takes
+# what the env gives each step is what the demo reads from its info to record (demo/dataset.py `_state`,
+# `_env_state`) at its control rate: one reader of the env, so the D of the clean demo is the env itself
+FPS, STATE, CUBE, ACTION = dataset.FPS, dataset.STATE_NAMES, dataset.ENV_NAMES, dataset.ACTION_NAMES
 FOLDER = "deploy"
 
 

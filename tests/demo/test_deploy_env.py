@@ -14,13 +14,6 @@ def demo(variant: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "demo" / f"{variant}.yaml"), resolve=True)
 
 
-def test_the_env_gives_what_the_demo_records_from_it():
-    """The D file's state names are the ones the demo's dataset writes from the same env info."""
-    assert deploy_env.STATE == dataset.STATE_NAMES and deploy_env.CUBE == dataset.ENV_NAMES
-    assert deploy_env.ACTION == dataset.ACTION_NAMES
-    assert deploy_env.FPS == dataset.FPS
-
-
 def test_the_clean_env_matches_and_faulty_renders_front_at_another_size(tmp_path):
     clean = read_file(deploy_env.write(demo("default"), tmp_path))
     assert clean.problem is None and clean.fps == dataset.FPS
