@@ -72,8 +72,10 @@ def evaluate(
     groups: Mapping[str, list[int]],
     dataset: Path,
     ctx: StageContext,
+    source: Mapping[str, str] | None = None,
 ) -> StageResult:
-    """Provenance, then the shared samples, then every model on them, then comparisons and pictures."""
+    """Provenance, then the shared samples, then every model on them, then comparisons and pictures.
+    `source`: policy key -> dataset key under the training's rename map (inputs.py)."""
     checks: list[Check] = []
     loaded = []
     device = models.device_for(tf.device)
@@ -89,13 +91,14 @@ def evaluate(
                 )
         except Exception as exc:  # noqa: BLE001 - recorded as the model's error row
             checks.append(model_error(spec, exc, "loading"))
-    declared = {spec.name: inputs.declare(model.obj, model.inputs) for spec, model in loaded}
+    declared = {spec.name: inputs.declare(model.obj, model.inputs, source) for spec, model in loaded}
     loaded, unfed = inputs.feedable(loaded, declared, dataset)
     checks += unfed
     extra = {c for c in (tf.subset_column, tf.reference_column) if c}
     if any(declared[spec.name].language for spec, _ in loaded):
         extra.add(inputs.TASK_INDEX)
-    keys = sorted({k for s, _ in loaded for k in declared[s.name].vectors} | {tf.action_key} | extra)
+    vectors = {declared[s.name].data_key(k) for s, _ in loaded for k in declared[s.name].vectors}
+    keys = sorted(vectors | {tf.action_key} | extra)
     frames, rows, labels, sample_rows = _samples(tf, dataset, keys, groups, ctx.artifacts_dir)
     checks += sample_rows
     artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
