@@ -26,6 +26,7 @@ from pipeline.stages.teacher_forced import (
     inputs,
     metrics,
     models,
+    probe_rows,
     probes,
     provenance,
     repeatability,
@@ -124,22 +125,24 @@ def evaluate(
 
 
 def _probes(tf: Any, runs: Mapping[str, Run], baseline: str, shared: Shared) -> list[Check]:
-    """The counterfactual probes for the configured models (default: the baseline)."""
+    """The counterfactual probes for the configured models (default: the baseline), and for each model
+    fed renamed cameras whether anything told them apart (`probe_rows.renamed_cameras`)."""
     names = [baseline] if tf.probe_models is None else list(tf.probe_models)
     out: list[Check] = []
-    for name in names:
-        run = runs.get(name)
-        if run is None:
-            continue
+    for name, run in runs.items():
         declared = shared.feeds.declared[name]
+        found: list[Check] = []
         try:
-            batch = shared.feeds.batch(name)
-            shifted = shared.feeds.shifted(name)
-            out += probes.probe_model(
-                tf, name, run, batch, declared.cameras, declared.vectors, shared, shifted
-            )
+            if name in names:
+                batch = shared.feeds.batch(name)
+                shifted = shared.feeds.shifted(name)
+                found = probes.probe_model(
+                    tf, name, run, batch, declared.cameras, declared.vectors, shared, shifted
+                )
         except Exception as exc:  # noqa: BLE001 - an alternative the model cannot take: its row
-            out.append(model_error(run.spec, exc, "probing"))
+            found = [model_error(run.spec, exc, "probing")]
+        renamed = probe_rows.renamed_cameras(name, declared, found, name in names)
+        out += found + ([renamed] if renamed is not None else [])
     return out
 
 

@@ -52,8 +52,11 @@ def command(rename: dict[str, str] | None) -> list[str]:
     return ["lerobot-train", "--policy.path=local/act_cam", "--dataset.repo_id=local/top_hand", *flags]
 
 
-def run_with(dataset: Path, tmp_path: Path, rename: dict[str, str] | None, **overrides) -> dict:
-    models = [{"name": "base", "path": write_model(tmp_path / "base", list(CAMERAS)), "loader": LOADER}]
+def run_with(
+    dataset: Path, tmp_path: Path, rename: dict[str, str] | None, model: dict | None = None, **overrides
+) -> dict:
+    path = write_model(tmp_path / "base", list(CAMERAS), **(model or {}))
+    models = [{"name": "base", "path": path, "loader": LOADER}]
     config = typed(TeacherForcedConfig, {"models": models, "samples": 96, "plots": False, **overrides}, "tf")
     cfg = OmegaConf.create(
         {"dataset": {"path": str(dataset)}, "stages": {}, "training": {"command": command(rename)}}
@@ -66,12 +69,29 @@ def test_the_right_map_feeds_each_policy_camera_from_its_renamed_dataset_camera(
     assert "input.base" not in rows
     assert rows[SWAP].verdict == "match", rows[SWAP].message  # the exchange does not fit better
     assert not [k for k, r in rows.items() if r.blocking], {k: r.message for k, r in rows.items()}
+    told = rows["rename_map.base"]
+    assert told.verdict == "match" and "tells the renamed cameras apart" in told.message
+    assert told.evidence["fed"] == {FRONT: TOP, WRIST: HAND}
 
 
 def test_the_crossed_map_is_named_by_the_exchange_probe_under_the_map(top_hand, tmp_path):
     rows = run_with(top_hand, tmp_path, CROSSED)
     assert rows[SWAP].verdict == "mismatch" and rows[SWAP].severity == "hard", rows[SWAP].message
     assert f"{FRONT} and {WRIST} exchanged" in rows[SWAP].message
+    said = rows["rename_map.base"]
+    assert (said.verdict, said.severity) == ("mismatch", "soft") and "feeds cameras crossed" in said.message
+
+
+def test_a_model_that_cannot_tell_the_cameras_apart_leaves_the_map_unverifiable_not_clear(top_hand, tmp_path):
+    rows = run_with(top_hand, tmp_path, RIGHT, model={"blind": [0, 1]})  # its cameras move no action dim
+    said = rows["rename_map.base"]
+    assert said.verdict == "unverifiable" and "no stage could tell" in said.message
+    assert f"{FRONT} <- {TOP}" in said.message
+
+
+def test_without_the_probe_the_map_is_unverifiable(top_hand, tmp_path):
+    said = run_with(top_hand, tmp_path, CROSSED, probe_models=[])["rename_map.base"]
+    assert said.verdict == "unverifiable" and "did not run" in said.message
 
 
 def test_without_the_map_the_model_is_a_row_naming_the_camera_the_dataset_lacks(top_hand, tmp_path):
