@@ -223,6 +223,7 @@ def _libraries_said(libraries: list[str], backend: str | None) -> str:
 
 
 def _brief(text: str) -> str:
-    """The first lines of a loader error (torchcodec's lists every FFmpeg version it tried)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " ".join(lines[:3])[:500]
+    """The loader error's first sentence (torchcodec's goes on with its likely causes and a traceback
+    per FFmpeg version it tried, whose libraries the row names)."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first.split(" Likely causes")[0][:300]

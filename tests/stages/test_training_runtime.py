@@ -13,15 +13,21 @@ from omegaconf import OmegaConf
 
 from pipeline.stages import training_runtime as rt
 
-# torchcodec 0.10's loader error on a machine without FFmpeg's shared libraries (one line per core it
-# tried), as lerobot-train's data loader raised it on Debian 12
+# torchcodec 0.10's loader error under torch 2.10 on this Debian 12 machine without FFmpeg's shared
+# libraries, as lerobot 0.4.4's decode_video_frames raised it (abridged: three of the five versions tried)
 TORCHCODEC = (
     "RuntimeError: Could not load libtorchcodec. Likely causes:\n"
-    "  1. FFmpeg is not properly installed in your environment. We support versions 4, 5, 6, 7 and 8.\n"
-    "[start of libtorchcodec loading traceback]\n"
-    "FFmpeg version 7: libavutil.so.59: cannot open shared object file: No such file or directory\n"
-    "FFmpeg version 5: libavutil.so.57: cannot open shared object file: No such file or directory\n"
-    "FFmpeg version 4: libavutil.so.56: cannot open shared object file: No such file or directory\n"
+    "          1. FFmpeg is not properly installed in your environment. We support\n"
+    "[start of libtorchcodec loading traceback]\nFFmpeg version 6:\nTraceback (most recent call last):\n"
+    "OSError: libavutil.so.58: cannot open shared object file: No such file or directory\n\n"
+    "The above exception was the direct cause of the following exception:\n\n"
+    "OSError: Could not load this library: /venv/site-packages/torchcodec/libtorchcodec_core6.so\n\n"
+    "FFmpeg version 5:\nTraceback (most recent call last):\n"
+    "OSError: libavutil.so.57: cannot open shared object file: No such file or directory\n\n"
+    "OSError: Could not load this library: /venv/site-packages/torchcodec/libtorchcodec_core5.so\n\n"
+    "FFmpeg version 4:\nTraceback (most recent call last):\n"
+    "OSError: libavutil.so.56: cannot open shared object file: No such file or directory\n\n"
+    "OSError: Could not load this library: /venv/site-packages/torchcodec/libtorchcodec_core4.so\n"
     "[end of libtorchcodec loading traceback]."
 )
 
@@ -64,5 +70,13 @@ def test_a_torchcodec_without_ffmpeg_names_each_library_and_its_debian_package()
     assert "libavutil.so.57 (Debian package libavutil57)" in row.message
     assert "apt-get install libavcodec59 libavformat59 libavutil57" in row.message
     assert "--dataset.video_backend=pyav" in row.message
-    assert row.evidence["missing_libraries"] == ["libavutil.so.59", "libavutil.so.57", "libavutil.so.56"]
+    assert row.evidence["missing_libraries"] == ["libavutil.so.58", "libavutil.so.57", "libavutil.so.56"]
+    assert "RuntimeError: Could not load libtorchcodec." in row.message and "Likely" not in row.message
+
+
+def test_only_torchs_wrapper_line_still_names_torchcodecs_core():
+    text = "OSError: Could not load this library: /v/torchcodec/libtorchcodec_core4.so"
+    result = {"policy": {"ok": True}, "backend": "torchcodec", "decode": {"ok": False, "error": text}}
+    row = rt.runtime_row("/venv/bin/python", ["act", "/d/v.mp4", "0.0", "0.03", ""], result, None)
+    assert "did not load: libtorchcodec_core4.so" in row.message and "libavutil57" in row.message
     assert rt.debian_package("libswscale.so.6") == "libswscale6" and rt.debian_package("libfoo.so.1") is None
