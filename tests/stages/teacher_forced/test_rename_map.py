@@ -27,18 +27,30 @@ SWAP = f"probe.base.exchanged:{FRONT}|{WRIST}"
 
 
 def renamed_dataset(root: Path, names: dict[str, str]) -> Path:
-    """The pixel dataset with its cameras stored under other keys (videos, info.json, episodes)."""
+    """The pixel dataset with its cameras stored under other keys."""
     write_dataset(root)
+    return rename_cameras(root, names)
+
+
+def rename_cameras(root: Path, names: dict[str, str]) -> Path:
+    """A LeRobot v3.0 dataset's cameras moved to other keys: video folders, info.json, meta/stats.json
+    and the episodes' `videos/<key>/...` and `stats/<key>/...` columns."""
     for old, new in names.items():
         (root / "videos" / old).rename(root / "videos" / new)
-    info = json.loads((root / "meta/info.json").read_text())
-    info["features"] = {names.get(k, k): v for k, v in info["features"].items()}
-    (root / "meta/info.json").write_text(json.dumps(info))
-    path = root / "meta/episodes/file-000.parquet"
-    table = pq.read_table(path)
-    columns = [next((c.replace(f"videos/{o}/", f"videos/{n}/") for o, n in names.items() if o in c), c)
-               for c in table.column_names]  # fmt: skip
-    pq.write_table(table.rename_columns(columns), path)
+    for meta in ("info.json", "stats.json"):
+        path = root / "meta" / meta
+        if path.is_file():
+            data = json.loads(path.read_text())
+            if meta == "info.json":
+                data["features"] = {names.get(k, k): v for k, v in data["features"].items()}
+            else:
+                data = {names.get(k, k): v for k, v in data.items()}
+            path.write_text(json.dumps(data))
+    for path in sorted((root / "meta/episodes").rglob("*.parquet")):
+        table = pq.read_table(path)
+        parts = [c.split("/") for c in table.column_names]
+        columns = ["/".join(names.get(p, p) for p in part) for part in parts]
+        pq.write_table(table.rename_columns(columns), path)
     return root
 
 
