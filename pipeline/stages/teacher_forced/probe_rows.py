@@ -204,7 +204,9 @@ def renamed_cameras(name: str, declared: Any, found: list[Check], probed: bool) 
     stage sees a camera's stats, alike for every camera where they are ImageNet's, so only the exchange
     probe can say that the map feeds each policy camera the dataset camera it was trained on: an
     exchange that clearly raises the error says so; one that is kept says the map crossed them; one
-    within the noise (or no probe) leaves it unknown, which the record says rather than clearing."""
+    within the noise (or no probe) leaves it unknown, which the record says rather than clearing
+    silently: a soft finding, not `unverifiable`, because the right map and the crossed one give a
+    model that cannot tell its cameras apart the same evidence, and a right map must not block."""
     renamed = [c for c in declared.cameras if c in declared.source]
     if not renamed or len(declared.cameras) < 2:
         return None
@@ -238,7 +240,7 @@ def renamed_cameras(name: str, declared: Any, found: list[Check], probed: bool) 
     )
     message = (
         f"{name}: no stage could tell whether the rename map ({fed}) feeds each policy camera the dataset "
-        f"camera it was trained on: {why}, and the cameras' stats cannot tell where they are alike "
-        "(ImageNet's for every camera)"
+        f"camera it was trained on: {why}, and stats cannot tell cameras apart where they are alike "
+        "(ImageNet's, lerobot's default for every camera); a crossed map would look the same"
     )
-    return ROWS(row_id, feature, "unverifiable", message, severity="soft", evidence=evidence)
+    return ROWS(row_id, feature, "mismatch", message, severity="soft", evidence=evidence)

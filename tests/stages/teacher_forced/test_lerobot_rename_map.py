@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,9 @@ def hf(tmp_path_factory: pytest.TempPathFactory, demo_cache: DemoCache) -> Path:
 
 def finetune(hf: Path, cwd: Path, rename: dict[str, str], *overrides: str) -> dict:
     os.environ.update({**OFFLINE, "HF_HUB_CACHE": str(hf / "hub"), "HF_LEROBOT_HOME": str(hf / "lerobot")})
+    bin_dir = str(Path(sys.executable).parent)  # lerobot-train on PATH, as in an activated venv
+    if bin_dir not in os.environ["PATH"].split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
     line = ["lerobot-train", f"--policy.path={BASE_ID}", f"--dataset.repo_id={DATA_ID}",
             f"--rename_map={json.dumps(rename)}", *FLAGS]  # fmt: skip
     cwd.mkdir()
@@ -71,8 +75,7 @@ def test_the_right_map_blocks_only_on_what_lerobot_does_with_the_renamed_cameras
                     "stages.determinism.job_pair=false")  # fmt: skip
     found = rows(gate)
     blocking = {r.partition(": ")[0] for r in gate["reasons"]} - environment_rows()
-    allowed = {STATS_ROW, "teacher_forced.rename_map.model"}  # the second: a 4-step ACT may not tell
-    assert blocking <= allowed, gate["reasons"]
+    assert blocking <= {STATS_ROW}, gate["reasons"]
     assert "teacher_forced.input.model" not in found  # fed the renamed cameras
     assert found["determinism.reload.forward"]["verdict"] == "match", found["determinism.reload.forward"]
     stats = found[STATS_ROW]
@@ -86,6 +89,6 @@ def test_the_right_map_blocks_only_on_what_lerobot_does_with_the_renamed_cameras
 
 def test_the_crossed_map_is_never_a_silent_clear(hf, tmp_path):
     gate = finetune(hf, tmp_path / "run", CROSSED, "stage=teacher_forced")
-    said = rows(gate)["teacher_forced.rename_map.model"]
-    assert said["verdict"] in ("unverifiable", "mismatch"), said
-    assert gate["gate"] == "blocked" and said["evidence"]["fed"] == {FRONT: HAND, WRIST: TOP}
+    said = rows(gate)["teacher_forced.rename_map.model"]  # a 4-step ACT: the exchange probe cannot tell
+    assert said["verdict"] == "mismatch" and said["evidence"]["fed"] == {FRONT: HAND, WRIST: TOP}, said
+    assert "no stage could tell" in said["message"] or "crossed" in said["message"]

@@ -94,16 +94,16 @@ def test_the_crossed_map_is_named_by_the_exchange_probe_under_the_map(top_hand, 
     assert (said.verdict, said.severity) == ("mismatch", "soft") and "feeds cameras crossed" in said.message
 
 
-def test_a_model_that_cannot_tell_the_cameras_apart_leaves_the_map_unverifiable_not_clear(top_hand, tmp_path):
+def test_a_model_that_cannot_tell_the_cameras_apart_leaves_a_soft_row_saying_so(top_hand, tmp_path):
     rows = run_with(top_hand, tmp_path, RIGHT, model={"blind": [0, 1]})  # its cameras move no action dim
     said = rows["rename_map.base"]
-    assert said.verdict == "unverifiable" and "no stage could tell" in said.message
+    assert (said.verdict, said.severity) == ("mismatch", "soft") and "no stage could tell" in said.message
     assert f"{FRONT} <- {TOP}" in said.message
 
 
-def test_without_the_probe_the_map_is_unverifiable(top_hand, tmp_path):
+def test_without_the_probe_the_map_is_said_to_be_unchecked(top_hand, tmp_path):
     said = run_with(top_hand, tmp_path, CROSSED, probe_models=[])["rename_map.base"]
-    assert said.verdict == "unverifiable" and "did not run" in said.message
+    assert (said.verdict, said.severity) == ("mismatch", "soft") and "did not run" in said.message
 
 
 def test_without_the_map_the_model_is_a_row_naming_the_camera_the_dataset_lacks(top_hand, tmp_path):
