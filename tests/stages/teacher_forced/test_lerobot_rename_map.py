@@ -53,11 +53,12 @@ def hf(tmp_path_factory: pytest.TempPathFactory, demo_cache: DemoCache) -> Path:
     return root / "hf"
 
 
-def finetune(hf: Path, cwd: Path, rename: dict[str, str], *overrides: str) -> dict:
-    os.environ.update({**OFFLINE, "HF_HUB_CACHE": str(hf / "hub"), "HF_LEROBOT_HOME": str(hf / "lerobot")})
-    bin_dir = str(Path(sys.executable).parent)  # lerobot-train on PATH, as in an activated venv
-    if bin_dir not in os.environ["PATH"].split(os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
+def finetune(hf: Path, cwd: Path, rename: dict[str, str], mp: pytest.MonkeyPatch, *overrides: str) -> dict:
+    """The finetune line launched as a user in an activated venv would (its lerobot-train on PATH)."""
+    env = {**OFFLINE, "HF_HUB_CACHE": str(hf / "hub"), "HF_LEROBOT_HOME": str(hf / "lerobot")}
+    for name, value in env.items():
+        mp.setenv(name, value)
+    mp.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     line = ["lerobot-train", f"--policy.path={BASE_ID}", f"--dataset.repo_id={DATA_ID}",
             f"--rename_map={json.dumps(rename)}", *FLAGS]  # fmt: skip
     cwd.mkdir()
@@ -70,13 +71,16 @@ def rows(gate: dict) -> dict[str, dict]:
     return {c["id"]: c for s in gate["stages"] for c in s["checks"]}
 
 
-def test_the_right_map_blocks_only_on_what_lerobot_does_with_the_renamed_cameras_stats(hf, tmp_path):
-    gate = finetune(hf, tmp_path / "run", RIGHT, "stage=full", "stages.determinism.steps=3",
+def test_the_right_map_blocks_only_on_what_lerobot_does_with_the_renamed_cameras_stats(
+    hf, tmp_path, monkeypatch
+):
+    gate = finetune(hf, tmp_path / "run", RIGHT, monkeypatch, "stage=full", "stages.determinism.steps=3",
                     "stages.determinism.job_pair=false")  # fmt: skip
     found = rows(gate)
     blocking = {r.partition(": ")[0] for r in gate["reasons"]} - environment_rows()
     assert blocking <= {STATS_ROW}, gate["reasons"]
     assert "teacher_forced.input.model" not in found  # fed the renamed cameras
+    assert found["container_check.training_runtime"]["verdict"] == "match"  # pyav typed: it decodes
     assert found["determinism.reload.forward"]["verdict"] == "match", found["determinism.reload.forward"]
     stats = found[STATS_ROW]
     assert (
@@ -87,8 +91,8 @@ def test_the_right_map_blocks_only_on_what_lerobot_does_with_the_renamed_cameras
     assert f"held under the dataset's names {sorted([HAND, TOP])}" in stats["message"]
 
 
-def test_the_crossed_map_is_never_a_silent_clear(hf, tmp_path):
-    gate = finetune(hf, tmp_path / "run", CROSSED, "stage=teacher_forced")
+def test_the_crossed_map_is_never_a_silent_clear(hf, tmp_path, monkeypatch):
+    gate = finetune(hf, tmp_path / "run", CROSSED, monkeypatch, "stage=teacher_forced")
     said = rows(gate)["teacher_forced.rename_map.model"]  # a 4-step ACT: the exchange probe cannot tell
     assert said["verdict"] == "mismatch" and said["evidence"]["fed"] == {FRONT: HAND, WRIST: TOP}, said
     assert "no stage could tell" in said["message"] or "crossed" in said["message"]
