@@ -31,6 +31,17 @@ PACKAGES=(
     # through Debian's chromedriver, so nothing is downloaded when the tests run.
     chromium
     chromium-driver
+    # FFmpeg 5.1's shared libraries, which torchcodec's core (libtorchcodec_core5.so) links against:
+    # lerobot 0.4.4 decodes videos with torchcodec wherever it is importable, so the lerobot venv of
+    # scripts/test_lerobot.sh cannot train on a video dataset without them (container_check's
+    # training_runtime row names them). Libraries only, no ffmpeg CLI.
+    libavcodec59
+    libavformat59
+    libavutil57
+    libswscale6
+    libswresample4
+    libavdevice59
+    libavfilter8
 )
 
 if [[ ${EUID} -ne 0 ]]; then

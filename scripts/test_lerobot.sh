@@ -24,7 +24,17 @@ if [[ "$(cat "$VENV/.preflight-lerobot" 2>/dev/null)" != "$WANT" ]]; then
     echo "$WANT" > "$VENV/.preflight-lerobot"
 fi
 
+# torchcodec, which lerobot decodes videos with wherever it is importable, loads FFmpeg's shared libraries
+# from the system: scripts/install_system.sh installs them (as root; it installs only what is missing)
+if ! ldconfig -p | grep -q 'libavutil\.so\.'; then
+    if [[ ${EUID} -eq 0 ]]; then
+        scripts/install_system.sh
+    else
+        echo "test_lerobot.sh: FFmpeg's shared libraries are missing; run scripts/install_system.sh as root" >&2
+    fi
+fi
+
 # offline: nothing may reach the Hub; PYTHONPATH: this checkout even if the editable install is another
 HF_HUB_OFFLINE=1 PYTHONPATH="$ROOT" "$VENV/bin/python" -m pytest -q -ra -m lerobot -p no:cacheprovider \
     tests/stages/teacher_forced tests/trainers tests/cli tests/readers/test_deploy.py \
-    tests/stages/contract/test_deploy_rows.py "$@"
+    tests/stages/contract/test_deploy_rows.py tests/stages/test_training_runtime_lerobot.py "$@"

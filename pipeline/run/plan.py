@@ -89,9 +89,14 @@ def resources(cfg: DictConfig, name: str, part: str | None = None) -> dict[str, 
 
 
 def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stage]:
-    """`stage=full` is every registered stage but those in `skip`; otherwise the one named."""
+    """`stage=full` is every registered stage but those in `skip`; otherwise the one named, and
+    container_check before it where the training line is a lerobot-train line (unless skipped): the
+    chained training must be able to start (its runtime probe, `stages/training_runtime.py`)."""
     skip = set(cfg.get("skip") or ())
     wanted = [n for n in registry if n not in skip] if cfg.stage.name == "full" else [cfg.stage.name]
+    probe = "container_check"
+    if probe in registry and probe not in skip and probe not in wanted and _lerobot_line(cfg):
+        wanted.insert(0, probe)
     ordered: list[Stage] = []
 
     def visit(name: str, trail: tuple[str, ...]) -> None:
@@ -109,6 +114,12 @@ def selected_stages(cfg: DictConfig, registry: Mapping[str, Stage]) -> list[Stag
     for name in wanted:
         visit(name, ())
     return ordered
+
+
+def _lerobot_line(cfg: DictConfig) -> bool:
+    from pipeline.readers.lerobot_command import is_lerobot_train, training_argv
+
+    return is_lerobot_train(training_argv(cfg))
 
 
 def reuse_mode(cfg: DictConfig, stage: str | None = None) -> str:

@@ -2,6 +2,9 @@
 
 It runs first, inside whatever the other stages run in (the host, or the image with
 `container=apptainer`), so every later finding is about the model and the data, not the software.
+Where the training line is a lerobot-train line it also probes that command's own runtime
+(training_runtime.py: the policy modules, one frame through lerobot's video decoder); a launch of one
+other stage (`stage=contract`) runs it for that probe alone, since the chained training needs it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import InputError
 from pipeline.record.records import Check, Rows, StageResult
-from pipeline.stages import Stage, StageContext, container_image, register
+from pipeline.stages import Stage, StageContext, container_image, register, training_runtime
 from pipeline.stages.config import Resources, StageConfig, require, settings
 
 NAME = "container_check"
@@ -89,6 +92,8 @@ ctx.free()
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     config = settings(ContainerCheckConfig, cfg, ctx.config, NAME)
+    if str((cfg.get("stage") or {}).get("name") or "full") not in ("full", NAME):
+        return StageResult.from_checks(NAME, training_runtime.runtime_checks(cfg))  # the line's probe alone
     checks = [_python_check(config)]
     checks += [_package_check(name, spec) for name, spec in config.packages.items()]
     checks.append(_gpu_check(config))
@@ -96,6 +101,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     dirs = {"run_dir": cfg.run_dir, "audit_dir": cfg.audit_dir, "checkpoint_dir": cfg.checkpoint_dir}
     checks += [_dir_check(label, Path(path), config.min_free_gb) for label, path in dirs.items()]
     checks += container_image.image_checks(cfg, ctx.run_dir)  # the image: promoted, readable, running in it
+    checks += training_runtime.runtime_checks(cfg)
     return StageResult.from_checks(NAME, checks)
 
 

@@ -46,6 +46,12 @@ class Reloaded:
     output_feature: str = "action"
     injected: list[str] = field(default_factory=list)  # keys filled from the dataset's metadata
     required: list[str] = field(default_factory=list)  # keys eval's normalizers read (by their modes)
+    # the rename map `forward` applies itself (dataset key -> policy key, as lerobot's saved preprocessor
+    # does); None: it applies none, and is fed the policy's names
+    renames: dict[str, str] | None = None
+    # what the loader's normalizers do with an input whose stats are all absent (lerobot: pass it through
+    # unnormalized), for the row that names such an input; empty: not known
+    without_stats: str = ""
 
 
 def rank_and_world() -> tuple[int, int]:

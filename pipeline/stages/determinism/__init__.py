@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 
 from pipeline.errors import ConfigError, InputError
 from pipeline.inputs import Input
+from pipeline.readers.rename import rename_map
 from pipeline.record.records import Check, Rows, StageResult
 from pipeline.stages import Stage, StageContext, error_check, register
 from pipeline.stages.determinism import compare, envelope, findings, reload, runner
@@ -196,7 +197,8 @@ def reload_checks(cfg: DictConfig, config: DeterminismConfig, twin: Outcome) -> 
         )
     told = runner.uses_placeholder(config.train_cmd, "save_normalization_stats")
     try:
-        return reload.round_trip(checkpoint, Path(dataset), config.reload, loader, told=told)
+        rename = rename_map(cfg)
+        return reload.round_trip(checkpoint, Path(dataset), config.reload, loader, told=told, rename=rename)
     except InputError as exc:
         return [dataclasses.replace(error_check(f"{NAME}.reload", exc, "reload"), stage=NAME)]
 

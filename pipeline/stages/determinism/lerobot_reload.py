@@ -28,6 +28,9 @@ from pipeline.trainlog.spec import Reloaded
 
 LOADER = "pipeline.stages.determinism.lerobot_reload:reload_lerobot"
 POST_SUFFIX = "@postprocessor"  # a post-processor stat that differs from the pre-processor's same key
+# lerobot 0.4.4's NormalizerProcessorStep._apply_transform: `key not in self._tensor_stats` -> the tensor
+# as it is, at training (lerobot-train's preprocessor) and at inference alike
+WITHOUT_STATS = "lerobot's NormalizerProcessorStep passes an input without stats through unnormalized"
 
 
 def default_loader(checkpoint: Path) -> str | None:
@@ -69,6 +72,15 @@ def processor_stats(pre: Any, post: Any) -> tuple[dict[str, np.ndarray], list[st
                 mode = modes.get(_value(spec.type), ABSENT_MODE)
                 required += [f"{feature}.{s}" for s in NEEDS.get(mode, ())]
     return stats, list(dict.fromkeys(required))
+
+
+def saved_renames(pre: Any) -> dict[str, str]:
+    """The rename map the reloaded preprocessor applies first (its `rename_observations_processor`, as
+    lerobot-train saved it with `--rename_map`); empty when it renames nothing."""
+    out: dict[str, str] = {}
+    for step in getattr(pre, "steps", ()):
+        out.update({str(k): str(v) for k, v in dict(getattr(step, "rename_map", None) or {}).items()})
+    return out
 
 
 def first_task(dataset: Path) -> str | None:
@@ -115,6 +127,8 @@ def reload_lerobot(checkpoint: Path, dataset: Path) -> Reloaded:
         output_feature=str(outputs[0]),
         injected=[],
         required=required,
+        renames=saved_renames(model.pre),
+        without_stats=WITHOUT_STATS,
     )
 
 

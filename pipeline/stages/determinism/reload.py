@@ -98,8 +98,10 @@ def saved_rows(saved: Mapping[str, np.ndarray], expect_saved: bool) -> list[Chec
     return rows
 
 
-def populated_row(reloaded: Reloaded) -> Check:
-    """Every statistic eval's normalizers read is present and finite after re-injection."""
+def populated_row(reloaded: Reloaded, trained: set[str] | None = None) -> Check:
+    """Every statistic eval's normalizers read is present and finite after re-injection. An input whose
+    stats are all absent is named with what the loader does with it (`without_stats`) and, from the
+    training's intent (`trained`: its keys), whether training normalized it any differently."""
     bad = _placeholders(reloaded.stats)
     absent = [k for k in reloaded.required if k not in reloaded.stats]
     problems = [
@@ -107,7 +109,7 @@ def populated_row(reloaded: Reloaded) -> Check:
         f"{sorted(bad)[:8]}"
         if bad
         else "",
-        f"missing though the normalization mode needs them: {absent[:8]}" if absent else "",
+        _absent_said(reloaded, absent, trained) if absent else "",
     ]
     message = "; ".join(p for p in problems if p) or (
         f"all {len(reloaded.stats)} normalization value(s) finite; re-injected {len(reloaded.injected)} "
@@ -124,8 +126,39 @@ def populated_row(reloaded: Reloaded) -> Check:
             "missing": absent,
             "injected": reloaded.injected,
             "keys": sorted(reloaded.stats),
+            "renames": reloaded.renames or {},
         },
     )
+
+
+def _absent_said(reloaded: Reloaded, absent: list[str], trained: set[str] | None) -> str:
+    """The missing stats, and for an input with none at all: what eval does with it, whether training
+    did the same (the intent's keys), and where a rename left its stats (under the dataset's name)."""
+    said = f"missing though the normalization mode needs them: {absent[:8]}"
+    features = list(dict.fromkeys(k.rpartition(".")[0] for k in absent))
+    bare = [f for f in features if not any(k.startswith(f"{f}.") for k in reloaded.stats)]
+    if not bare or not reloaded.without_stats:
+        return said
+    verb = "has" if len(bare) == 1 else "have"
+    said += f"; {', '.join(bare)} {verb} no stats at all: {reloaded.without_stats}"
+    if trained is not None:
+        same = not any(k.startswith(f"{f}.") for f in bare for k in trained)
+        said += (
+            ", at training as at inference (training's normalizer had none for them either), so train and "
+            "inference agree but the declared normalization mode is never applied to them"
+            if same
+            else ", though training normalized them (its intent holds their stats): train and inference "
+            "differ"
+        )
+    renamed = {f: d for d, f in (reloaded.renames or {}).items() if f in bare}
+    held = {f: d for f, d in renamed.items() if any(k.startswith(f"{d}.") for k in reloaded.stats)}
+    if held:
+        said += (
+            f"; their stats are held under the dataset's names {sorted(held.values())}, which the rename map "
+            "renames to them before the normalizer looks (lerobot-train normalizes with the dataset's stats "
+            "keyed as the dataset names them)"
+        )
+    return said
 
 
 def intent_row(reloaded: Reloaded, intent_path: Path, atol: float) -> Check:
@@ -171,25 +204,41 @@ def intent_row(reloaded: Reloaded, intent_path: Path, atol: float) -> Check:
     )
 
 
-def first_sample(data: LeRobotData, features: list[str]) -> dict[str, np.ndarray]:
+def first_sample(
+    data: LeRobotData, features: list[str], source: Mapping[str, str] | None = None
+) -> dict[str, np.ndarray]:
     """The dataset's first row as a batch of one, as the training loader gives it: vector columns as
     float32 [1, D], cameras (video or parquet images) decoded through the frame reader as float 0-1
-    [1, 3, H, W] (`processor_view`). Row 0 is its episode's first frame."""
+    [1, 3, H, W] (`processor_view`). Row 0 is its episode's first frame. `source`: sample key ->
+    the dataset key it is read from (the rename map's; unnamed keys read themselves)."""
+    source = dict(source or {})
     reader = FrameReader(data)
-    cameras = [f for f in features if f in reader.cameras()]
-    vectors = [f for f in features if f not in cameras]
+    read = {f: source.get(f, f) for f in features}
+    cameras = sorted({d for d in read.values() if d in reader.cameras()})
+    vectors = sorted({d for d in read.values() if d not in cameras})
     sample = data.frames(vectors, limit=1, dtype=np.float32) if vectors else {}
     if cameras:
         episode = int(data.frames(["episode_index"], limit=1)["episode_index"][0])
         sample.update({k: processor_view(reader.frames(k, episode, [0])) for k in cameras})
-    return {f: sample[f] for f in features}
+    return {f: sample[read[f]] for f in features}
 
 
-def forward_row(reloaded: Reloaded, dataset: Path) -> Check:
+def fed_keys(reloaded: Reloaded, rename: Mapping[str, str]) -> dict[str, str]:
+    """Sample key -> dataset key for each policy input: the dataset key the training's map renames to
+    it, handed to `forward` under the name its own rename step (`renames`) turns into the policy's
+    (lerobot's reloaded preprocessor renames as training did, so it is fed the dataset's names)."""
+    from pipeline.readers.rename import sources
+
+    data, own = sources(rename), sources(reloaded.renames or {})
+    return {own.get(f, f): data.get(f, f) for f in reloaded.input_features}
+
+
+def forward_row(reloaded: Reloaded, dataset: Path, rename: Mapping[str, str] | None = None) -> Check:
     data = LeRobotData(dataset)
     want = (1, data.feature_dim(reloaded.output_feature))
+    fed = fed_keys(reloaded, rename or {})
     try:
-        sample = first_sample(data, list(reloaded.input_features))
+        sample = first_sample(data, list(fed), fed)
     except InputError as exc:  # e.g. a camera's video missing or undecodable: the forward cannot be fed
         return _row(
             "forward",
@@ -219,18 +268,29 @@ def forward_row(reloaded: Reloaded, dataset: Path) -> Check:
         f"shape {tuple(out.shape)} (expected {want}), {'finite' if finite else 'NOT finite'}",
         expected={"shape": list(want), "finite": True},
         actual={"shape": list(out.shape), "finite": finite},
-        evidence={"output": out.tolist(), "inputs": {k: list(v.shape) for k, v in sample.items()}},
+        evidence={
+            "output": out.tolist(),
+            "inputs": {k: list(v.shape) for k, v in sample.items()},
+            "read_from": {k: v for k, v in fed.items() if k != v},
+        },
     )
 
 
 def round_trip(
-    checkpoint: Path, dataset: Path, rcfg: Any, loader_name: str | None = None, told: bool = True
+    checkpoint: Path,
+    dataset: Path,
+    rcfg: Any,
+    loader_name: str | None = None,
+    told: bool = True,
+    rename: Mapping[str, str] | None = None,
 ) -> list[Check]:
     """All reload rows for one checkpoint; a loader that raises is itself a hard row.
 
     `loader_name`: the loader to use (default `rcfg.loader`). `told`: whether the smoke command was
     handed `save_normalization_stats` (its `{save_normalization_stats}` placeholder); only then does a
-    `false` there promise a checkpoint without stats (lerobot-train, for one, always saves them)."""
+    `false` there promise a checkpoint without stats (lerobot-train, for one, always saves them).
+    `rename`: the training's rename map (dataset key -> policy key): the forward is fed the dataset
+    keys it renames, as training fed them."""
     if not list(Path(checkpoint).glob("*.safetensors")):
         return [
             _row(
@@ -269,9 +329,10 @@ def round_trip(
         )
     )
     intent = Path(checkpoint).parent / INTENT_FILE
+    trained = set(read_safetensors(intent)) if intent.is_file() else None
     return [
         *rows,
-        populated_row(reloaded),
+        populated_row(reloaded, trained),
         intent_row(reloaded, intent, float(rcfg.stats_atol)),
-        forward_row(reloaded, dataset),
+        forward_row(reloaded, dataset, rename),
     ]

@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 from pipeline.errors import ConfigError, InputError
 from pipeline.inputs import Input
 from pipeline.readers.lerobot_paths import shown
+from pipeline.readers.rename import rename_map, sources
 from pipeline.record.records import StageResult
 from pipeline.stages import Stage, StageContext, register, stage_config
 from pipeline.stages.config import Resources, StageConfig
@@ -239,7 +240,8 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     except ConfigError as exc:
         raise InputError(str(exc), field=exc.key) from exc
     baseline = tf.baseline or specs[0].name
-    return evaluate(tf, specs, baseline, dict(tf.subset_episodes), Path(dataset), ctx)
+    source = sources(rename_map(cfg))
+    return evaluate(tf, specs, baseline, dict(tf.subset_episodes), Path(dataset), ctx, source)
 
 
 register(

@@ -26,6 +26,7 @@ from pipeline.stages.teacher_forced import (
     inputs,
     metrics,
     models,
+    probe_rows,
     probes,
     provenance,
     repeatability,
@@ -72,8 +73,10 @@ def evaluate(
     groups: Mapping[str, list[int]],
     dataset: Path,
     ctx: StageContext,
+    source: Mapping[str, str] | None = None,
 ) -> StageResult:
-    """Provenance, then the shared samples, then every model on them, then comparisons and pictures."""
+    """Provenance, then the shared samples, then every model on them, then comparisons and pictures.
+    `source`: policy key -> dataset key under the training's rename map (inputs.py)."""
     checks: list[Check] = []
     loaded = []
     device = models.device_for(tf.device)
@@ -89,13 +92,14 @@ def evaluate(
                 )
         except Exception as exc:  # noqa: BLE001 - recorded as the model's error row
             checks.append(model_error(spec, exc, "loading"))
-    declared = {spec.name: inputs.declare(model.obj, model.inputs) for spec, model in loaded}
+    declared = {spec.name: inputs.declare(model.obj, model.inputs, source) for spec, model in loaded}
     loaded, unfed = inputs.feedable(loaded, declared, dataset)
     checks += unfed
     extra = {c for c in (tf.subset_column, tf.reference_column) if c}
     if any(declared[spec.name].language for spec, _ in loaded):
         extra.add(inputs.TASK_INDEX)
-    keys = sorted({k for s, _ in loaded for k in declared[s.name].vectors} | {tf.action_key} | extra)
+    vectors = {declared[s.name].data_key(k) for s, _ in loaded for k in declared[s.name].vectors}
+    keys = sorted(vectors | {tf.action_key} | extra)
     frames, rows, labels, sample_rows = _samples(tf, dataset, keys, groups, ctx.artifacts_dir)
     checks += sample_rows
     artifacts = {"samples": str(ctx.artifacts_dir / "samples.json")}
@@ -121,22 +125,24 @@ def evaluate(
 
 
 def _probes(tf: Any, runs: Mapping[str, Run], baseline: str, shared: Shared) -> list[Check]:
-    """The counterfactual probes for the configured models (default: the baseline)."""
+    """The counterfactual probes for the configured models (default: the baseline), and for each model
+    fed renamed cameras whether anything told them apart (`probe_rows.renamed_cameras`)."""
     names = [baseline] if tf.probe_models is None else list(tf.probe_models)
     out: list[Check] = []
-    for name in names:
-        run = runs.get(name)
-        if run is None:
-            continue
+    for name, run in runs.items():
         declared = shared.feeds.declared[name]
+        found: list[Check] = []
         try:
-            batch = shared.feeds.batch(name)
-            shifted = shared.feeds.shifted(name)
-            out += probes.probe_model(
-                tf, name, run, batch, declared.cameras, declared.vectors, shared, shifted
-            )
+            if name in names:
+                batch = shared.feeds.batch(name)
+                shifted = shared.feeds.shifted(name)
+                found = probes.probe_model(
+                    tf, name, run, batch, declared.cameras, declared.vectors, shared, shifted
+                )
         except Exception as exc:  # noqa: BLE001 - an alternative the model cannot take: its row
-            out.append(model_error(run.spec, exc, "probing"))
+            found = [model_error(run.spec, exc, "probing")]
+        renamed = probe_rows.renamed_cameras(name, declared, found, name in names)
+        out += found + ([renamed] if renamed is not None else [])
     return out
 
 

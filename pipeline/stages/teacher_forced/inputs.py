@@ -15,6 +15,10 @@ Past frames before an episode's start repeat its first frame (LeRobot's loader c
 
 Frames are decoded once per stage for every camera any model reads, one seek per episode and camera,
 and the decode time is kept apart from the models' time.
+
+Under the training's rename map (dataset key -> policy key, `pipeline.readers.rename`) each policy
+input is read from the dataset key renamed to it, as lerobot's preprocessor renames before the policy
+sees a batch; the batch is keyed by the policy's names.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.readers.frames import FrameReader, processor_view
 from pipeline.readers.lerobot_data import LeRobotData
+from pipeline.readers.rename import said
 from pipeline.record.records import Check, Rows
 from pipeline.stages.teacher_forced.compare import sig
 from pipeline.stages.teacher_forced.samples import Frames, _ranks
@@ -49,6 +54,11 @@ class Declared:
     language: bool
     n_obs_steps: int = 1
     shapes: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, str] = field(default_factory=dict)  # policy key -> dataset key, the renamed ones
+
+    def data_key(self, key: str) -> str:
+        """The dataset key `key` is read from (itself unless the rename map renames one to it)."""
+        return self.source.get(key, key)
 
 
 def _kind(spec: Any) -> str:
@@ -71,8 +81,9 @@ def n_obs_steps(obj: Any) -> int:
     return 1
 
 
-def declare(obj: Any, keys: Sequence[str]) -> Declared:
-    """Sort a model's input keys into vectors, cameras and the task text."""
+def declare(obj: Any, keys: Sequence[str], source: Mapping[str, str] | None = None) -> Declared:
+    """Sort a model's input keys into vectors, cameras and the task text; `source`: policy key ->
+    dataset key for the keys the rename map renames (`pipeline.readers.rename.sources`)."""
     features = getattr(obj, "input_features", None)
     specs = features if isinstance(features, Mapping) else {}
     vectors, cameras, language = [], [], False
@@ -85,7 +96,8 @@ def declare(obj: Any, keys: Sequence[str]) -> Declared:
         else:
             vectors.append(key)
     shapes = {k: _shape(specs[k]) for k in keys if k in specs}
-    return Declared(list(keys), vectors, cameras, language, n_obs_steps(obj), shapes)
+    renamed = {k: v for k, v in (source or {}).items() if k in keys}
+    return Declared(list(keys), vectors, cameras, language, n_obs_steps(obj), shapes, renamed)
 
 
 def missing(declared: Declared, data: LeRobotData) -> dict[str, str]:
@@ -93,14 +105,15 @@ def missing(declared: Declared, data: LeRobotData) -> dict[str, str]:
     features = data.features
     cams = set(data.video_keys()) | set(data.image_keys())
     out: dict[str, str] = {}
+    source = declared.data_key
     for key in declared.vectors:
-        if key not in features:
-            out[key] = "not a feature of the dataset"
-        elif key in cams:
-            out[key] = "a camera in the dataset, declared as a vector by the model"
+        if source(key) not in features:
+            out[said(key, declared.source)] = "not a feature of the dataset"
+        elif source(key) in cams:
+            out[said(key, declared.source)] = "a camera in the dataset, declared as a vector by the model"
     for key in declared.cameras:
-        if key not in cams:
-            out[key] = "no such camera (video or image feature) in the dataset"
+        if source(key) not in cams:
+            out[said(key, declared.source)] = "no such camera (video or image feature) in the dataset"
     if declared.language and (TASK_INDEX not in features or not data.tasks()):
         out[TASK] = "the dataset has no task_index column or no meta/tasks"
     return out
@@ -112,7 +125,7 @@ def shape_differences(declared: Declared, data: LeRobotData) -> dict[str, str]:
     see another scale), so the row says so."""
     out: dict[str, str] = {}
     for key in declared.cameras:
-        want, spec = declared.shapes.get(key), data.features.get(key) or {}
+        want, spec = declared.shapes.get(key), data.features.get(declared.data_key(key)) or {}
         have = spec.get("shape") if isinstance(spec, Mapping) else None
         if not (isinstance(want, list) and len(want) == 3 and isinstance(have, list) and len(have) == 3):
             continue
@@ -152,9 +165,9 @@ class Feeds:
 
     def decode(self, data: LeRobotData) -> None:
         """Every camera any model reads, at the sampled rows (and their past rows), once."""
-        depth: dict[str, int] = {}
+        depth: dict[str, int] = {}  # dataset camera -> the most past frames a model reads of it
         for d in self.declared.values():
-            for key in d.cameras:
+            for key in map(d.data_key, d.cameras):
                 depth[key] = max(depth.get(key, 1), d.n_obs_steps)
         if not depth:
             return
@@ -193,7 +206,8 @@ class Feeds:
 
     def view(self, key: str, n: int, shift: int = 0) -> np.ndarray:
         """float32 0-1 [B, 3, H, W] (n = 1) or [B, n, 3, H, W], converted once per camera and depth;
-        `shift`: the frames that many rows later (earlier if negative) in each sample's episode."""
+        `shift`: the frames that many rows later (earlier if negative) in each sample's episode; `key`
+        the dataset's camera."""
         if (key, n, shift) not in self._views:
             rows = self.past(n, shift)
             rows = rows[:, 0] if n == 1 else rows
@@ -206,7 +220,7 @@ class Feeds:
         """Model `name`'s cameras at every time shift +-1..+-max_shift (the probes' alternatives)."""
         d = self.declared[name]
         shifts = [k for k in range(-self.max_shift, self.max_shift + 1) if k]
-        return {key: {k: self.view(key, d.n_obs_steps, k) for k in shifts} for key in d.cameras}
+        return {key: {k: self.view(d.data_key(key), d.n_obs_steps, k) for k in shifts} for key in d.cameras}
 
     def tasks(self, data_root: Path) -> list[str]:
         """Each sample's task text (meta/tasks, by task_index)."""
@@ -221,16 +235,16 @@ class Feeds:
         return self._tasks
 
     def batch(self, name: str) -> dict[str, Any]:
-        """Model `name`'s inputs, in its declared order."""
+        """Model `name`'s inputs, in its declared order, keyed by its own names."""
         d = self.declared[name]
         past = self.past(d.n_obs_steps) if d.n_obs_steps > 1 else None
         out: dict[str, Any] = {}
         for key in d.keys:
             if key in d.cameras:
-                out[key] = self.view(key, d.n_obs_steps)
+                out[key] = self.view(d.data_key(key), d.n_obs_steps)
             elif key in d.vectors:
                 stacked = past is not None and key.startswith("observation.")
-                out[key] = self.frames.columns[key][past if stacked else self.rows]
+                out[key] = self.frames.columns[d.data_key(key)][past if stacked else self.rows]
             else:
                 out[key] = list(self.tasks(self.frames.root))
         return out
@@ -275,7 +289,9 @@ def decoded(loaded: list, feeds: Feeds) -> tuple[list, list[Check]]:
     """Models whose cameras decoded; a camera whose video is bad is each reader's input row."""
     keep, rows = [], []
     for spec, model in loaded:
-        bad = {k: feeds.failed[k] for k in feeds.declared[spec.name].cameras if k in feeds.failed}
+        d = feeds.declared[spec.name]
+        failed = {k: feeds.failed.get(d.data_key(k)) for k in d.cameras}
+        bad = {said(k, d.source): why for k, why in failed.items() if why is not None}
         if bad:
             rows.append(input_row(spec.name, bad, feeds.frames.root))
         else:

@@ -197,3 +197,50 @@ def _capped(tf: Any, found: Any) -> str:
     if found.capped_rounds:
         said += f"; capped: the search stopped at probe_rounds={tf.probe_rounds} passes, more may fit better"
     return said
+
+
+def renamed_cameras(name: str, declared: Any, found: list[Check], probed: bool) -> Check | None:
+    """`rename_map.<model>`: whether anything told apart the cameras the rename map feeds. The contract
+    stage sees a camera's stats, alike for every camera where they are ImageNet's, so only the exchange
+    probe can say that the map feeds each policy camera the dataset camera it was trained on: an
+    exchange that clearly raises the error says so; one that is kept says the map crossed them; one
+    within the noise (or no probe) leaves it unknown, which the record says rather than clearing
+    silently: a soft finding, not `unverifiable`, because the right map and the crossed one give a
+    model that cannot tell its cameras apart the same evidence, and a right map must not block."""
+    renamed = [c for c in declared.cameras if c in declared.source]
+    if not renamed or len(declared.cameras) < 2:
+        return None
+    fed = ", ".join(f"{c} <- {declared.source[c]}" for c in renamed)
+    pairs = [r for r in found if r.id.startswith(f"teacher_forced.probe.{name}.exchanged:")]
+    pairs = [r for r in pairs if any(c in r.id.partition(":")[2].split("|") for c in renamed)]
+    evidence = {"fed": {c: declared.source[c] for c in renamed}, "probes": [r.id for r in pairs]}
+    row_id, feature = f"rename_map.{name}", "rename_map"
+    crossed = [r for r in pairs if r.verdict == "mismatch"]
+    if crossed:
+        message = (
+            f"{name}: the rename map ({fed}) feeds cameras crossed: the exchange probe keeps "
+            f"{crossed[0].feature.replace('|', ' <-> ')}; swap the map's policy keys"
+        )
+        return ROWS(row_id, feature, "mismatch", message, severity="soft", evidence=evidence)
+    told = [r for r in pairs if (r.evidence.get("ci") or [0, 0])[0] > 0]
+    if pairs and len(told) == len(pairs):
+        said = "; ".join(f"{r.feature} +{sig(100 * (r.actual or 0), 3)} %" for r in told)
+        message = (
+            f"{name}: the model tells the renamed cameras apart ({fed}): exchanged, its error rises ({said})"
+        )
+        return ROWS(row_id, feature, "match", message, severity="soft", evidence=evidence)
+    why = (
+        "the exchange probe did not run for this model"
+        if not probed or not pairs
+        else "with them exchanged its error does not clearly rise ("
+        + "; ".join(
+            f"{r.feature} {sig(100 * (r.actual or 0), 3)} %, CI {sig(r.evidence.get('ci'))}" for r in pairs
+        )
+        + ")"
+    )
+    message = (
+        f"{name}: no stage could tell whether the rename map ({fed}) feeds each policy camera the dataset "
+        f"camera it was trained on: {why}, and stats cannot tell cameras apart where they are alike "
+        "(ImageNet's, lerobot's default for every camera); a crossed map would look the same"
+    )
+    return ROWS(row_id, feature, "mismatch", message, severity="soft", evidence=evidence)

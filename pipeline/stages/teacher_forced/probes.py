@@ -126,6 +126,8 @@ def probe_model(
     """Every alternative against the data as declared, then the greedy search; the rows."""
     start = time.perf_counter()
     names = dict(shared.frames.names)
+    renamed = shared.feeds.declared[name].source  # a renamed vector's dims named as the dataset names them
+    names.update({key: names.get(data_key) for key, data_key in renamed.items()})
     options = alternatives.generate(
         cameras, vectors, batch, names, tf.action_key, int(shared.truth.shape[-1]), shifted or {}
     )
