@@ -1,11 +1,12 @@
 """The demo's faulty record as a person reads it, checked against `tests/golden/faulty_record.md`.
 
-One real launch for the whole module (`launcher=local stage=full demo=faulty`, the slowest stage,
-render_cache, skipped), made to show every kind of row: the planted faults (mismatch), a waiver for
-one of them (waived), `require_quota` on a node without a quota tool (unverifiable), a stage that
-crashes (error), and the rows that match. Its markdown record, with what changes from run to run
-normalized (times, run id, host, job ids, wall times, the scratch path, digests, long decimals, the
-software and disk of the machine), must equal the golden file; a rendering change fails with a diff.
+One real launch (`launcher=local stage=full demo=faulty`, the slowest stage, render_cache, skipped;
+tests/conftest.py `faulty_full`, shared with the stage tests that read its rows), made to show every kind of
+row: the planted faults (mismatch), a waiver for one of them (waived), `require_quota` on a node without a
+quota tool (unverifiable), a stage that crashes (error), and the rows that match. Its markdown record, with
+what changes from run to run normalized (times, run id, host, job ids, wall times, the scratch path, digests,
+long decimals, the software and disk of the machine), must equal the golden file; a rendering change fails
+with a diff.
 
 After an intended change:
 `PREFLIGHT_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/record/test_record_golden.py`
@@ -17,12 +18,9 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import secrets
 import shutil
 import subprocess
-import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -31,16 +29,11 @@ import pytest
 
 from pipeline.record import audit, history
 from pipeline.record.records import GateRecord
-from tests.conftest import launch
+from tests.conftest import FAULTY_FULL_GROUP, FAULTY_WAIVED, Launched
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "faulty_record.md"
-WAIVED = "contract.units.scale:action"
-WAIVERS = f"""waivers:
-  - check: "{WAIVED}"
-    justification: the golden record shows a waived row
-    who: tests
-    date: 2026-12-01
-"""
+WAIVED = FAULTY_WAIVED
+pytestmark = pytest.mark.xdist_group(FAULTY_FULL_GROUP)
 # rows whose values are the machine's (package versions, free space, GL renderer, quota tools, threads)
 ENV_ROWS = re.compile(r"`(container_check\.[^`]*|checkpoint_storage\.[^`]*|determinism\.device)`")
 # rows whose messages are measured on the demo's trained models: torch's CPU kernels round differently
@@ -58,32 +51,12 @@ class Faulty:
 
 
 @pytest.fixture(scope="module")
-def faulty() -> Iterator[Faulty]:
-    """The one launch. Its folder has a fixed-length name under /tmp, so cells that cut a path at a
-    fixed width cut it at the same place in every run."""
-    cwd = (
-        Path("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()) / f"pf-golden-{secrets.token_hex(4)}"
-    )
-    cwd.mkdir()  # no `_` in the name: the markdown would show it escaped
-    try:
-        (cwd / "configs").mkdir()
-        (cwd / "configs" / "waivers.yaml").write_text(WAIVERS)
-        proc = launch(
-            cwd,
-            "launcher=local",
-            "stage=full",
-            "demo=faulty",
-            "skip=[render_cache]",
-            "plugins=[preflight_crash_stage]",
-            "stages.checkpoint_storage.require_quota=true",
-            "gate.junit=reports/gate.xml",
-        )
-        markdown = next((cwd / "audit_logs").glob("*_audit.md"), None)
-        assert markdown is not None, proc.stdout + proc.stderr
-        record = history.twin_record(markdown.with_suffix(".json"))
-        yield Faulty(cwd, proc, markdown, record)
-    finally:
-        shutil.rmtree(cwd, ignore_errors=True)
+def faulty(faulty_full: Launched) -> Faulty:
+    """The one launch (tests/conftest.py `faulty_full`, shared with the stage tests that read its rows)."""
+    cwd, proc = faulty_full.cwd, faulty_full.proc
+    markdown = next((cwd / "audit_logs").glob("*_audit.md"), None)
+    assert markdown is not None, proc.stdout + proc.stderr
+    return Faulty(cwd, proc, markdown, history.twin_record(markdown.with_suffix(".json")))
 
 
 def normalize(text: str, cwd: Path, record: GateRecord) -> str:
