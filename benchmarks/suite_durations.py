@@ -48,10 +48,20 @@ class Timed:
 
     nodeid: str
     seconds: float
+    group: str = ""  # pytest-xdist's loadgroup tag (`test@slurm`): the scope the scheduler gave the test
 
     @property
     def file(self) -> str:
         return self.nodeid.split("::", 1)[0]
+
+    @property
+    def scope(self) -> str:
+        """The unit `--dist loadgroup` hands one worker whole (tests/xdist_scope.py)."""
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
+        from tests.xdist_scope import scope_of
+
+        return self.group or scope_of(self.nodeid)
 
 
 def read_run(path: Path) -> list[Timed]:
@@ -73,9 +83,9 @@ def _from_junit(path: Path) -> list[Timed]:
             if (REPO / candidate).is_file() or cut == 1:
                 rest = parts[cut:]
                 break
-        name = re.sub(r"@\w+$", "", case.get("name", ""))  # pytest-xdist's loadgroup tag (`test@slurm`)
+        name, _, group = case.get("name", "").partition("@")  # pytest-xdist's loadgroup tag (`test@slurm`)
         nodeid = "::".join([candidate, *rest, name])
-        out.append(Timed(nodeid, float(case.get("time") or 0.0)))
+        out.append(Timed(nodeid, float(case.get("time") or 0.0), group))
     return out
 
 
@@ -88,7 +98,11 @@ def _from_durations(text: str) -> list[Timed]:
         match = DURATION_LINE.match(line)
         if match:
             seconds[match.group(3)] += float(match.group(1))
-    return [Timed(nodeid, s) for nodeid, s in seconds.items()]
+    out = []
+    for nodeid, s in seconds.items():
+        name, _, group = nodeid.partition("@")
+        out.append(Timed(name, s, group))
+    return out
 
 
 @cache
@@ -167,7 +181,7 @@ def kind_of(nodeid: str) -> str:
 def grouped(run: list[Timed], key: str) -> Groups:
     out: dict[str, list[float]] = defaultdict(list)
     for t in run:
-        out[t.file if key == "file" else kind_of(t.nodeid)].append(t.seconds)
+        out[{"file": t.file, "scope": t.scope}.get(key) or kind_of(t.nodeid)].append(t.seconds)
     return {k: (len(v), sum(v)) for k, v in out.items()}
 
 
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = read_run(args.run)
     before = read_run(args.before) if args.before else None
-    for key in ("kind", "file"):
+    for key in ("kind", "file", "scope"):
         print(table(f"by {key}", grouped(run, key), grouped(before, key) if before else None), end="\n\n")
     for t in sorted(run, key=lambda t: -t.seconds)[: args.top]:
         print(f"{t.seconds:8.1f}s  {kind_of(t.nodeid):<13} {t.nodeid}")
