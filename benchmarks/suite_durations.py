@@ -47,8 +47,8 @@ class Timed:
     """One test's seconds (all phases) and where it lives."""
 
     nodeid: str
-    seconds: float
-    group: str = ""  # pytest-xdist's loadgroup tag (`test@slurm`): the scope the scheduler gave the test
+    group: str
+    seconds: float  # pytest-xdist's loadgroup tag (`test@slurm`): the scope the scheduler gave the test
 
     @property
     def file(self) -> str:
@@ -83,9 +83,9 @@ def _from_junit(path: Path) -> list[Timed]:
             if (REPO / candidate).is_file() or cut == 1:
                 rest = parts[cut:]
                 break
-        name, _, group = case.get("name", "").partition("@")  # pytest-xdist's loadgroup tag (`test@slurm`)
+        name, group = _untagged(case.get("name", ""))
         nodeid = "::".join([candidate, *rest, name])
-        out.append(Timed(nodeid, float(case.get("time") or 0.0), group))
+        out.append(Timed(nodeid, group, float(case.get("time") or 0.0)))
     return out
 
 
@@ -98,11 +98,13 @@ def _from_durations(text: str) -> list[Timed]:
         match = DURATION_LINE.match(line)
         if match:
             seconds[match.group(3)] += float(match.group(1))
-    out = []
-    for nodeid, s in seconds.items():
-        name, _, group = nodeid.partition("@")
-        out.append(Timed(name, s, group))
-    return out
+    return [Timed(*_untagged(nodeid), s) for nodeid, s in seconds.items()]
+
+
+def _untagged(name: str) -> tuple[str, str]:
+    """The test's name without pytest-xdist's loadgroup tag (`test@slurm`), and the tag ("" if none)."""
+    tagged = re.fullmatch(r"(.*)@(\w+)", name)
+    return (tagged[1], tagged[2]) if tagged else (name, "")
 
 
 @cache

@@ -21,16 +21,17 @@ from typing import Any
 SLURM_GROUP = "slurm"
 # stage folders whose conftest.py holds session fixtures: one scope each (elsewhere a module is a scope)
 SHARED_FOLDERS = ("tests/stages/determinism", "tests/stages/render_cache", "tests/stages/teacher_forced")
-# test-seconds per scope in a full run on the shared 2-core machine (benchmarks/suite_durations.py RUN,
-# its "by scope" table); only their order matters. A scope not named weighs PER_TEST seconds a test.
+# test-seconds per scope in a full run on the shared 2-core machine, loaded (benchmarks/suite_durations.py
+# RUN, its "by scope" table), less the launches since shared; only their order matters. A scope not named
+# weighs PER_TEST seconds a test.
 WEIGHTS = {
     SLURM_GROUP: 794,
-    "tests/stages/determinism": 672,
+    "tests/stages/determinism": 554,
     "tests/stages/render_cache": 557,
-    "tests/stages/teacher_forced": 535,
+    "tests/stages/teacher_forced": 380,
     "tests/test_wheel.py": 289,
     "faulty_full": 210,
-    "tests/stages/contract/test_shards_launch.py": 244,
+    "tests/stages/contract/test_shards_launch.py": 150,
     "tests/stages/contract/test_finetune.py": 226,
     "tests/test_malformed_inputs.py": 226,
     "tests/test_launch.py": 172,
