@@ -47,11 +47,21 @@ class Timed:
     """One test's seconds (all phases) and where it lives."""
 
     nodeid: str
-    seconds: float
+    group: str
+    seconds: float  # pytest-xdist's loadgroup tag (`test@slurm`): the scope the scheduler gave the test
 
     @property
     def file(self) -> str:
         return self.nodeid.split("::", 1)[0]
+
+    @property
+    def scope(self) -> str:
+        """The unit `--dist loadgroup` hands one worker whole (tests/xdist_scope.py)."""
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
+        from tests.xdist_scope import scope_of
+
+        return self.group or scope_of(self.nodeid)
 
 
 def read_run(path: Path) -> list[Timed]:
@@ -73,9 +83,9 @@ def _from_junit(path: Path) -> list[Timed]:
             if (REPO / candidate).is_file() or cut == 1:
                 rest = parts[cut:]
                 break
-        name = re.sub(r"@\w+$", "", case.get("name", ""))  # pytest-xdist's loadgroup tag (`test@slurm`)
+        name, group = _untagged(case.get("name", ""))
         nodeid = "::".join([candidate, *rest, name])
-        out.append(Timed(nodeid, float(case.get("time") or 0.0)))
+        out.append(Timed(nodeid, group, float(case.get("time") or 0.0)))
     return out
 
 
@@ -88,7 +98,13 @@ def _from_durations(text: str) -> list[Timed]:
         match = DURATION_LINE.match(line)
         if match:
             seconds[match.group(3)] += float(match.group(1))
-    return [Timed(nodeid, s) for nodeid, s in seconds.items()]
+    return [Timed(*_untagged(nodeid), s) for nodeid, s in seconds.items()]
+
+
+def _untagged(name: str) -> tuple[str, str]:
+    """The test's name without pytest-xdist's loadgroup tag (`test@slurm`), and the tag ("" if none)."""
+    tagged = re.fullmatch(r"(.*)@(\w+)", name)
+    return (tagged[1], tagged[2]) if tagged else (name, "")
 
 
 @cache
@@ -167,7 +183,7 @@ def kind_of(nodeid: str) -> str:
 def grouped(run: list[Timed], key: str) -> Groups:
     out: dict[str, list[float]] = defaultdict(list)
     for t in run:
-        out[t.file if key == "file" else kind_of(t.nodeid)].append(t.seconds)
+        out[{"file": t.file, "scope": t.scope}.get(key) or kind_of(t.nodeid)].append(t.seconds)
     return {k: (len(v), sum(v)) for k, v in out.items()}
 
 
@@ -202,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = read_run(args.run)
     before = read_run(args.before) if args.before else None
-    for key in ("kind", "file"):
+    for key in ("kind", "file", "scope"):
         print(table(f"by {key}", grouped(run, key), grouped(before, key) if before else None), end="\n\n")
     for t in sorted(run, key=lambda t: -t.seconds)[: args.top]:
         print(f"{t.seconds:8.1f}s  {kind_of(t.nodeid):<13} {t.nodeid}")

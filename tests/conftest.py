@@ -150,6 +150,50 @@ def piped_container_check(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     return Launched(cwd, launch(cwd, *overrides))
 
 
+# the xdist group of the tests that read `faulty_full`: one worker launches it, once per session
+FAULTY_FULL_GROUP = "faulty_full"
+FAULTY_WAIVED = "contract.units.scale:action"
+FAULTY_WAIVERS = f"""waivers:
+  - check: "{FAULTY_WAIVED}"
+    justification: the golden record shows a waived row
+    who: tests
+    date: 2026-12-01
+"""
+
+
+@pytest.fixture(scope="session")
+def faulty_full() -> Iterator[Launched]:
+    """One real `launcher=local stage=full demo=faulty` launch (render_cache, the slowest stage, skipped),
+    made to show every kind of row: the planted faults (mismatch), a waiver for one of them (waived),
+    `require_quota` on a node without a quota tool (unverifiable), a stage that crashes (error), and the
+    rows that match. The golden record (tests/record/test_record_golden.py) and the stage tests that read
+    the faulty demo's rows through the launcher read this one run; each such test is marked
+    `xdist_group(FAULTY_FULL_GROUP)`, so one worker launches it. Its folder has a fixed-length name under
+    /tmp, so cells that cut a path at a fixed width cut it at the same place in every run."""
+    import secrets
+    import tempfile
+
+    tmp = Path("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())
+    cwd = tmp / f"pf-golden-{secrets.token_hex(4)}"
+    cwd.mkdir()  # no `_` in the name: the markdown would show it escaped
+    try:
+        (cwd / "configs").mkdir()
+        (cwd / "configs" / "waivers.yaml").write_text(FAULTY_WAIVERS)
+        proc = launch(
+            cwd,
+            "launcher=local",
+            "stage=full",
+            "demo=faulty",
+            "skip=[render_cache]",
+            "plugins=[preflight_crash_stage]",
+            "stages.checkpoint_storage.require_quota=true",
+            "gate.junit=reports/gate.xml",
+        )
+        yield Launched(cwd, proc)
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
 def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:
     runs = sorted((cwd / "preflight" / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
     assert runs, proc.stdout + proc.stderr

@@ -1,11 +1,12 @@
 """The demo's faulty record as a person reads it, checked against `tests/golden/faulty_record.md`.
 
-One real launch for the session (`launcher=local stage=full demo=faulty`, the slowest stage,
-render_cache, skipped), made to show every kind of row: the planted faults (mismatch), a waiver for
-one of them (waived), `require_quota` on a node without a quota tool (unverifiable), a stage that
-crashes (error), and the rows that match. Its markdown record, with what changes from run to run
-normalized (times, run id, host, job ids, wall times, the scratch path, digests, long decimals, the
-software and disk of the machine), must equal the golden file; a rendering change fails with a diff.
+One real launch (`launcher=local stage=full demo=faulty`, the slowest stage, render_cache, skipped;
+tests/conftest.py `faulty_full`, shared with the stage tests that read its rows), made to show every kind of
+row: the planted faults (mismatch), a waiver for one of them (waived), `require_quota` on a node without a
+quota tool (unverifiable), a stage that crashes (error), and the rows that match. Its markdown record, with
+what changes from run to run normalized (times, run id, host, job ids, wall times, the scratch path, digests,
+long decimals, the software and disk of the machine), must equal the golden file; a rendering change fails
+with a diff.
 
 After an intended change:
 `PREFLIGHT_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/record/test_record_golden.py`
@@ -37,8 +38,6 @@ ENV_ROWS = re.compile(r"`(container_check\.[^`]*|checkpoint_storage\.[^`]*|deter
 # per instruction set (AVX2, AVX-512), so the same seeds train slightly different weights on another
 # machine, and the probes' percentages, signs and the order the greedy probe took its fixes move with them
 MEASURED_ROWS = re.compile(r"`teacher_forced\.(probe|compare)\.[^`]*`")
-
-
 
 
 def normalize(text: str, cwd: Path, record: GateRecord) -> str:

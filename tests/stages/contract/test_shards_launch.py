@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,30 +112,24 @@ def test_dry_run_shows_the_array_and_its_dependency(tmp_path: Path, inputs: tupl
     assert "#SBATCH --dependency=afterok:JOBID_container_check,afterany:JOBID_contract.task" in proc.stdout
 
 
-def test_local_executor_array_equals_one_pass(
-    tmp_path: Path, inputs: tuple[str, ...], unsharded: list[dict]
-) -> None:
-    cwd = tmp_path / "sharded"
-    cwd.mkdir()
-    proc = launch(cwd, "launcher=local", "launcher.poll_s=0.2", SHARDED, *inputs, timeout=600)
-    rows, found = contract_rows(cwd, proc)
-    assert found["plan"]["contract.task"]["array"] == 4
-    assert found["plan"]["contract"]["deps"][-1] == ["contract.task", "afterany"]
-    parts = sorted(
-        p.parent.name for p in (found["run_dir"] / "parts/contract").glob("task-*/scan_partial.npz")
-    )
-    assert parts == [f"task-{i:04d}" for i in range(4)]
-    assert [(s["verdict"], s["actual"]) for s in found["shards"]] == [("match", 4)]
-    assert differences(rows, unsharded) == []
+@dataclass(frozen=True)
+class LocalArray:
+    """A local-executor array launch on a copy of the dataset, read as soon as it finished: the relaunch
+    test then changes a data file of that copy and relaunches the same run id."""
+
+    cwd: Path
+    data: Path
+    own: tuple[str, ...]
+    rows: list[dict]
+    found: dict
+    parts: list[str]
 
 
-def test_a_relaunch_after_a_data_file_changed_never_merges_the_first_launch_partial(
-    tmp_path: Path, inputs: tuple[str, ...]
-) -> None:
-    """The relaunch of the same run id after a data file changed: the task whose file it is stops on it
-    (a null action), and the main job must not merge that task's partial of the first launch: the gate
-    blocks as a one-pass run on the same data does, its row naming the file and the task."""
-    data = tmp_path / "ds"
+@pytest.fixture(scope="module")
+def local_array(tmp_path_factory: pytest.TempPathFactory, inputs: tuple[str, ...]) -> LocalArray:
+    """One local array launch for both local tests (one launch of the same inputs cost each its own)."""
+    cwd = tmp_path_factory.mktemp("sharded")
+    data = cwd / "ds"
     shutil.copytree(inputs[0].split("=", 1)[1], data)
     own = (
         "launcher=local",
@@ -144,14 +139,35 @@ def test_a_relaunch_after_a_data_file_changed_never_merges_the_first_launch_part
         f"dataset.path={data}",
         *inputs[1:],
     )
-    first = launch(tmp_path, *own, timeout=600)
-    _, found = contract_rows(tmp_path, first)
+    rows, found = contract_rows(cwd, launch(cwd, *own, timeout=600))
+    parts = sorted(
+        p.parent.name for p in (found["run_dir"] / "parts/contract").glob("task-*/scan_partial.npz")
+    )
+    return LocalArray(cwd, data, own, rows, found, parts)
+
+
+def test_local_executor_array_equals_one_pass(local_array: LocalArray, unsharded: list[dict]) -> None:
+    found = local_array.found
+    assert found["plan"]["contract.task"]["array"] == 4
+    assert found["plan"]["contract"]["deps"][-1] == ["contract.task", "afterany"]
+    assert local_array.parts == [f"task-{i:04d}" for i in range(4)]
     assert [(s["verdict"], s["actual"]) for s in found["shards"]] == [("match", 4)]
-    changed = sorted((data / "data").rglob("*.parquet"))[3]  # task 2 reads it and the next
+    assert differences(local_array.rows, unsharded) == []
+
+
+def test_a_relaunch_after_a_data_file_changed_never_merges_the_first_launch_partial(
+    local_array: LocalArray,
+) -> None:
+    """The relaunch of the same run id after a data file changed: the task whose file it is stops on it
+    (a null action), and the main job must not merge that task's partial of the first launch: the gate
+    blocks as a one-pass run on the same data does, its row naming the file and the task. The first
+    launch is the local array test's."""
+    assert [(s["verdict"], s["actual"]) for s in local_array.found["shards"]] == [("match", 4)]
+    changed = sorted((local_array.data / "data").rglob("*.parquet"))[3]  # task 2 reads it and the next
     null_action(changed, 5)
-    second = launch(tmp_path, *own, timeout=600)
+    second = launch(local_array.cwd, *local_array.own, timeout=600)
     assert second.returncode == 3, second.stdout + second.stderr
-    run_dir = found["run_dir"]
+    run_dir = local_array.found["run_dir"]
     task = run_dir / "parts/contract/task-0002"
     assert (task / "input_error.json").is_file() and not (task / "scan_partial.npz").exists()
     assert gate_of(run_dir)["gate"] == "blocked"

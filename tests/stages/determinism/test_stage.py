@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.errors import InputError
 from pipeline.stages import StageContext, determinism
 from pipeline.stages.determinism.config import DeterminismConfig
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import FAULTY_FULL_GROUP, Launched, gate_of, launch, run_dir_of
 from tests.stages.determinism.helpers import REFERENCE_CMD, REFERENCE_LOADER, reference_overrides, tiny_cmd
 
 BASE = (
@@ -69,26 +69,16 @@ def test_identical_twins_and_differing_control_pass_with_ddp_ranks_agreeing(tmp_
     assert "PYTHONHASHSEED" in bare["env_unset"] and bare["conditions"] == "job"
 
 
-def test_demo_faulty_is_blocked_at_its_first_divergent_step(tmp_path, demo_cache: DemoCache):
+@pytest.mark.xdist_group(FAULTY_FULL_GROUP)
+def test_demo_faulty_is_blocked_at_its_first_divergent_step(faulty_full: Launched):
     """demo=faulty: the reference trainer shuffles from OS entropy; the stage names where twins part.
 
-    Only the parts whose rows this test reads run: the bare pair and the reload round trip of the faulty
-    demo are in the full faulty launch's record (tests/record/test_record_golden.py), and each costs two demo
-    trainer processes or a reload here (~4 CPU-s apiece, decoding 8400 AV1 frames)."""
-    pytest.importorskip("pipeline.demo.build", reason="the embedded demo (issue 3) is not built yet")
-    demo_cache.seed(tmp_path, "demo=faulty")  # the session's faulty demo, as a second launch would see it
-    proc = launch(
-        tmp_path,
-        "launcher=local",
-        "stage=determinism",
-        "demo=faulty",
-        "launcher.poll_s=0.2",
-        "stages.determinism.steps=3",
-        "stages.determinism.job_pair=false",
-        "stages.determinism.reload.enabled=false",
-    )
+    Read from the session's full faulty launch (tests/conftest.py `faulty_full`, the golden record's),
+    which runs this stage on the faulty demo among the others: a launch of its own cost a demo trainer
+    pair and a launch more for the same rows."""
+    proc = faulty_full.proc
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    run_dir = run_dir_of(tmp_path, proc)
+    run_dir = run_dir_of(faulty_full.cwd, proc)
     twins = checks(run_dir)["twins"]
     assert twins["verdict"] == "mismatch" and twins["severity"] == "hard"
     assert "first divergent step 1: loss" in twins["message"] and "ULP" in twins["message"]

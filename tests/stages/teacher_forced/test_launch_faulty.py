@@ -1,17 +1,22 @@
-"""`stage=teacher_forced demo=faulty` through the launcher (local executor): the gate blocks, and the
+"""teacher_forced on `demo=faulty` through the launcher (local executor): the gate blocks, and the
 tampered and the collapsed checkpoint each name their own reason."""
 
 from __future__ import annotations
 
 import json
 
-from tests.conftest import gate_of, launch, run_dir_of
-from tests.stages.teacher_forced.helpers import SMALL_OVERRIDES as SMALL
+import pytest
+
+from tests.conftest import FAULTY_FULL_GROUP, Launched, gate_of, launch, run_dir_of
 
 
-def test_faulty_demo_blocks_on_its_own_rows(tmp_path):
-    proc = launch(tmp_path, "stage=teacher_forced", "demo=faulty", "launcher=local", *SMALL, timeout=900)
-    run_dir = run_dir_of(tmp_path, proc)
+@pytest.mark.xdist_group(FAULTY_FULL_GROUP)
+def test_faulty_demo_blocks_on_its_own_rows(faulty_full: Launched):
+    """Read from the session's full faulty launch (tests/conftest.py `faulty_full`, the golden record's),
+    which runs this stage on the faulty demo through the launcher: a launch of its own built a second
+    (small) faulty demo and trained its models for the same rows."""
+    proc = faulty_full.proc
+    run_dir = run_dir_of(faulty_full.cwd, proc)
     gate = gate_of(run_dir)
     assert proc.returncode == 3 and gate["gate"] == "blocked", proc.stdout + proc.stderr
     reasons = gate["reasons"]
