@@ -83,7 +83,7 @@ def _options(health: bool) -> dict[str, Any]:
     return {
         "rank_error": cfg.rank_error,
         "dynamics_rows": cfg.dynamics_rows,
-        "health_episodes": cfg.health.max_episodes if health else 0,
+        "health_episodes": 1 if health else 0,
         "health_gap_factor": cfg.health.gap_factor,
     }
 

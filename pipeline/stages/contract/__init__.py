@@ -119,7 +119,7 @@ def scan_options(config: ContractConfig, advance: Any = None) -> ScanOptions:
     return ScanOptions(
         rank_error=config.rank_error,
         dynamics_rows=config.dynamics_rows,
-        health_episodes=config.health.max_episodes if config.health.enabled else 0,
+        health_episodes=1 if config.health.enabled else 0,
         health_gap_factor=config.health.gap_factor,
         progress=advance,
     )
