@@ -38,6 +38,7 @@ from pipeline.stages.contract.rows import Sources
 ACTUATED = ("state", "action")  # the robot's own dims: an object at rest is not a fault
 LOG_FLOOR = 0.5  # the smallest spread (in log units, a factor of 1.65) a dim's habit is given
 FROZEN_BEYOND = 1.5  # a frozen hold exceeds the partner's (or the feature's) by this x frozen_share
+TOGETHER_Z = 2.0  # each of them beyond this robust z (their number at one frame is the evidence)
 TOGETHER = 0.25  # a seam: at least this share of a feature's moving dims jump at the same frame
 HELD_RARE = 0.05  # a held episode departs only where at most this share of the others is held too
 HELD_FLOOR = 0.1  # and of its per-episode spread, as a share of the median spread
@@ -204,7 +205,7 @@ def _excursions(v: _View, what: str, other: _View | None, paired: dict[int, int]
         large &= ~_partner(v, other, paired, other.fact["bounce"] / other.unit[None, :] > other.limit[None, :] / 2)
     dep = depart(stat, judged & moving & enough[None, :], LOG_FLOOR, v.cfg.departure_alpha, large)
     if what == "jumps":  # one dim's rare large step is a fast motion; a seam moves most dims at once
-        dep.flagged &= _together(v, dep.z, large & judged & moving)
+        dep.flagged = _together(v, dep.z, large & judged & moving)
     found = {
         (v.ids[r], int(d)): {"frame": int(v.fact[at][r, d]), "size": round(float(size[r, d]), 1)}
         for r, d in np.argwhere(dep.flagged)
@@ -246,8 +247,9 @@ def _row(name: str, v: _View, found: dict[tuple[int, int], dict[str, Any]], mess
 
 def _together(v: _View, z: np.ndarray, large: np.ndarray) -> np.ndarray:
     """Cells whose large step lands on the same frame (+-1) as the steps of at least TOGETHER of the
-    feature's moving continuous dims (and 3) in that episode, each beyond the dim's habit (z >= 3)."""
-    candidate = large & (z >= 3)
+    feature's moving continuous dims (and 3) in that episode, each beyond the dim's habit (TOGETHER_Z):
+    k dims departing at one frame by chance is a product of k tail probabilities."""
+    candidate = large & (z >= TOGETHER_Z)
     out = np.zeros_like(candidate)
     dims = max(3, int(np.ceil(TOGETHER * max(int((v.live & ~v.discrete).sum()), 1))))
     for r in np.flatnonzero(candidate.sum(axis=1) >= dims):
