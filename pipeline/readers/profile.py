@@ -106,7 +106,9 @@ def profile_rows(facts: Mapping[str, Any], names: Mapping[str, Sequence[str]]) -
     for key in sorted(facts.get("low") or {}):
         kind, levels = kinds(facts, key)
         low, high = facts["low"][key], facts["high"][key]
-        steps = np.abs(np.asarray(((facts.get("sample") or {}).get(key) or {}).get("steps", np.empty((0, 0)))))
+        steps = np.abs(
+            np.asarray(((facts.get("sample") or {}).get(key) or {}).get("steps", np.empty((0, 0))))
+        )
         spread = _episode(table, key, "hi") - _episode(table, key, "lo")
         longest = _episode(table, key, "longest")
         labels = list(names.get(key) or [])

@@ -49,6 +49,7 @@ from pipeline.stages.contract import (
 )
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.health import health_rows
+from pipeline.stages.contract.profile import write_profile
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
@@ -282,7 +283,7 @@ def _artifacts(out_dir: Path, src: Sources, checks: list[Check]) -> dict[str, st
         "action_mode_inferred": units.infer_action_mode(src),
     }
     path = atomic_write_json(out_dir / "contract_evidence.json", jsonable(evidence))
-    artifacts = {"contract_evidence": str(path)}
+    artifacts = {"contract_evidence": str(path), **write_profile(out_dir, src)}
     if any(c.category == "health" for c in checks):
         from pipeline.stages.contract.health.plot import health_plot  # matplotlib: only when drawn
 

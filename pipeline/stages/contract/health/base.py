@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 
 from pipeline.record.records import Check
-from pipeline.stages.contract.health.common import ROWS, dim_names, labels, listed, model_predicts, model_reads
+from pipeline.stages.contract.health.common import (
+    ROWS,
+    dim_names,
+    labels,
+    listed,
+    model_predicts,
+    model_reads,
+)
 from pipeline.stages.contract.rows import Sources, pair_features
 
 STILL = 1e-8  # a base std at or below this (relative to 1 + |mean|) says the dim did not move
@@ -50,7 +57,9 @@ def _row(src: Sources, key: str, a_key: str, dead: np.ndarray, woke: np.ndarray,
         parts.append(f"moving here while the base's stats say it never moved (std 0): {listed(dims)}")
     found = dead | woke
     message = (
-        f"{key}: departs from the base ({a_key}): " + "; ".join(parts) + ("; the model uses it" if used else "")
+        f"{key}: departs from the base ({a_key}): "
+        + "; ".join(parts)
+        + ("; the model uses it" if used else "")
         if found.any()
         else f"{key}: every dim moves where the base's stats say it moves ({a_key})"
     )

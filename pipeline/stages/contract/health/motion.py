@@ -139,7 +139,11 @@ def _held(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
         for (e, d), x in found.items()
     ]
     tail = f"; the model {v.role} {v.key}" if v.used and found else ""
-    message = f"{v.key}: held dims ({rule}): {listed(shown, 5)}{tail}" if found else f"{v.key}: no dim held ({rule})"
+    message = (
+        f"{v.key}: held dims ({rule}): {listed(shown, 5)}{tail}"
+        if found
+        else f"{v.key}: no dim held ({rule})"
+    )
     return _row("held", v, found, message, "hard" if v.used else "soft")
 
 
@@ -190,6 +194,14 @@ def _partner(v: _View, other: _View | None, paired: dict[int, int], flag: np.nda
     return out
 
 
+def _partner_at(v: _View, other: _View, paired: dict[int, int], fact: str) -> np.ndarray:
+    """[episodes, dims]: the partner's `fact` (a frame) per dim (-inf where the dim has no partner)."""
+    out = np.full(v.spread.shape, -np.inf)
+    for d, o in paired.items():
+        out[:, d] = other.fact[fact][:, o]
+    return out
+
+
 def _excursions(v: _View, what: str, other: _View | None, paired: dict[int, int]) -> Check:
     """`spikes`: an episode's largest one-sample excursion; `jumps`: its largest step; each in units of
     the dim's step scale (its RMS step; a discrete dim's levels' span), on a log scale, against the
@@ -202,7 +214,9 @@ def _excursions(v: _View, what: str, other: _View | None, paired: dict[int, int]
     stat = np.where(moving, np.log1p(size), np.nan)
     large = size > limit[None, :]
     if what == "spikes" and other is not None:  # both the joint and its command spiked: a real motion
-        large &= ~_partner(v, other, paired, other.fact["bounce"] / other.unit[None, :] > other.limit[None, :] / 2)
+        big = other.fact["bounce"] / other.unit[None, :] > other.limit[None, :] / 2
+        when = _partner_at(v, other, paired, "bounce_at")
+        large &= ~(_partner(v, other, paired, big) & (np.abs(when - v.fact["bounce_at"]) <= 2))
     dep = depart(stat, judged & moving & enough[None, :], LOG_FLOOR, v.cfg.departure_alpha, large)
     if what == "jumps":  # one dim's rare large step is a fast motion; a seam moves most dims at once
         dep.flagged = _together(v, dep.z, large & judged & moving)
@@ -221,10 +235,22 @@ def _excursions(v: _View, what: str, other: _View | None, paired: dict[int, int]
         for (e, d), x in ranked
     ]
     message = f"{v.key}: {what} ({rule}): {listed(shown, 5)}" if found else f"{v.key}: no {what} ({rule})"
-    return _row(what, v, found, message, "soft")
+    spikes: dict[int, dict[str, list[int]]] = {}
+    for (e, d), x in found.items():
+        entry = spikes.setdefault(e, {"dims": [], "frames": []})
+        entry["dims"].append(d)
+        entry["frames"].append(x["frame"])
+    return _row(what, v, found, message, "soft", {what: spikes})
 
 
-def _row(name: str, v: _View, found: dict[tuple[int, int], dict[str, Any]], message: str, severity: str) -> Check:
+def _row(
+    name: str,
+    v: _View,
+    found: dict[tuple[int, int], dict[str, Any]],
+    message: str,
+    severity: str,
+    extra: dict[str, Any] | None = None,
+) -> Check:
     per: dict[int, list[int]] = {}
     for e, d in found:
         per.setdefault(e, []).append(d)
@@ -241,6 +267,7 @@ def _row(name: str, v: _View, found: dict[tuple[int, int], dict[str, Any]], mess
             "found": {f"{e}:{d}": x for (e, d), x in found.items()},
             "frames_per_episode": {e: len(ds) for e, ds in per.items()},
             "model_uses": v.used,
+            **(extra or {}),
         },
     )
 

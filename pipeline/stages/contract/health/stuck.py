@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 
 from pipeline.record.records import Check
-from pipeline.stages.contract.health.common import ROWS, column, dim_names, labels, listed, model_reads, per_episode
+from pipeline.stages.contract.health.common import (
+    ROWS,
+    column,
+    dim_names,
+    labels,
+    listed,
+    model_reads,
+    per_episode,
+)
 from pipeline.stages.contract.rows import Sources
 
 
