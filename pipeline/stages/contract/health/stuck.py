@@ -103,7 +103,8 @@ def _stuck_row(
 
 
 def state_action(src: Sources, facts: dict[str, Any]) -> tuple[str, str, list[tuple[int, int]]] | None:
-    """The state feature, its action feature and their dims paired by name, else by position."""
+    """The state feature, its action feature and their dims paired by name (or its stem), else by
+    position."""
     keys = facts["diff_std"]
     states = [k for k in keys if src.c.features.get(k) and src.c.features[k].role == "state"]
     actions = [k for k in keys if src.c.features.get(k) and src.c.features[k].role == "action"]
@@ -113,7 +114,22 @@ def state_action(src: Sources, facts: dict[str, Any]) -> tuple[str, str, list[tu
     s_names, a_names = dim_names(src, state), dim_names(src, action)
     if s_names and a_names and set(s_names) & set(a_names):
         return state, action, [(s_names.index(n), a_names.index(n)) for n in s_names if n in a_names]
+    stems = _by_stem(s_names, a_names)
+    if stems:
+        return state, action, stems
     width = min(len(facts["diff_std"][state]), len(facts["diff_std"][action]))
     if len(facts["diff_std"][state]) != len(facts["diff_std"][action]):
         return None
     return state, action, [(d, d) for d in range(width)]
+
+
+def _by_stem(s_names: list[str], a_names: list[str]) -> list[tuple[int, int]]:
+    """Dims paired by the part of their name before the first dot where it is unique on both sides
+    (`gripper.opening` with `gripper.cmd`): a joint and its command named for what they measure."""
+
+    def unique(names: list[str]) -> dict[str, int]:
+        stems = [n.split(".", 1)[0] for n in names]
+        return {s: i for i, s in enumerate(stems) if stems.count(s) == 1}
+
+    s_stems, a_stems = unique(s_names), unique(a_names)
+    return [(i, a_stems[s]) for s, i in s_stems.items() if s in a_stems]
