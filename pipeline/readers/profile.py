@@ -32,6 +32,8 @@ class RowSample:
     def observe(self, data: Mapping[str, np.ndarray], inside: np.ndarray) -> None:
         """`data`: the block's [n, dim] features; `inside`: the row before is the same episode's."""
         n = len(inside)
+        while n // self.every > 2 * self.cap:  # a large block: thin first, never copy it whole
+            self._halve()
         rows = np.arange((-self.seen) % self.every, n, self.every)
         self.seen += n
         if not len(rows):
@@ -42,7 +44,7 @@ class RowSample:
             self.values.setdefault(key, []).append(x[rows].astype(np.float64))
             self.steps.setdefault(key, []).append(step)
         self.kept += len(rows)
-        if self.kept >= 2 * self.cap:
+        while self.kept >= 2 * self.cap:
             self._halve()
 
     def _halve(self) -> None:

@@ -200,3 +200,22 @@ def _names(row: Any, expected: dict[str, Any]) -> bool:
     named = set(ev.get("episodes") or []) | {e for g in ev.get("groups") or [] for e in g}
     named |= {r[k] for r in ev.get("runs") or [] for k in ("episode", "of")}  # both sides of a copy
     return bool(set(expected["episodes"]) & {int(e) for e in named}) and not dims
+
+
+@pytest.mark.parametrize("trained", [[0, 1, 3], [1, 2]])
+def test_only_the_episodes_trained_on_are_judged(
+    trained: list[int], clean: dict[str, tuple[Path, Path]], tmp_path: Path
+) -> None:
+    """A gripper that never opens in episode 2: named where episode 2 is trained on, silent where the
+    training line leaves it out (the habit is still every episode's)."""
+    data, base = clean["g1"]
+    _, _, state, action = SETS["g1"]
+    expected = rewritten(data, tmp_path / "data", _plant("never_opens", "pinned", state, action))
+    config = ContractConfig()
+    c = read_dataset(str(tmp_path / "data"), scan_options(config))
+    src = Sources(read_model(base), Contract("B", "lerobot", ""), c, config)
+    src.trained_episodes = trained  # type: ignore[attr-defined]
+    rows = [r for r in health_rows(src) if r.id.split(".")[2].split(":")[0] in MOTION]
+    named = [r.id for r in rows if r.verdict == "mismatch" and _names(r, expected)]
+    assert bool(named) == (EPISODE in trained), [r.message for r in rows if r.verdict == "mismatch"]
+    assert all(r.verdict == "match" for r in rows if r.id not in named)
