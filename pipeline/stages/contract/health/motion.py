@@ -111,8 +111,8 @@ def _held(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
     """Exactly one value over a whole episode, against the dim's spread in the episodes: a dim that
     barely moves anywhere (an arm at rest, a quantized joint that twitches one step) is not held. Where
     its partner (the joint's command, the command's joint) is still in that episode too (within
-    HELD_FLOOR of its median spread), the operator
-    held it (a hand left unused in one episode): behaviour, not a fault."""
+    HELD_FLOOR of its median spread), the operator held it (a hand left unused in one episode):
+    behaviour, not a fault."""
     typical = np.median(v.spread, axis=0) if len(v.spread) else v.span
     large = (v.spread == 0) & (v.length >= v.cfg.frozen_frames)[:, None] & (typical > 0)[None, :]
     others = (np.sum(v.spread == 0, axis=0) - 1) / max(len(v.ids) - 1, 1)
