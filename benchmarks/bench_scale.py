@@ -2,7 +2,8 @@
 data work at 1k, 10k, 50k episodes, each phase against the bare decode of the same bytes.
 
     python benchmarks/bench_scale.py [--episodes 1000 10000 50000] [--dir /work/scale-data]
-        [--length 50] [--cameras 1] [--keep] [-- make_large_dataset options]
+        [--phases bare_parquet health_rows ...] [--compare OTHER_CHECKOUT] [--keep]
+        [-- make_large_dataset options, e.g. --length 350 --cameras 1]
 
 Per size, a dataset from `make_large_dataset.py` (kept under `--dir` between runs with `--keep`), then
 every phase in a fresh subprocess, so each peak RSS is that phase's own (the interpreter and imports
@@ -64,6 +65,7 @@ BARE = {
     "stats_health": "bare_parquet",
     "frames": "bare_pyav",
     "headers": "bare_headers",
+    "health_rows": "bare_parquet",
 }
 
 
@@ -83,7 +85,8 @@ def _options(health: bool) -> dict[str, Any]:
     return {
         "rank_error": cfg.rank_error,
         "dynamics_rows": cfg.dynamics_rows,
-        "health_episodes": cfg.health.max_episodes if health else 0,
+        # an older checkout sampled at most `max_episodes` (--compare); this one follows every episode
+        "health_episodes": getattr(cfg.health, "max_episodes", 1) if health else 0,
         "health_gap_factor": cfg.health.gap_factor,
     }
 
@@ -244,9 +247,10 @@ def child(phase: str, root: Path) -> None:
     print(json.dumps(out))
 
 
-def run_phase(phase: str, root: Path, timeout: float) -> dict[str, Any]:
+def run_phase(phase: str, root: Path, timeout: float, code: Path = REPO) -> dict[str, Any]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", phase, "--root", str(root)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    argv += ["--code", str(code)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=code)
     if done.returncode != 0:
         return {"error": done.stderr.strip()[-600:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -263,8 +267,10 @@ def dataset(base: Path, episodes: int, extra: list[str]) -> tuple[Path, dict[str
     return root, json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(root: Path, timeout: float) -> dict[str, dict[str, Any]]:
-    results = {phase: run_phase(phase, root, timeout) for phase in PHASES}
+def measure(
+    root: Path, timeout: float, phases: tuple[str, ...] = PHASES, code: Path = REPO
+) -> dict[str, dict[str, Any]]:
+    results = {phase: run_phase(phase, root, timeout, code) for phase in phases}
     for phase, r in results.items():
         if "wall_s" in r and r.get("work"):
             r["per_s"] = round(r["work"] / max(r["wall_s"], 1e-9), 1)
@@ -317,16 +323,24 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per phase")
     parser.add_argument("--child", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--code", type=Path, default=REPO, help=argparse.SUPPRESS)
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    parser.add_argument(
+        "--compare", type=Path, help="another checkout: its code runs the same phases, in the same run"
+    )
     args, extra = parser.parse_known_args()
     if args.child:
-        sys.path.insert(0, str(REPO))
+        sys.path.insert(0, str(args.code))
         child(args.child, args.root)
         return
     sizes: dict[int, dict[str, dict[str, Any]]] = {}
     made: dict[int, dict[str, Any]] = {}
     for n in args.episodes:
         root, made[n] = dataset(args.dir, n, [e for e in extra if e != "--"])
-        sizes[n] = measure(root, args.timeout)
+        sizes[n] = measure(root, args.timeout, tuple(args.phases))
+        if args.compare:
+            before = measure(root, args.timeout, tuple(args.phases), args.compare.resolve())
+            sizes[n].update({f"{k}@compare": v for k, v in before.items()})
         print(f"{n} episodes: {json.dumps(sizes[n])}", file=sys.stderr, flush=True)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers import health_kernel
+from pipeline.readers.profile import RowSample
 from pipeline.readers.repeats import RepeatScan
 
 TIME_COLUMNS = ("timestamp", "frame_index", "index", "task_index")
@@ -100,6 +101,7 @@ class HealthScan:
         self._step: dict[str, np.ndarray] = {}  # and its last step (a spike straddling a block's cut)
         self._t_last: float | None = None
         self.repeats = RepeatScan()  # runs of rows repeated across episodes (a partial re-upload)
+        self.sample = RowSample()  # rows and steps for the profile (`readers.profile`)
 
     # ------------------------------------------------------------------------------- per block
     def observe(self, block: Mapping[str, np.ndarray]) -> None:
@@ -132,6 +134,7 @@ class HealthScan:
                 rows += self._motion(key, x, seg, part) * np.uint64(2 * salt + 1)
         if data:
             self.repeats.observe(ep, seg.pos, rows)
+            self.sample.observe(data, seg.inside)
         self._close(part, seg, cont)
         self.rows += n
 
@@ -255,6 +258,7 @@ class HealthScan:
             "high": {k: vars(v) for k, v in self.high.items()},
             "episodes": _with_digest(_episodes(self._parts), sorted(self.low)),
             "repeats": self.repeats.facts(),
+            "sample": self.sample.facts(),
         }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.readers.health import Extreme, HealthScan, _episodes, _with_digest
+from pipeline.readers.profile import merge_samples
 from pipeline.readers.repeats import RepeatScan
 
 REPLAY = 1 << 16  # windows replayed per call (one pass sees one block's worth at a time)
@@ -68,6 +69,7 @@ def merged(proto: HealthScan, parts: Sequence[Mapping[str, Any]]) -> dict[str, A
         "high": {k: vars(v) for k, v in high.items()},
         "episodes": _tables(facts, sorted(low)),
         "repeats": _replay(parts, proto.repeats.sample),
+        "sample": merge_samples([f.get("sample") or {} for f in facts]),
     }
 
 

@@ -34,8 +34,7 @@ class ScanOptions:
     rank_error: float
     dynamics_rows: int
     image_frames: int = IMAGE_FRAMES
-    # dataset health in the same pass (`pipeline.readers.health`): episodes followed one by one at most
-    # (beyond, every k-th); 0: off
+    # dataset health in the same pass (`pipeline.readers.health`): > 0 follows every episode; 0: off
     health_episodes: int = 0
     health_gap_factor: float = 1.5  # a timestamp step longer than this x 1/fps is a dropped-frame gap
     # called with each block's row count as the pass reads it (both passes): the caller's progress display
@@ -208,14 +207,12 @@ def store(contract: DatasetContract, scan: Scan) -> DatasetContract:
 
 
 def _health(contract: DatasetContract, dims: Mapping[str, int], options: ScanOptions) -> HealthScan | None:
-    """The health side channel, following every episode, or every k-th where there are more than asked."""
+    """The health side channel, following every episode (its facts are a few numbers per episode and dim)."""
     if options.health_episodes <= 0:
         return None
-    total = contract.claimed.get("total_episodes")
-    stride = -(-int(total) // options.health_episodes) if isinstance(total, int) and total > 0 else 1
     fps = contract.claimed.get("fps")
     rate = float(fps) if isinstance(fps, (int, float)) else None
-    return HealthScan(dims, rate, stride, options.health_gap_factor)
+    return HealthScan(dims, rate, 1, options.health_gap_factor)
 
 
 def image_summary(frames: np.ndarray) -> dict[str, Any]:

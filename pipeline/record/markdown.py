@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from pipeline.record.profile_md import profile_section
 from pipeline.record.records import VERDICTS, Check, GateRecord, StageResult
 from pipeline.record.text import anchor, anchors, cell, code, details, fenced, md_text
 
@@ -72,6 +73,7 @@ def render_markdown(
         *_history(record.history),
         "",
         *_health(checks),
+        *profile_section(record.stages, lambda n, p: _artifact_line(n, p, Path(audit_dir), files or {})),
         "## Reconciliation",
         *details(f"All {len(checks)} rows, {len(checks) - len(findings)} of them match", _full_table(checks)),
         "",

@@ -118,7 +118,12 @@ def test_merged_scan_is_one_pass(dataset: Path, tmp_path: Path, monkeypatch: pyt
                 assert error <= CONFIG.rank_error + 1 / len(values), (key, stat, d, error)
     for key in single.dynamics:
         assert np.array_equal(merged.dynamics[key], single.dynamics[key])
+    # every fact exact but the profile's row sample, which is a bounded sample either way: its rows are
+    # the dataset's own, as many as one pass keeps at most
+    sample, one = merged.health.pop("sample"), single.health.pop("sample")
     assert same(merged.health, single.health) == []
+    for key, part in sample.items():
+        assert set(part) == {"values", "steps"} and 0 < len(part["values"]) <= 2 * len(one[key]["values"]) + 8
     assert merged.health["rows"] == 1200 and len(merged.health["episodes"]["index"]) == 40
 
 

@@ -50,6 +50,7 @@ from pipeline.stages.contract import (
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.deploy import DEPLOY_INPUTS, deploy_rows
 from pipeline.stages.contract.health import health_rows
+from pipeline.stages.contract.profile import write_profile
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
 from pipeline.storage import atomic_write_json
 
@@ -120,7 +121,7 @@ def scan_options(config: ContractConfig, advance: Any = None) -> ScanOptions:
     return ScanOptions(
         rank_error=config.rank_error,
         dynamics_rows=config.dynamics_rows,
-        health_episodes=config.health.max_episodes if config.health.enabled else 0,
+        health_episodes=1 if config.health.enabled else 0,
         health_gap_factor=config.health.gap_factor,
         progress=advance,
     )
@@ -284,7 +285,7 @@ def _artifacts(out_dir: Path, src: Sources, checks: list[Check]) -> dict[str, st
         "action_mode_inferred": units.infer_action_mode(src),
     }
     path = atomic_write_json(out_dir / "contract_evidence.json", jsonable(evidence))
-    artifacts = {"contract_evidence": str(path)}
+    artifacts = {"contract_evidence": str(path), **write_profile(out_dir, src)}
     if any(c.category == "health" for c in checks):
         from pipeline.stages.contract.health.plot import health_plot  # matplotlib: only when drawn
 

@@ -259,8 +259,7 @@ HEALTH_FRACTIONS = (
     "frozen_share",
     "stuck_still",
     "stuck_moving",
-    "held_moving",
-    "clip_share",
+    "departure_alpha",
 )
 
 
@@ -270,18 +269,17 @@ class HealthConfig:
     the severity of each row is the README's table (what breaks or silently corrupts training is hard)."""
 
     enabled: bool = True
-    max_episodes: int = 20000  # beyond: every k-th episode is checked per episode (said in the record)
     gap_factor: float = 1.5  # a step longer than this x 1/fps is a dropped-frame gap
     fps_tolerance: float = 0.05  # |fps from the timestamps / info.json fps - 1| beyond this: hard
     frozen_frames: int = 30  # a dim unchanged this many steps (and frozen_share of its episode) ...
-    frozen_share: float = 0.2  # ... while the episode goes on: a frozen stretch (soft)
+    frozen_share: float = 0.2  # ... while the rest of its feature moves, departing from its habit: frozen
     stuck_still: float = 0.01  # a state dim moving < this share of its typical per-episode spread ...
     stuck_moving: float = 0.2  # ... while its action moves > this share of its own: a stuck actuator
-    held_moving: float = 0.8  # a dim at one value for a whole episode while it moves in this share of
-    # the other episodes: held (a stuck actuator or a disconnected command), not a frozen stretch
-    clip_share: float = 0.1  # more than this share of rows exactly at a dim's min or max: pinned (soft)
-    spike_z: float = 8.0  # one step beyond this many standard deviations of the dim's steps: a spike
-    outlier_iqr: float = 5.0  # min/max beyond q01/q99 by this many (q99 - q01): an extreme outlier
+    spike_z: float = 8.0  # a spike or a step must exceed this many RMS steps of its dim to be judged
+    # motion rows judge an episode against the dim's habit over the episodes: at least this many of them
+    # (fewer: one `skipped` row), and a departure is kept at this false discovery rate over episodes x dims
+    min_episodes: int = 4
+    departure_alpha: float = 0.01
     length_z: float = 3.5  # episode length beyond this robust z (median, MAD): a length outlier
     max_duplicate_share: float = 0.0  # exact duplicate episodes beyond this share of episodes: hard
     near_duplicate: float = 0.01  # episodes whose means, ends and length agree within this x std: soft
@@ -290,12 +288,12 @@ class HealthConfig:
     worst: int = 10  # episodes in the record's worst-episodes table
 
     def validate(self, key: str) -> None:
-        require(self.max_episodes >= 1, f"{key}.max_episodes", "an episode count >= 1", self.max_episodes)
+        require(self.min_episodes >= 3, f"{key}.min_episodes", "an episode count >= 3", self.min_episodes)
         require(self.frozen_frames >= 2, f"{key}.frozen_frames", "a frame count >= 2", self.frozen_frames)
         require(self.worst >= 1, f"{key}.worst", "a row count >= 1", self.worst)
         least = self.repeat_windows
         require(least >= 2, f"{key}.repeat_windows", "a window count >= 2", least)
-        for name in ("gap_factor", "spike_z", "outlier_iqr", "length_z"):
+        for name in ("gap_factor", "spike_z", "length_z"):
             require(getattr(self, name) > 1, f"{key}.{name}", "a factor > 1", getattr(self, name))
         for name in HEALTH_FRACTIONS:
             value = getattr(self, name)

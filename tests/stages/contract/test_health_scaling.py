@@ -41,7 +41,7 @@ def health(dataset: Path, work: Path, state: str) -> dict[str, Check]:
         json.dumps({"type": "act", "chunk_size": 50, "input_features": inputs})
     )
     config = ContractConfig()
-    options = {"rank_error": 0.001, "dynamics_rows": 1000, "health_episodes": config.health.max_episodes}
+    options = {"rank_error": 0.001, "dynamics_rows": 1000, "health_episodes": 1}
     c = read_dataset(str(dataset), {**options, "health_gap_factor": config.health.gap_factor})
     rows = health_rows(Sources(read_model(model), Contract("B", "lerobot", ""), c, config))
     return {r.id: r for r in rows}

@@ -32,7 +32,7 @@ from tests.stages.contract.lerobot_pack import (
 OPTIONS = ScanOptions(
     rank_error=STAGE_CFG.rank_error,
     dynamics_rows=STAGE_CFG.dynamics_rows,
-    health_episodes=STAGE_CFG.health.max_episodes,
+    health_episodes=1,
     health_gap_factor=STAGE_CFG.health.gap_factor,
 )
 CAMERAS = ("observation.images.front", "observation.images.wrist")  # the demo dataset's

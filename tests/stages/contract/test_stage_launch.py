@@ -61,15 +61,16 @@ def test_demo_default_clears(cwd: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert gate_of(run_dir)["gate"] == "clear"
     result = _contract(run_dir)
-    # the demo's oracle saturates its actions at +-1 and snaps its gripper: soft health rows, nothing else
-    assert not [c for c in result["checks"] if c["verdict"] != "match" and c["severity"] == "hard"]
-    assert {c["category"] for c in result["checks"] if c["verdict"] != "match"} <= {"health"}
+    # the demo's oracle saturates its actions at +-1 and snaps its gripper: its profile, not findings
+    assert not [c["id"] for c in result["checks"] if c["verdict"] not in ("match", "skipped")]
     deployed = [c for c in result["checks"] if c["id"].startswith("contract.deploy.env.")]  # D is present
     assert len(deployed) > 4 and all(c["verdict"] == "match" for c in deployed)
     pngs = [p for p in result["artifacts"].values() if p.endswith(".png")]
-    assert len(pngs) == 4 and all(Path(p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    assert len(pngs) == 5 and all(Path(p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    assert json.loads(Path(result["artifacts"]["profile"]).read_text())["schema"] == "preflight.profile/1"
     record = next((cwd / "audit_logs").glob(f"*{run_dir.name}_audit.md")).read_text()
     assert "ranges_action.png" in record and "Physical checks" in record
+    assert "## Dataset profile" in record and "profile_plot" in record
 
 
 def test_demo_faulty_blocks_with_one_row_per_fault(cwd: Path) -> None:

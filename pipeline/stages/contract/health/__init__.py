@@ -56,9 +56,8 @@ def worst_episodes(checks: list[Check], limit: int) -> list[dict[str, Any]]:
 def _summary(checks: list[Check], facts: dict[str, Any], limit: int) -> Check:
     followed = len(facts["episodes"]["index"])
     seen = len(facts.get("order", []))
-    stride = int(facts.get("stride", 1))
     worst = worst_episodes(checks, limit)
-    sampled = f"every {stride}th of {seen} episodes (health.max_episodes)" if stride > 1 else "every episode"
+    sampled = "every episode"
     flagged = f"; worst: {listed([w['episode'] for w in worst])}" if worst else "; none flagged"
     return ROWS(
         "health.episodes",
@@ -67,7 +66,7 @@ def _summary(checks: list[Check], facts: dict[str, Any], limit: int) -> Check:
         f"dataset health checked on {followed} episode(s), {sampled}{flagged}",
         severity="soft",
         actual={"followed": followed, "episodes": seen},
-        evidence={"worst": worst, "stride": stride, "rows": facts.get("rows")},
+        evidence={"worst": worst, "rows": facts.get("rows")},
     )
 
 

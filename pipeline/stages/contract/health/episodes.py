@@ -10,7 +10,7 @@ With `dataset.episodes` the rows judge the episodes training reads: a copy of an
 trained on weighs nothing. A format that lists no lengths apart from its rows (robomimic HDF5 without
 `num_samples`, `.npz` episodes) gives a skipped lengths row; a length is an outlier only where it departs
 from the other episodes' on a log scale (a long take is common, two episodes joined or one cut short is
-not), judged once there are `MIN_EPISODES`.
+not), judged once there are `health.min_episodes`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm
 
 from pipeline.errors import InputError
 from pipeline.readers.carries import EPISODE_LENGTHS
@@ -29,7 +28,6 @@ from pipeline.stages.contract.health.common import ROWS, column, episode_ids, li
 from pipeline.stages.contract.rows import Sources
 
 HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon", "action_chunk_size")
-MIN_EPISODES = 4  # fewer episodes give no spread of lengths to depart from
 LOG_FLOOR = 0.05  # the smallest spread of log lengths judged against (5 %): equal-length episodes
 FAMILY_ALPHA = 0.05  # the chance that any episode of a clean dataset is called a length outlier
 
@@ -167,15 +165,18 @@ def _length_outliers(src: Sources, every: dict[int, int], lengths: dict[int, int
     """Lengths on a log scale (a take twice the median is as far as one half of it), robust z over every
     episode (median, MAD floored at `LOG_FLOOR`), beyond `length_z` and beyond the z that `FAMILY_ALPHA`
     allows over this many episodes (Bonferroni); only trained episodes are named."""
-    if len(every) < MIN_EPISODES:
+    least = src.cfg.health.min_episodes
+    if len(every) < least:
         message = (
-            f"{len(every)} episode(s): a length outlier needs the spread of at least {MIN_EPISODES} "
+            f"{len(every)} episode(s): a length outlier needs the spread of at least {least} "
             "episodes' lengths; the data's size, not a fault"
         )
         return ROWS("health.episodes.length_outliers", "episode", "skipped", message, severity="soft")
     logs = np.log(np.maximum(np.array(list(every.values()), dtype=float), 1.0))
     centre = float(np.median(logs))
     spread = max(float(np.median(np.abs(logs - centre))) * 1.4826, LOG_FLOOR)
+    from scipy.stats import norm  # ~0.8 s to import: here, not when every launch loads the stage
+
     z_max = max(src.cfg.health.length_z, float(norm.isf(FAMILY_ALPHA / (2 * len(every)))))
     median = float(np.exp(centre))
     odd = {e: n for e, n in lengths.items() if abs(np.log(max(n, 1)) - centre) / spread > z_max}

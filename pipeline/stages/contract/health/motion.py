@@ -1,8 +1,15 @@
-"""Action and state rows: stuck actuators, frozen stretches, spikes, pinned values, dead dims, outliers.
+"""Action and state rows: an episode whose motion on a dim departs from that dim's habit.
 
-A stuck actuator (a joint that does not follow its command) teaches the model that its commands do
-nothing: hard when the model reads that state dim. The rest are soft: a frozen stretch, a spike, values
-pinned at a limit or a far outlier may be the task, or a fault worth a look before GPU days are spent.
+Each row turns a per-episode summary from the stats pass into a departure (`departure.depart`: robust z
+over the episodes, Benjamini-Hochberg over every (episode, dim) judged, a practical threshold): `held`
+(one value for the whole episode while the dim moves in the others: a stuck actuator, a gripper that never
+opens, a dead sensor), `frozen` (a hold much longer than the dim's holds in the other episodes), `spikes`
+(a one-sample excursion far beyond the dim's usual one; on a discrete dim, beyond its levels' span) and
+`jumps` (a step far beyond the dim's largest steps elsewhere: two episodes joined, a reset recorded; a
+discrete dim's jumps are its level changes, never judged). What every episode shares (a gripper held shut,
+clipped actions) is the habit itself and stays in the profile. With fewer than `min_episodes` episodes
+there is no habit to depart from: one `skipped` row says so. Severity: `held` is hard where the model
+reads or predicts the feature (it is taught that the dim does not move); the rest are soft.
 """
 
 from __future__ import annotations
@@ -11,389 +18,264 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.readers.profile import kinds
 from pipeline.record.records import Check
+from pipeline.stages.contract.health.base import base_rows
 from pipeline.stages.contract.health.common import (
     ROWS,
     column,
     dim_names,
+    episode_ids,
     labels,
     listed,
     model_predicts,
     model_reads,
-    per_episode,
+    trained,
 )
+from pipeline.stages.contract.health.departure import depart
+from pipeline.stages.contract.health.stuck import state_action, stuck_rows
 from pipeline.stages.contract.rows import Sources
 
-ACTUATED = ("state", "action")  # the robot's own dims: frozen, spiking or pinned ones are the robot's
+ACTUATED = ("state", "action")  # the robot's own dims: an object at rest is not a fault
+LOG_FLOOR = 0.5  # the smallest spread (in log units, a factor of 1.65) a dim's habit is given
+FROZEN_BEYOND = 1.5  # a frozen hold exceeds the partner's (or the feature's) by this x frozen_share
+TOGETHER_Z = 2.0  # each of them beyond this robust z (their number at one frame is the evidence)
+TOGETHER = 0.25  # a seam: at least this share of a feature's moving dims jump at the same frame
+HELD_RARE = 0.05  # a held episode departs only where at most this share of the others is held too
+HELD_FLOOR = 0.1  # and of its per-episode spread, as a share of the median spread
 
 
 def motion_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
-    out = []
-    for key in facts["diff_std"]:
-        out += [_dead(src, facts, key), _outliers(src, facts, key)]
-        feature = src.c.features.get(key)
-        if feature is not None and feature.role in ACTUATED:  # an object at rest is not a fault
-            out += [_pinned(src, facts, key), _spikes(src, facts, key), _frozen(src, facts, key)]
-            out += [_held(src, facts, key)]
-    return out + _stuck(src, facts)
-
-
-def _range(facts: dict[str, Any], key: str) -> np.ndarray:
-    return np.asarray(facts["high"][key]["value"]) - np.asarray(facts["low"][key]["value"])
-
-
-def _dead(src: Sources, facts: dict[str, Any], key: str) -> Check:
-    dims = [int(d) for d in np.flatnonzero(_range(facts, key) == 0)]
-    names = dim_names(src, key)
-    message = (
-        f"{key}: dim(s) {listed(labels(names, dims))} never change over the dataset (zero variance)"
-        if dims
-        else f"{key}: every dim varies"
-    )
-    return ROWS(
-        f"health.dead:{key}",
-        key,
-        "mismatch" if dims else "match",
-        message,
-        severity="soft",
-        evidence={"dims": dims, "episodes": []},
-    )
-
-
-def _pinned(src: Sources, facts: dict[str, Any], key: str) -> Check:
-    share = src.cfg.health.clip_share
-    rows = max(int(facts["rows"]), 1)
-    found = {}
-    for side in ("low", "high"):
-        extreme = facts[side][key]
-        for d in np.flatnonzero((np.asarray(extreme["count"]) / rows > share) & (_range(facts, key) > 0)):
-            found[f"{int(d)} {'min' if side == 'low' else 'max'}"] = {
-                "value": float(extreme["value"][d]),
-                "share": round(float(extreme["count"][d]) / rows, 4),
-            }
-    names = dim_names(src, key)
-    shown = [
-        f"{labels(names, [int(k.split()[0])])[0]} at its {k.split()[1]} {v['value']:.4g} "
-        f"({v['share']:.0%} of rows)"
-        for k, v in found.items()
-    ]
-    message = (
-        f"{key}: values pinned at a limit: {listed(shown)} (more than {share:.0%} of rows exactly there)"
-        if found
-        else f"{key}: no dim has more than {share:.0%} of rows exactly at its min or max"
-    )
-    return ROWS(
-        f"health.pinned:{key}",
-        key,
-        "mismatch" if found else "match",
-        message,
-        severity="soft",
-        evidence={
-            "pinned": found,
-            "dims": sorted({int(k.split()[0]) for k in found}),
-            "clip_share": share,
-            "episodes": [],
-        },
-    )
-
-
-def _outliers(src: Sources, facts: dict[str, Any], key: str) -> Check:
-    stats, k = src.c.recomputed.get(key, {}), src.cfg.health.outlier_iqr
-    if "q01" not in stats or "q99" not in stats:
-        return ROWS(
-            f"health.outliers:{key}", key, "unverifiable", f"{key}: no recomputed quantiles", severity="soft"
+    cfg = src.cfg.health
+    out = base_rows(src, facts)
+    ids = episode_ids(facts)
+    if len(ids) < cfg.min_episodes:
+        message = (
+            f"{len(ids)} episode(s): a departure from the episodes' habit needs at least {cfg.min_episodes} "
+            "(health.min_episodes); the data's size, not a fault: see the dataset profile"
         )
-    q01, q99 = np.asarray(stats["q01"], dtype=float), np.asarray(stats["q99"], dtype=float)
-    spread = q99 - q01
-    found = {}
-    for side, limit in (("low", q01 - k * spread), ("high", q99 + k * spread)):
-        extreme = facts[side][key]
-        value = np.asarray(extreme["value"], dtype=float)
-        beyond = (value < limit) if side == "low" else (value > limit)
-        for d in np.flatnonzero(beyond & (spread > 0)):
-            found[int(d)] = {
-                "value": float(value[d]),
-                "episode": int(extreme["episode"][d]),
-                "frame": int(extreme["frame"][d]),
-                "q01": float(q01[d]),
-                "q99": float(q99[d]),
-            }
-    names = dim_names(src, key)
-    shown = [
-        f"{labels(names, [d])[0]}: {v['value']:.4g} in episode {v['episode']} frame {v['frame']}"
-        for d, v in found.items()
-    ]
-    message = (
-        f"{key}: extreme outlier(s) beyond q01/q99 by more than {k:g}x (q99 - q01): {listed(shown)}"
-        if found
-        else f"{key}: min and max within {k:g}x (q99 - q01) of q01/q99"
-    )
-    return ROWS(
-        f"health.outliers:{key}",
-        key,
-        "mismatch" if found else "match",
-        message,
-        severity="soft",
-        evidence={
-            "outliers": found,
-            "outlier_iqr": k,
-            "episodes": sorted({v["episode"] for v in found.values()}),
-        },
-    )
+        return out + [ROWS("health.motion", "motion", "skipped", message, severity="soft")]
+    judged = trained(src, ids)
+    views = {
+        k: _View(src, facts, k, judged)
+        for k in facts["diff_std"]
+        if src.c.features.get(k) is not None and src.c.features[k].role in ACTUATED
+    }
+    pair = state_action(src, facts)
+    for key, view in views.items():
+        other, paired = None, {}
+        if pair is not None and key in pair[:2] and pair[1 - pair.index(key)] in views:
+            other = views[pair[1 - pair.index(key)]]
+            paired = dict(pair[2] if key == pair[0] else [(b, a) for a, b in pair[2]])
+        out += [_held(view, other, paired), _frozen(view, other, paired)]
+        out += [_excursions(view, "spikes", other, paired), _excursions(view, "jumps", other, paired)]
+    return out + stuck_rows(src, facts, judged)
 
 
-def _spikes(src: Sources, facts: dict[str, Any], key: str) -> Check:
-    """One-sample spikes: a value that leaves both its neighbours, out and straight back, by more than
-    `spike_z` standard deviations of the dim's steps. A large step alone is not one: a fast motion, a
-    gripper closing or a step to a new level happens in real data, more often the longer the episodes
-    (the largest step of an episode grows with its length), and it would hide the spike beside it."""
-    z_max = src.cfg.health.spike_z
-    std = np.asarray(facts["diff_std"][key], dtype=float)
-    episodes, bounce = per_episode(facts, key, "bounce")
-    _, at = per_episode(facts, key, "bounce_at")
-    if not episodes:
-        return ROWS(f"health.spikes:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
-    z = np.where(std > 0, bounce / np.where(std > 0, std, 1), 0)
-    found: dict[int, dict[str, Any]] = {}
-    for row, dim in np.argwhere(z > z_max):
-        entry = found.setdefault(episodes[int(row)], {"dims": [], "frames": [], "z": []})
-        entry["dims"].append(int(dim))
-        entry["frames"].append(int(at[row][dim]))
-        entry["z"].append(round(float(z[row][dim]), 1))
-    names = dim_names(src, key)
-    each = [
-        (zz, e, d, f)
-        for e, v in found.items()
-        for d, f, zz in zip(v["dims"], v["frames"], v["z"], strict=True)
-    ]
-    shown = [
-        f"episode {e} dim {labels(names, [d])[0]} frame {f} ({zz} sd)"
-        for zz, e, d, f in sorted(each, reverse=True)
-    ]
-    rule = f"a sample off both neighbours and back by > {z_max:g} standard deviations of the dim's steps"
-    message = (
-        f"{key}: one-sample spikes ({rule}), largest first: {listed(shown)}"
-        if found
-        else f"{key}: no one-sample spike ({rule})"
-    )
-    return ROWS(
-        f"health.spikes:{key}",
-        key,
-        "mismatch" if found else "match",
-        message,
-        severity="soft",
-        evidence={
-            "episodes": list(found),
-            "spikes": found,
-            "spike_z": z_max,
-            "frames_per_episode": {e: len(v["dims"]) for e, v in found.items()},
-        },
-    )
+class _View:
+    """One feature's per-episode facts as [episodes, dims] arrays, and its dims' kinds."""
+
+    def __init__(self, src: Sources, facts: dict[str, Any], key: str, judged: np.ndarray):
+        self.src, self.key, self.cfg = src, key, src.cfg.health
+        self.ids = episode_ids(facts)
+        self.length = column(facts, "rows").astype(float)
+        self.fact = {
+            n: np.asarray(column(facts, f"{key}/{n}"), dtype=float)
+            for n in ("lo", "hi", "longest", "jump", "jump_at", "bounce", "bounce_at")
+        }
+        self.row_longest = column(facts, f"{key}/row_longest").astype(float)
+        self.spread = self.fact["hi"] - self.fact["lo"]
+        self.kind, levels = kinds(facts, key)
+        self.span = np.array([(max(v) - min(v)) if v else 0.0 for v in levels])
+        self.live = np.array([k != "constant" for k in self.kind])
+        self.discrete = np.array([k == "discrete" for k in self.kind])
+        self.step = np.asarray(facts["diff_std"][key], dtype=float)
+        unit = np.where(self.discrete, self.span, self.step)  # a step's size: RMS steps, or levels' span
+        self.unit = np.where(unit > 0, unit, 1.0)
+        self.limit = np.where(self.discrete, 1.5, self.cfg.spike_z)
+        self.judged = judged[:, None] & self.live[None, :]
+        self.names = dim_names(src, key)
+        self.used = key in model_reads(src) | model_predicts(src)
+        self.role = "reads" if key in model_reads(src) else "predicts"
 
 
-def _frozen(src: Sources, facts: dict[str, Any], key: str) -> Check:
-    cfg = src.cfg.health
-    alive = _range(facts, key) > 0
-    found: dict[int, dict[str, Any]] = {}
-    ids, longest_all = per_episode(facts, key, "longest")
-    if not ids:
-        return ROWS(f"health.frozen:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
-    rows, row_longest = column(facts, "rows"), column(facts, f"{key}/row_longest")
-    for i, episode in enumerate(ids):
-        need, length = max(cfg.frozen_frames, cfg.frozen_share * int(rows[i])), int(rows[i])
-        longest = np.asarray(longest_all[i])
-        dims = np.flatnonzero((longest >= need) & (longest < length - 1) & alive)
-        whole = need <= int(row_longest[i]) < length - 1
-        if len(dims) or whole:
-            found[episode] = {
-                "dims": [int(d) for d in dims],
-                "steps": int(longest.max()),
-                "all_dims": bool(whole),
-                "rows": length,
-            }
-    what = f"unchanged >= max({cfg.frozen_frames}, {cfg.frozen_share:.0%} of the episode) steps"
-    names = dim_names(src, key)
-    shown = [
-        f"episode {e}: {'every dim' if v['all_dims'] else listed(labels(names, v['dims']), 3)} "
-        f"for {v['steps']} of {v['rows']} frames"
-        for e, v in found.items()
-    ]
-    message = (
-        f"{key}: frozen stretches ({what}) while the episode goes on: {listed(shown, 5)}"
-        if found
-        else f"{key}: no frozen stretch ({what})"
-    )
-    return ROWS(
-        f"health.frozen:{key}",
-        key,
-        "mismatch" if found else "match",
-        message,
-        severity="soft",
-        evidence={
-            "episodes": list(found),
-            "frozen": found,
-            "frames_per_episode": {e: v["steps"] for e, v in found.items()},
-        },
-    )
-
-
-def _held(src: Sources, facts: dict[str, Any], key: str) -> Check:
-    """A dim at exactly one value for a whole episode while it moves in most other episodes: unlike a
-    frozen stretch (a gripper held shut for a while, everywhere in real data), nothing in the task
-    holds a continuous joint or command still from the first frame to the last in one episode only.
-    Discrete dims (mostly at their limits, a gripper's open / close) are left out."""
-    cfg = src.cfg.health
-    ids, lo = per_episode(facts, key, "lo")
-    _, hi = per_episode(facts, key, "hi")
-    if not ids:
-        return ROWS(f"health.held:{key}", key, "unverifiable", f"{key}: not followed", severity="soft")
-    spread, length = np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float), column(facts, "rows")
-    held = (spread == 0) & (length >= cfg.frozen_frames)[:, None] & ~_discrete(facts, key)
-    found: dict[int, dict[str, Any]] = {}
-    for d in range(spread.shape[1]):
-        rows, others = np.flatnonzero(held[:, d]), spread[~held[:, d], d]
-        moves = float(np.mean(others > 0)) if len(others) >= 2 else 0.0
-        if len(rows) and moves >= cfg.held_moving:
-            found[d] = {
-                "episodes": [ids[r] for r in rows],
-                "frames": {ids[r]: [0, int(length[r]) - 1] for r in rows},
-                "value": float(np.asarray(lo)[rows[0], d]),
-                "moves_elsewhere": round(moves, 3),
-                "spread_elsewhere": float(np.median(others[others > 0])),
-            }
-    return _held_row(src, key, found)
-
-
-def _discrete(facts: dict[str, Any], key: str) -> np.ndarray:
-    """Dims that sit at their min or max in most rows: a discrete command (a gripper's open / close),
-    which may stay at one level for a whole episode by design (a grasp that never happened)."""
-    at_limits = np.asarray(facts["low"][key]["count"]) + np.asarray(facts["high"][key]["count"])
-    return at_limits / max(int(facts["rows"]), 1) >= 0.5
-
-
-def _held_row(src: Sources, key: str, found: dict[int, dict[str, Any]]) -> Check:
-    cfg, names = src.cfg.health, dim_names(src, key)
-    used = key in model_reads(src) | model_predicts(src)
+def _held(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
+    """Exactly one value over a whole episode, against the dim's spread in the episodes: a dim that
+    barely moves anywhere (an arm at rest, a quantized joint that twitches one step) is not held. Where
+    its partner (the joint's command, the command's joint) is still in that episode too (within
+    HELD_FLOOR of its median spread), the operator held it (a hand left unused in one episode):
+    behaviour, not a fault."""
+    typical = np.median(v.spread, axis=0) if len(v.spread) else v.span
+    large = (v.spread == 0) & (v.length >= v.cfg.frozen_frames)[:, None] & (typical > 0)[None, :]
+    others = (np.sum(v.spread == 0, axis=0) - 1) / max(len(v.ids) - 1, 1)
+    large &= (others <= HELD_RARE)[None, :]  # held in more of the other episodes: the dim's habit
+    still = other.spread <= HELD_FLOOR * np.median(other.spread, axis=0) if other is not None else None
+    large &= ~_partner(v, other, paired, still)
+    dep = depart(-v.spread, v.judged, typical * HELD_FLOOR, v.cfg.departure_alpha, large)
+    found = {
+        (v.ids[r], int(d)): {
+            "frames": [0, int(v.length[r]) - 1],
+            "value": float(v.fact["lo"][r, d]),
+            "spread_elsewhere": float(typical[d]),
+            "z": round(float(dep.z[r, d]), 1),
+        }
+        for r, d in np.argwhere(dep.flagged)
+    }
     rule = (
-        f"one value for a whole episode (>= {cfg.frozen_frames} frames) while the dim moves in >= "
-        f"{cfg.held_moving:.0%} of the other episodes"
+        f"one value for a whole episode (>= {v.cfg.frozen_frames} frames) where the dim's spread over the "
+        f"episodes says it moves (robust z, BH q < {v.cfg.departure_alpha:g} over the episodes x dims judged)"
     )
     shown = [
-        f"{labels(names, [d])[0]} at {v['value']:.4g} in episode(s) {listed(v['episodes'], 3)} (moves in "
-        f"{v['moves_elsewhere']:.0%} of the others, median spread {v['spread_elsewhere']:.4g})"
-        for d, v in found.items()
+        f"episode {e} dim {labels(v.names, [d])[0]} at {x['value']:.4g} (median spread "
+        f"{x['spread_elsewhere']:.4g}, z {x['z']:g})"
+        for (e, d), x in found.items()
     ]
-    role = "reads" if key in model_reads(src) else "predicts"
+    tail = f"; the model {v.role} {v.key}" if v.used and found else ""
     message = (
-        f"{key}: held dims, a stuck actuator or a disconnected command ({rule}): {listed(shown, 3)}"
-        + (f"; the model {role} {key}" if used else "")
+        f"{v.key}: held dims ({rule}): {listed(shown, 5)}{tail}"
         if found
-        else f"{key}: no dim held ({rule})"
+        else f"{v.key}: no dim held ({rule})"
     )
-    episodes = sorted({e for v in found.values() for e in v["episodes"]})
-    return ROWS(
-        f"health.held:{key}",
-        key,
-        "mismatch" if found else "match",
-        message,
-        severity="hard" if used else "soft",
-        evidence={"episodes": episodes, "dims": list(found), "held": found, "model_uses": used},
+    return _row("held", v, found, message, "hard" if v.used else "soft")
+
+
+def _frozen(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
+    """A hold much longer than the dim's habit. Where the dim has a partner (a state joint and its
+    command), the hold beyond the partner's: a joint that stops while its command goes on, or a command
+    that stops while the joint goes on (an operator holding a joint still holds both). Else the hold
+    beyond the stretches where the whole feature stood still (a robot at rest), judged more strictly."""
+    hold = np.maximum(v.fact["longest"] - v.row_longest[:, None], 0)
+    floor = np.full(hold.shape[1], v.cfg.frozen_share)
+    if other is not None:
+        for d, o in paired.items():
+            hold[:, d] = v.fact["longest"][:, d] - other.fact["longest"][:, o]
+            floor[d] = v.cfg.frozen_share / 2
+    own = hold / np.maximum(v.length - 1, 1)[:, None]
+    need = np.maximum(v.cfg.frozen_frames, v.cfg.frozen_share * v.length)[:, None]
+    large = (v.fact["longest"] >= need) & (v.spread > 0) & (own >= FROZEN_BEYOND * v.cfg.frozen_share)
+    dep = depart(own, v.judged, floor, v.cfg.departure_alpha, large)
+    found = {
+        (v.ids[r], int(d)): {
+            "steps": int(v.fact["longest"][r, d]),
+            "rows": int(v.length[r]),
+            "share": round(float(own[r, d]), 3),
+            "habit": round(float(dep.centre[d]), 3),
+            "against": "its partner" if int(d) in paired and other is not None else "the feature",
+        }
+        for r, d in np.argwhere(dep.flagged)
+    }
+    rule = (
+        f"a hold >= max({v.cfg.frozen_frames}, {v.cfg.frozen_share:.0%} of the episode) steps beyond its "
+        f"partner's (or the feature's), departing from the dim's habit (BH q < {v.cfg.departure_alpha:g})"
     )
+    shown = [
+        f"episode {e} dim {labels(v.names, [d])[0]} unchanged {x['steps']} of {x['rows']} frames "
+        f"({x['share']:.0%} beyond {x['against']}; habit {x['habit']:.0%})"
+        for (e, d), x in found.items()
+    ]
+    message = f"{v.key}: frozen ({rule}): {listed(shown, 5)}" if found else f"{v.key}: no frozen dim ({rule})"
+    return _row("frozen", v, found, message, "soft")
 
 
-def _stuck(src: Sources, facts: dict[str, Any]) -> list[Check]:
-    """A state dim still in an episode while its action moves there. Both are measured against how far
-    the dim typically moves in an episode (the median of its per-episode spreads, over the episodes where
-    it moves), not against its range over the dataset: that range widens with every episode and every
-    outlier, so on a long dataset no single episode's command ever spanned enough of it."""
-    pair = _pair(src, facts)
-    if pair is None:
-        return []
-    state, action, dims = pair
-    cfg = src.cfg.health
-    episodes, s_spread = _spreads(facts, state)
-    ids, a_spread = _spreads(facts, action)
-    if episodes != ids or not episodes:
-        return []
-    s_typical, a_typical = _typical(s_spread), _typical(a_spread)
-    rows = column(facts, "rows").astype(int)
-    found: dict[int, list[int]] = {}
-    frames: dict[int, list[int]] = {}
-    for sd, ad in dims:
-        if s_typical[sd] <= 0 or a_typical[ad] <= 0:
-            continue
-        still = s_spread[:, sd] <= cfg.stuck_still * s_typical[sd]
-        moving = a_spread[:, ad] >= cfg.stuck_moving * a_typical[ad]
-        for row in np.flatnonzero(still & moving):
-            found.setdefault(episodes[row], []).append(sd)
-            frames[episodes[row]] = [0, int(rows[row]) - 1]
-    return [_stuck_row(src, state, action, found, frames)]
-
-
-def _spreads(facts: dict[str, Any], key: str) -> tuple[list[int], np.ndarray]:
-    """(episode ids, each episode's max - min per dim)."""
-    episodes, lo = per_episode(facts, key, "lo")
-    _, hi = per_episode(facts, key, "hi")
-    return episodes, np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)
-
-
-def _typical(spread: np.ndarray) -> np.ndarray:
-    """Per dim, the median spread over the episodes where the dim moves (0 where it never does)."""
-    moving = np.where(spread > 0, spread, np.nan)
-    counts = np.sum(spread > 0, axis=0)
-    out = np.zeros(spread.shape[1])
-    out[counts > 0] = np.nanmedian(moving[:, counts > 0], axis=0)
+def _partner(v: _View, other: _View | None, paired: dict[int, int], flag: np.ndarray | None) -> np.ndarray:
+    """[episodes, dims]: True where the dim's partner shows `flag` (an array over the partner's dims)."""
+    out = np.zeros(v.spread.shape, dtype=bool)
+    if other is not None and flag is not None:
+        for d, o in paired.items():
+            out[:, d] = flag[:, o]
     return out
 
 
-def _stuck_row(
-    src: Sources, state: str, action: str, found: dict[int, list[int]], frames: dict[int, list[int]]
-) -> Check:
-    cfg, names = src.cfg.health, dim_names(src, state)
-    read = state in model_reads(src)
-    dims = sorted({d for ds in found.values() for d in ds})
+def _partner_at(v: _View, other: _View, paired: dict[int, int], fact: str) -> np.ndarray:
+    """[episodes, dims]: the partner's `fact` (a frame) per dim (-inf where the dim has no partner)."""
+    out = np.full(v.spread.shape, -np.inf)
+    for d, o in paired.items():
+        out[:, d] = other.fact[fact][:, o]
+    return out
+
+
+def _excursions(v: _View, what: str, other: _View | None, paired: dict[int, int]) -> Check:
+    """`spikes`: an episode's largest one-sample excursion; `jumps`: its largest step; each in units of
+    the dim's step scale (its RMS step; a discrete dim's levels' span), on a log scale, against the
+    same in the other episodes. A discrete dim's steps are its level changes: only spikes are judged."""
+    fact, at = ("bounce", "bounce_at") if what == "spikes" else ("jump", "jump_at")
+    size, limit = v.fact[fact] / v.unit[None, :], v.limit
+    judged = v.judged & (~v.discrete[None, :] if what == "jumps" else True)
+    moving = v.spread > 0  # the habit of the episodes where the dim moves (an arm at rest has no steps)
+    enough = moving.sum(axis=0) >= v.cfg.min_episodes
+    stat = np.where(moving, np.log1p(size), np.nan)
+    large = size > limit[None, :]
+    if what == "spikes" and other is not None:  # both the joint and its command spiked: a real motion
+        big = other.fact["bounce"] / other.unit[None, :] > other.limit[None, :] / 2
+        when = _partner_at(v, other, paired, "bounce_at")
+        large &= ~(_partner(v, other, paired, big) & (np.abs(when - v.fact["bounce_at"]) <= 2))
+    dep = depart(stat, judged & moving & enough[None, :], LOG_FLOOR, v.cfg.departure_alpha, large)
+    if what == "jumps":  # one dim's rare large step is a fast motion; a seam moves most dims at once
+        dep.flagged = _together(v, dep.z, large & judged & moving)
+    found = {
+        (v.ids[r], int(d)): {"frame": int(v.fact[at][r, d]), "size": round(float(size[r, d]), 1)}
+        for r, d in np.argwhere(dep.flagged)
+    }
+    noun = "one-sample spike" if what == "spikes" else "step"
     rule = (
-        f"{state} moves < {cfg.stuck_still:.0%} of its typical per-episode spread in an episode while "
-        f"{action} moves > {cfg.stuck_moving:.0%} of its own"
+        f"a {noun} > {v.cfg.spike_z:g} RMS steps (a discrete dim: 1.5x its levels' span) departing from the "
+        f"dim's largest {noun}s in the episodes (BH q < {v.cfg.departure_alpha:g})"
     )
+    ranked = sorted(found.items(), key=lambda kv: -kv[1]["size"])
     shown = [
-        f"episode {e} dim(s) {listed(labels(names, ds), 3)} frames {frames[e][0]}-{frames[e][1]}"
-        for e, ds in found.items()
+        f"episode {e} dim {labels(v.names, [d])[0]} frame {x['frame']} ({x['size']:g} steps)"
+        for (e, d), x in ranked
     ]
-    message = (
-        f"stuck actuator: {listed(labels(names, dims))} of {state} in {len(found)} episode(s) "
-        f"({listed(shown, 5)}): {rule}" + ("; the model reads this state" if read else "")
-        if found
-        else f"no stuck actuator ({rule})"
-    )
+    message = f"{v.key}: {what} ({rule}): {listed(shown, 5)}" if found else f"{v.key}: no {what} ({rule})"
+    spikes: dict[int, dict[str, list[int]]] = {}
+    for (e, d), x in found.items():
+        entry = spikes.setdefault(e, {"dims": [], "frames": []})
+        entry["dims"].append(d)
+        entry["frames"].append(x["frame"])
+    return _row(what, v, found, message, "soft", {what: spikes})
+
+
+def _row(
+    name: str,
+    v: _View,
+    found: dict[tuple[int, int], dict[str, Any]],
+    message: str,
+    severity: str,
+    extra: dict[str, Any] | None = None,
+) -> Check:
+    per: dict[int, list[int]] = {}
+    for e, d in found:
+        per.setdefault(e, []).append(d)
     return ROWS(
-        f"health.stuck:{state}",
-        state,
+        f"health.{name}:{v.key}",
+        v.key,
         "mismatch" if found else "match",
         message,
-        severity="hard" if read else "soft",
+        severity=severity if found else "soft",
         evidence={
-            "episodes": list(found),
-            "dims": dims,
-            "per_episode": found,
-            "frames": frames,
-            "model_reads": read,
+            "episodes": sorted(per),
+            "dims": sorted({d for _, d in found}),
+            "per_episode": per,
+            "found": {f"{e}:{d}": x for (e, d), x in found.items()},
+            "frames_per_episode": {e: len(ds) for e, ds in per.items()},
+            "model_uses": v.used,
+            **(extra or {}),
         },
     )
 
 
-def _pair(src: Sources, facts: dict[str, Any]) -> tuple[str, str, list[tuple[int, int]]] | None:
-    """The state feature, its action feature and their dims paired by name, else by position."""
-    keys = facts["diff_std"]
-    states = [k for k in keys if src.c.features.get(k) and src.c.features[k].role == "state"]
-    actions = [k for k in keys if src.c.features.get(k) and src.c.features[k].role == "action"]
-    if not states or not actions:
-        return None
-    state, action = states[0], actions[0]
-    s_names, a_names = dim_names(src, state), dim_names(src, action)
-    if s_names and a_names and set(s_names) & set(a_names):
-        return state, action, [(s_names.index(n), a_names.index(n)) for n in s_names if n in a_names]
-    width = min(len(facts["diff_std"][state]), len(facts["diff_std"][action]))
-    if len(facts["diff_std"][state]) != len(facts["diff_std"][action]):
-        return None
-    return state, action, [(d, d) for d in range(width)]
+def _together(v: _View, z: np.ndarray, large: np.ndarray) -> np.ndarray:
+    """Cells whose large step lands on the same frame (+-1) as the steps of at least TOGETHER of the
+    feature's moving continuous dims (and 3) in that episode, each beyond the dim's habit (TOGETHER_Z):
+    k dims departing at one frame by chance is a product of k tail probabilities."""
+    candidate = large & (z >= TOGETHER_Z)
+    out = np.zeros_like(candidate)
+    dims = max(3, int(np.ceil(TOGETHER * max(int((v.live & ~v.discrete).sum()), 1))))
+    for r in np.flatnonzero(candidate.sum(axis=1) >= dims):
+        at = v.fact["jump_at"][r]
+        cells = np.flatnonzero(candidate[r])
+        for d in cells:
+            near = cells[np.abs(at[cells] - at[d]) <= 1]
+            if len(near) >= dims:
+                out[r, near] = True
+    return out

@@ -1,0 +1,54 @@
+"""The dataset profile on real data: what each dim is (open_50 pads unused hand joints with constants,
+holds its hand joints at their limits; SO-101's gripper), written as the contract's artifacts, and the
+record's section built from them, apart from the findings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.readers.dataset import read_dataset
+from pipeline.record.profile_md import profile_section
+from pipeline.record.records import StageResult
+from pipeline.stages.contract import scan_options, sides
+from pipeline.stages.contract.config import ContractConfig
+from pipeline.stages.contract.profile import SCHEMA, write_profile
+from pipeline.stages.contract.rows import Sources
+from tests.conftest import REAL_DATA
+
+OPEN50 = REAL_DATA / "yipiandanxinxiangyangkai__open_50"
+KEYS = {"feature", "dim", "name", "kind", "levels", "min", "max", "at_limits", "held_longest", "step_p50"}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    if not OPEN50.is_dir():
+        pytest.skip(f"real dataset not found: {OPEN50}")
+    config = ContractConfig()
+    c = read_dataset(str(OPEN50), scan_options(config))
+    a, b = sides.dataset_alone(c)
+    return write_profile(tmp_path_factory.mktemp("profile"), Sources(a, b, c, config))
+
+
+def test_the_profile_says_what_each_dim_is(written: dict[str, str]) -> None:
+    doc = json.loads(Path(written["profile"]).read_text())
+    assert doc["schema"] == SCHEMA and doc["episodes"] == 50
+    rows = {(r["feature"], r["dim"]): r for r in doc["rows"]}
+    assert len(rows) == 2 * 34 and all(KEYS <= set(r) for r in rows.values())
+    padding = rows[("state", 14)]  # left_hand.joint_1.pos: never moves anywhere
+    assert padding["kind"] == "constant" and padding["at_limits"] == 1.0 and padding["min"] == padding["max"]
+    hand = rows[("state", 25)]  # right_hand.joint_2.pos: at its max in 95 % of the rows
+    assert hand["name"] == "right_hand.joint_2.pos" and hand["at_limits"] > 0.9
+    arm = rows[("state", 0)]
+    assert arm["kind"] == "continuous" and arm["levels"] is None and 0 <= arm["step_p50"] <= arm["step_p99"]
+    assert Path(written["profile_plot"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_record_shows_the_profile_apart_from_findings(written: dict[str, str]) -> None:
+    result = StageResult.from_checks("contract", [], artifacts=written)
+    lines = profile_section((result,), lambda name, path: f"![{name}]({path})")
+    assert lines[0] == "## Dataset profile"
+    assert any("`state` | 14 (left_hand.joint_1.pos) | constant" in line for line in lines)
+    assert f"![profile_plot]({written['profile_plot']})" in lines
