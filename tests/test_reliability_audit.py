@@ -103,7 +103,7 @@ def test_hostile_keys_cannot_forge_a_section_html_a_link_or_a_cell(tmp_path):
     assert not re.search(r"^\s*- gate: `clear", verdict, re.M)  # the forged line stays inside a line
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     widths = {line.replace("\\|", "").count("|") for line in rows}
-    assert widths == {6, 8, 9}, widths  # stages (5 cells), summary (7), findings and reconciliation (8)
+    assert widths == {6, 8, 10}, widths  # stages (5 cells), summary (7), findings and reconciliation (9)
     assert text.count("\n") == len(text.splitlines())  # no stray CR, VT, NEL or LINE SEPARATOR lines
     assert not any(ch in text for ch in "\r\u2028\x85\x0b")
 

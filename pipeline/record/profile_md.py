@@ -7,9 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import InputError
 from pipeline.record.records import StageResult
+from pipeline.record.text import cell, code
+from pipeline.storage.files import read_text
 
 SHOWN = 60  # dims in the table (all of them are in profile.json)
+FORMATS = (("min", ".4g"), ("max", ".4g"), ("at_limits", ".0%"), ("held_longest", "d"), ("step_p50", ".3g"),
+           ("step_p99", ".3g"))  # fmt: skip
 
 
 def profile_section(stages: tuple[StageResult, ...], link: Any) -> list[str]:
@@ -19,14 +24,14 @@ def profile_section(stages: tuple[StageResult, ...], link: Any) -> list[str]:
         if not path:
             continue
         try:
-            doc = json.loads(Path(path).read_text())
-            rows = list(doc["rows"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return ["## Dataset profile", f"profile not readable ({type(exc).__name__}): {path}", ""]
+            doc = json.loads(read_text(Path(path), "the contract stage's profile.json"))
+            rows = [r for r in doc["rows"] if isinstance(r, dict)]
+        except (InputError, ValueError, KeyError, TypeError) as exc:
+            return ["## Dataset profile", f"profile not readable ({type(exc).__name__}): {code(path)}", ""]
         lines = [
             "## Dataset profile",
-            f"What the data is ({doc.get('episodes')} episodes; not findings): kind, range, share of rows "
-            "at its limits, longest hold, step size.",
+            f"What the data is ({cell(doc.get('episodes'))} episodes; not findings): kind, range, share of "
+            "rows at its limits, longest hold, step size.",
             "",
             "| feature | dim | kind | levels | min | max | at limits | held longest | step p50 | step p99 |",
             "|---|---|---|---|---|---|---|---|---|---|",
@@ -40,9 +45,21 @@ def profile_section(stages: tuple[StageResult, ...], link: Any) -> list[str]:
 
 
 def _row(r: dict[str, Any]) -> str:
-    name = f"{r['dim']} ({r['name']})" if r.get("name") else str(r["dim"])
-    levels = ", ".join(f"{v:.4g}" for v in r["levels"]) if r.get("levels") and r["kind"] == "discrete" else ""
-    return (
-        f"| `{r['feature']}` | {name} | {r['kind']} | {levels} | {r['min']:.4g} | {r['max']:.4g} | "
-        f"{r['at_limits']:.0%} | {r['held_longest']} | {r['step_p50']:.3g} | {r['step_p99']:.3g} |"
-    )
+    """One dim's line; every value is data (a feature name can hold anything) and is escaped, and a key
+    the profile lacks shows as a dash rather than failing the record."""
+    name = f"{r.get('dim')} ({r['name']})" if r.get("name") else r.get("dim")
+    levels = r.get("levels") if r.get("kind") == "discrete" and isinstance(r.get("levels"), list) else None
+    cells = [
+        code(r.get("feature"), table=True),
+        cell(name),
+        cell(r.get("kind")),
+        ", ".join(_num(v, ".4g") for v in levels) if levels else "",  # numbers we format: nothing to escape
+        *(_num(r.get(key), spec) for key, spec in FORMATS),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _num(value: Any, spec: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "—"
+    return format(value, spec)

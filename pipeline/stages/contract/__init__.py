@@ -7,8 +7,7 @@ the configured normalization needs from the data, and writes one row per feature
 (normalization, layout, encoding, units, reload) with expected / configured / actual / verdict /
 severity / evidence. Any hard mismatch blocks the gate.
 
-Evidence goes to the stage's artifacts: `contract_evidence.json` (keys, shapes, stats, ranges of all
-three sources) and one PNG per vector feature comparing the base's and the dataset's per-dim ranges.
+Artifacts: `contract_evidence.json`, a PNG of per-dim ranges per vector feature, the dataset profile.
 """
 
 from __future__ import annotations
