@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from omegaconf import DictConfig
@@ -192,6 +193,28 @@ def faulty_full() -> Iterator[Launched]:
         yield Launched(cwd, proc)
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
+
+
+@dataclass
+class Faulty:
+    """The faulty launch as the record's tests read it: its markdown record and the record read back
+    from its JSON twin (the golden markdown, tests/record/test_record_golden.py, and its HTML page in a
+    browser, tests/record/test_html_browser.py)."""
+
+    cwd: Path
+    proc: subprocess.CompletedProcess[str]
+    markdown: Path
+    record: Any
+
+
+@pytest.fixture(scope="session")
+def faulty(faulty_full: Launched) -> Faulty:
+    from pipeline.record import history
+
+    cwd, proc = faulty_full.cwd, faulty_full.proc
+    markdown = next((cwd / "audit_logs").glob("*_audit.md"), None)
+    assert markdown is not None, proc.stdout + proc.stderr
+    return Faulty(cwd, proc, markdown, history.twin_record(markdown.with_suffix(".json")))
 
 
 def run_dir_of(cwd: Path, proc: subprocess.CompletedProcess[str]) -> Path:

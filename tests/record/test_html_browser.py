@@ -3,7 +3,7 @@ a clear launch's page and the index; a finding clicked open, the table filtered,
 diff link followed; over file:// and behind `python -m http.server`. Every test ends with a console
 without warnings or errors and no request that leaves the machine (Chrome's own network events).
 
-The faulty demo's launch is the session's (tests/record/conftest.py), copied, with an earlier clear
+The faulty demo's launch is the session's (tests/conftest.py `faulty`), copied, with an earlier clear
 record of the same model and dataset added through the audit writer, so its page has a previous record.
 """
 
@@ -24,7 +24,7 @@ import pytest
 
 from pipeline.record import audit
 from pipeline.record.html import INDEX, page_path, rebuild_html
-from tests.record.conftest import GROUP
+from tests.conftest import FAULTY_FULL_GROUP as GROUP
 from tests.record.html_support import console_problems, missing_browser, requested_urls, start_browser
 
 WHY = missing_browser()

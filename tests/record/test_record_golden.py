@@ -27,10 +27,11 @@ import pytest
 
 from pipeline.record import audit
 from pipeline.record.records import GateRecord
-from tests.record.conftest import GROUP, WAIVED
+from tests.conftest import FAULTY_FULL_GROUP as GROUP
+from tests.conftest import FAULTY_WAIVED as WAIVED
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "faulty_record.md"
-# the faulty launch itself is tests/record/conftest.py's session fixture `faulty` (the page tests read it too)
+# the faulty launch itself is tests/conftest.py's session fixture `faulty` (the page tests read it too)
 pytestmark = pytest.mark.xdist_group(GROUP)
 # rows whose values are the machine's (package versions, free space, GL renderer, quota tools, threads)
 ENV_ROWS = re.compile(r"`(container_check\.[^`]*|checkpoint_storage\.[^`]*|determinism\.device)`")

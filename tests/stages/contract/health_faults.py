@@ -189,7 +189,6 @@ def spike(c: Copy) -> dict[str, Any]:
     return {"episodes": [1]}
 
 
-
 def outlier(c: Copy) -> dict[str, Any]:
     state = c.cols["observation.state"]
     q01, q99 = np.quantile(state[:, 2], [0.01, 0.99])
