@@ -50,5 +50,5 @@ def test_the_record_shows_the_profile_apart_from_findings(written: dict[str, str
     result = StageResult.from_checks("contract", [], artifacts=written)
     lines = profile_section((result,), lambda name, path: f"![{name}]({path})")
     assert lines[0] == "## Dataset profile"
-    assert any("`state` | 14 (left_hand.joint_1.pos) | constant" in line for line in lines)
+    assert any("`state` | 14 (left\\_hand.joint\\_1.pos) | constant" in line for line in lines)
     assert f"![profile_plot]({written['profile_plot']})" in lines
