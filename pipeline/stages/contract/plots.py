@@ -83,10 +83,10 @@ def range_plot(
     height = 1.6 + 0.32 * dims
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # room for the legend under the axis label
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_png(fig: Figure, path: Path) -> Path:
     """Render in memory, then the one atomic writer (temp file, fsync, rename; the umask's permissions):
     a reader (the audit record) never sees half a plot."""
     buffer = io.BytesIO()

@@ -6,15 +6,15 @@ What the data is, never a finding: the rows of `readers.profile` from the stats 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 from pipeline.readers.profile import profile_rows
 from pipeline.record.records import jsonable
 from pipeline.stages.contract.health.common import dim_names
+from pipeline.stages.contract.plots import save_png
 from pipeline.stages.contract.rows import Sources
-from pipeline.storage import atomic_write_bytes, atomic_write_json
+from pipeline.storage import atomic_write_json
 
 SCHEMA = "preflight.profile/1"
 COLOURS = {"continuous": "#3465a4", "discrete": "#f57900", "constant": "#888a85"}
@@ -65,6 +65,4 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> Path:
     ax.set_title("Dataset profile: time at the limits and held still, per dim (what the data is)")
     ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_png(fig, path)

@@ -5,7 +5,6 @@ matplotlib (Agg), written atomically like the contract's range plots.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from pipeline.record.records import Check  # noqa: E402
-from pipeline.storage import atomic_write_bytes  # noqa: E402
+from pipeline.stages.contract.plots import save_png  # noqa: E402
 
 
 def health_plot(path: Path, facts: dict[str, Any], checks: list[Check]) -> Path | None:
@@ -39,6 +38,4 @@ def health_plot(path: Path, facts: dict[str, Any], checks: list[Check]) -> Path 
     ax.set_title("Dataset health: episode length and frames flagged by a health row")
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return save_png(fig, path)
