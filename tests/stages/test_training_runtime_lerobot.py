@@ -5,7 +5,6 @@ is importable (scripts/test_lerobot.sh)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -14,15 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
-from tests.trainers.helpers import OFFLINE
+from tests.trainers.helpers import LEROBOT_ONLY, OFFLINE
 
-pytestmark = [
-    pytest.mark.lerobot,
-    pytest.mark.skipif(
-        importlib.util.find_spec("lerobot") is None,
-        reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
-    ),
-]
+pytestmark = LEROBOT_ONLY
 DATA_ID = "acme/so101_cams"
 ROW = "container_check.training_runtime"
 # what torchcodec 0.10 raises when libtorchcodec_core5.so cannot find FFmpeg 5's libavutil (abridged)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import metadata
+
+import pytest
 
 TRAIN_CMD = [
     "{python}", "-m", "pipeline.trainers.lerobot_train", "--seed", "{seed}", "--steps", "{steps}",
     "--out", "{out}", "--config", "{training}", "--dataset", "{dataset}",
 ]  # fmt: skip
+# the marks of a test module that needs lerobot itself (scripts/test_lerobot.sh runs them in its venv)
+LEROBOT_ONLY = [
+    pytest.mark.lerobot,
+    pytest.mark.skipif(
+        importlib.util.find_spec("lerobot") is None,
+        reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
+    ),
+]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 

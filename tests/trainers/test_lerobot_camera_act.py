@@ -5,25 +5,16 @@ Optional: only where `lerobot` is importable (scripts/test_lerobot.sh)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
-from tests.trainers.helpers import OFFLINE, blocking, hard_findings, train_cmd_override
+from tests.trainers.helpers import LEROBOT_ONLY, OFFLINE, blocking, hard_findings, train_cmd_override
 
-pytestmark = [
-    pytest.mark.lerobot,
-    pytest.mark.skipif(
-        importlib.util.find_spec("lerobot") is None,
-        reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
-    ),
-]
+pytestmark = LEROBOT_ONLY
 SMALL = [  # a small ACT (one layer each way, no downloaded backbone weights) on the CPU, 4 steps
     "--policy.type=act", "--policy.device=cpu", "--policy.push_to_hub=false", "--policy.dim_model=32",
     "--policy.n_encoder_layers=1", "--policy.n_decoder_layers=1", "--policy.dim_feedforward=64",

@@ -10,7 +10,6 @@ user would with that train_cmd: clear. Optional: only where `lerobot` is importa
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -25,15 +24,16 @@ from pipeline.stages.determinism import reload
 from pipeline.stages.determinism.config import ReloadConfig
 from pipeline.stages.determinism.lerobot_reload import LOADER
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
-from tests.trainers.helpers import OFFLINE, TRAIN_CMD, blocking, hard_findings, train_cmd_override
+from tests.trainers.helpers import (
+    LEROBOT_ONLY,
+    OFFLINE,
+    TRAIN_CMD,
+    blocking,
+    hard_findings,
+    train_cmd_override,
+)
 
-pytestmark = [
-    pytest.mark.lerobot,
-    pytest.mark.skipif(
-        importlib.util.find_spec("lerobot") is None,
-        reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
-    ),
-]
+pytestmark = LEROBOT_ONLY
 PRE_STATE = "policy_preprocessor_step_3_normalizer_processor.safetensors"
 
 

@@ -8,7 +8,6 @@ project's own venv has no lerobot, so here it is skipped at once.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -21,14 +20,9 @@ import torch
 
 from pipeline.stages.teacher_forced import models, samples
 from tests.stages.teacher_forced.helpers import by_id, run_stage
+from tests.trainers.helpers import LEROBOT_ONLY
 
-pytestmark = [
-    pytest.mark.lerobot,
-    pytest.mark.skipif(
-        importlib.util.find_spec("lerobot") is None,
-        reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
-    ),
-]
+pytestmark = LEROBOT_ONLY
 
 LEROBOT = "pipeline.stages.teacher_forced.models:load_lerobot"
 STATE, ENV, ACTION = 4, 3, 2

@@ -7,7 +7,6 @@ the record never clears silently. Optional: only where `lerobot` is importable (
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -20,16 +19,10 @@ from tests.cli.test_training_command import hub_snapshot
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 from tests.stages.teacher_forced.pixels import FRONT, WRIST
 from tests.stages.teacher_forced.test_rename_map import HAND, TOP, rename_cameras
-from tests.trainers.helpers import OFFLINE, environment_rows
+from tests.trainers.helpers import LEROBOT_ONLY, OFFLINE, environment_rows
 from tests.trainers.test_lerobot_camera_act import lerobot_train
 
-pytestmark = [
-    pytest.mark.lerobot,
-    pytest.mark.skipif(
-        importlib.util.find_spec("lerobot") is None,
-        reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
-    ),
-]
+pytestmark = LEROBOT_ONLY
 BASE_ID, DATA_ID = "local/act_cam", "local/top_hand"
 RIGHT = {TOP: FRONT, HAND: WRIST}
 CROSSED = {TOP: WRIST, HAND: FRONT}

@@ -7,7 +7,6 @@ Optional: runs only where `lerobot` is importable (scripts/test_lerobot.sh build
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,9 @@ import pytest
 from pipeline.stages.teacher_forced import models, repeatability
 from tests.stages.teacher_forced.helpers import by_id, run_stage
 from tests.stages.teacher_forced.test_lerobot_policy import CHUNK, LEROBOT, tiny  # noqa: F401 (fixture)
+from tests.trainers.helpers import LEROBOT_ONLY
 
-pytestmark = [
-    pytest.mark.lerobot,
-    pytest.mark.skipif(
-        importlib.util.find_spec("lerobot") is None,
-        reason="optional package 'lerobot' not installed (scripts/test_lerobot.sh builds a venv with it)",
-    ),
-]
+pytestmark = LEROBOT_ONLY
 
 
 def test_the_real_trained_act_is_deterministic_over_its_whole_chunk(real_data: Path):
