@@ -29,6 +29,7 @@ from pipeline.errors import InputError
 from pipeline.readers import LeRobotData, lerobot_command
 from pipeline.readers.base import read_json
 from pipeline.record.records import Check, Rows
+from pipeline.storage.files import read_bytes
 
 ROWS = Rows("container_check", "container")
 ROW = "training_runtime"
@@ -114,11 +115,11 @@ def interpreter(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
         return None
     if Path(argv[0]).name not in lerobot_command.PROGRAMS:
         return found
-    try:
-        with open(found, "rb") as handle:
-            first = handle.readline(4096).decode(errors="replace")
-    except OSError:
+    try:  # the first line only, through the safe reader: a console script is a small regular file
+        first = read_bytes(Path(found), "the lerobot-train console script", 2**20).split(b"\n", 1)[0]
+    except InputError:
         return None
+    first = first.decode(errors="replace")
     words = first[2:].split() if first.startswith("#!") else []
     if words and Path(words[0]).name == "env" and len(words) > 1:
         return shutil.which(words[1], path=env.get("PATH"))
