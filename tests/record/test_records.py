@@ -2,7 +2,7 @@ import json
 
 import jsonschema
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.record.records import (
@@ -61,6 +61,9 @@ def record(stages):
     )
 
 
+# generating nested rows is slow on a loaded 2-core machine: Hypothesis's too_slow check and its per-example
+# deadline failed this test twice under load though every example passed; the property is unchanged
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(checks, max_size=5))
 def test_gate_record_round_trips_through_json_and_validates(rows):
     result = StageResult.from_checks("s", rows, artifacts={"plot": "/x.png"}, timings={"wall_s": 1.5})
