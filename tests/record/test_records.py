@@ -61,8 +61,8 @@ def record(stages):
     )
 
 
-# generating nested rows is slow on a loaded 2-core machine: Hypothesis's too_slow check and its per-example
-# deadline failed this test twice under load though every example passed; the property is unchanged
+# generating nested rows is slow on a loaded 2-core machine: Hypothesis's too_slow check failed this test
+# twice under load though every example passed (its deadline is the same clock); the property is unchanged
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(checks, max_size=5))
 def test_gate_record_round_trips_through_json_and_validates(rows):
