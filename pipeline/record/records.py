@@ -38,6 +38,9 @@ SEVERITIES = ("hard", "soft")
 STAGE_STATUSES = ("pass", "fail", "warn", "unverifiable", "error", "skipped")
 GATE_VERDICTS = ("pass", "mismatch", "unverifiable")
 GATES = ("clear", "blocked")
+# line: flags to set or drop on the user's lerobot-train line; data: a change to the dataset's files (the
+# gate never makes it); undecided: the evidence does not decide the mend, and says what would
+REMEDY_KINDS = ("line", "data", "undecided")
 
 
 def _require(value: str, allowed: tuple[str, ...], what: str) -> None:
@@ -66,7 +69,9 @@ def jsonable(value: Any) -> Any:
 class Check:
     """One reconciliation row: what A expects, what B configures, what C holds, what D (where the trained
     policy will run) provides, and the verdict. `deployed` is left out of the JSON where a row has no D,
-    so records written before D existed read, and write, byte for byte as they did."""
+    and `remedy` (what would mend the row: flags on the training line, or a change to the data; see
+    `pipeline.stages.contract.remedies`) where it has none, so records written before either existed
+    read, and write, byte for byte as they did."""
 
     id: str
     stage: str
@@ -80,9 +85,12 @@ class Check:
     message: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
     deployed: Any = None
+    remedy: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _require(self.category, CATEGORIES, f"check {self.id}: category")
+        if self.remedy is not None:
+            _require(str(self.remedy.get("kind")), REMEDY_KINDS, f"check {self.id}: remedy kind")
         _require(self.verdict, VERDICTS, f"check {self.id}: verdict")
         _require(self.severity, SEVERITIES, f"check {self.id}: severity")
 
@@ -94,6 +102,8 @@ class Check:
         data = jsonable(dataclasses.asdict(self))
         if self.deployed is None:
             del data["deployed"]
+        if self.remedy is None:
+            del data["remedy"]
         return data
 
     @classmethod

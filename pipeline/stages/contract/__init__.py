@@ -32,6 +32,7 @@ from pipeline.stages.contract import (
     alignment,
     composed,
     conventions,
+    corrected,
     drift,
     encoding,
     finite,
@@ -199,6 +200,7 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     checks += sharded
     checks += _known_good(cfg, config, b, c, checks)
     checks += deploy_rows(cfg, src)  # D, where the trained policy will run, where the launch names one
+    checks = corrected.remedied(cfg, checks, src, ctx.artifacts_dir, lambda *abc: reconcile(*abc, config))
     artifacts = _artifacts(ctx.artifacts_dir, src, checks)
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 
@@ -396,5 +398,3 @@ register(
         "layout, encoding, units, reload",
     )
 )
-
-__all__ = ["run", "run_part", "reconcile", "load_sources", "scan_options"]

@@ -45,6 +45,7 @@ class Fit:
     best: float
     decisive: bool  # the best differs from the data as named and fits clearly better
     distances: dict[str, dict[str, dict[str, float]]]  # dataset key -> base key -> order -> distance
+    runner_up: float | None = None  # the best cost of any other assignment (None: no other was tried)
 
     def exchanged(self) -> list[str]:
         return [k for k, v in self.assignment.items() if k != v]
@@ -66,15 +67,17 @@ def fit(
         return None
     table = {k: {j: {o: decoded[k].distance(base[j], o) for o in ORDERS} for j in keys} for k in keys}
     declared = sum(table[k][k]["RGB"] for k in keys)
-    best: tuple[float, dict[str, str], dict[str, str]] | None = None
+    scored = []
     for targets in _assignments(keys):
         assignment = dict(zip(keys, targets, strict=True))
         order = {k: min(ORDERS, key=lambda o, k=k: table[k][assignment[k]][o]) for k in keys}
-        cost = sum(table[k][assignment[k]][order[k]] for k in keys)
-        if best is None or cost < best[0] - 1e-12:
-            best = (cost, assignment, order)
-    assert best is not None
-    cost, assignment, order = best
+        scored.append((sum(table[k][assignment[k]][order[k]] for k in keys), assignment, order))
+    cost, assignment, order = scored[0]  # as named first: an equal cost later does not replace it
+    for candidate in scored[1:]:
+        if candidate[0] < cost - 1e-12:
+            cost, assignment, order = candidate
+    others = [s[0] for s in scored if s[1] != assignment]
+    runner_up = round(min(others), 4) if others else None
     moved = any(k != v for k, v in assignment.items())
     ratio = swap_ratio if moved else reversed_ratio
     changed = moved or any(o == "BGR" for o in order.values())
@@ -84,7 +87,7 @@ def fit(
     rounded = {
         k: {j: {o: round(d, 4) for o, d in v.items()} for j, v in row.items()} for k, row in table.items()
     }
-    return Fit(assignment, order, round(declared, 4), round(cost, 4), decisive, rounded)
+    return Fit(assignment, order, round(declared, 4), round(cost, 4), decisive, rounded, runner_up)
 
 
 def ties(base: dict[str, Signature], keys: list[str], min_distance: float) -> list[tuple[str, str]]:

@@ -53,11 +53,28 @@ def frame_rows(src: Sources) -> list[Check]:
             used = rows[0].evidence.get("episodes_frames", {})
             out += _scale_row(src, key) + stale_row(src, key, sample, used) + grey_row(src, key, sample)
     base = _signatures(src.a.stats)
-    generic = _generic_base(base, list(decoded), cfg.min_distance)
-    found = None if generic else fit(decoded, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
+    as_fed = _renamed(src, decoded)  # the base's stats judge the frames its inputs get, after the map
+    generic = _generic_base(base, list(as_fed), cfg.min_distance)
+    found = None if generic else fit(as_fed, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
     swaps = _swap_rows(found) if not generic else _own_swap_rows(src, decoded, *generic)
     out += _channel_rows(src, decoded, found) + swaps  # which key provides a camera: inputs.camera_rows
     return [informational(src, row) for row in out]
+
+
+def _renamed(src: Sources, decoded: dict[str, Signature]) -> dict[str, Signature]:
+    """Each camera's frames under the policy key B's rename map sends them to (LeRobot renames before
+    the normalizer); as named where the map sends two cameras to one key, which no fit can judge."""
+    rename = src.b.hints.get("rename_map") or {}
+    keys = [rename.get(k, k) for k in decoded]
+    if len(set(keys)) < len(keys):
+        return decoded
+    fed = dict(zip(keys, decoded.values(), strict=True))
+    order = [k for k in decoded if k in fed] + [k for k in fed if k not in decoded]  # rows keep their ids
+    return {k: fed[k] for k in order}
+
+
+def _policy_key(src: Sources, key: str) -> str:
+    return (src.b.hints.get("rename_map") or {}).get(key, key)
 
 
 def frames_here(src: Sources) -> FrameReader | None:
@@ -231,10 +248,14 @@ def _channel_rows(src: Sources, decoded: dict[str, Signature], found: Fit | None
             cfg = src.cfg.frames
             if rev < cfg.reversed_ratio * same and same > cfg.min_distance:
                 flipped.append("meta/stats.json")
-        if found is not None and key in found.order:
-            match = found.assignment[key]
-            evidence["base"] = {"fits": match, "order": found.order[key], "distances": found.distances[key]}
-            if found.order[key] == "BGR":
+        fed = _policy_key(src, key)
+        fed = fed if found is not None and fed in found.order else key
+        if found is not None and fed in found.order:
+            match = found.assignment[fed]
+            evidence["base"] = {"fits": match, "order": found.order[fed], "distances": found.distances[fed]}
+            if fed != key:
+                evidence["base"]["fed_as"] = fed
+            if found.order[fed] == "BGR":
                 flipped.append(f"the base's {match} stats")
         if len(evidence) == 1:
             continue
@@ -287,7 +308,12 @@ def _swap_rows(found: Fit | None, against: str = "the base's stats") -> list[Che
         return []
     keys = list(found.assignment)
     out = []
-    evidence = {"as_named": found.declared, "best": found.best, "assignment": found.assignment}
+    evidence = {
+        "as_named": found.declared,
+        "best": found.best,
+        "runner_up": found.runner_up,
+        "assignment": found.assignment,
+    }
     for i, x in enumerate(keys):
         for y in keys[i + 1 :]:
             bad = found.assignment[x] == y or found.assignment[y] == x

@@ -195,10 +195,19 @@ def _swap_evidence(
         "signature": stats,
         "in_place_cost": {d: round(float(cost[d, d]), 3) for d in dims},
         "permuted_cost": {d: round(float(cost[d, mapping[d]]), 3) for d in dims},
+        "runner_up_cost": {d: round(_runner_up(cost, d, mapping[d]), 3) for d in dims},
         "A": {s: {d: round(float(vec(a_stats, s)[d]), 5) for d in dims} for s in stats},
         "C": {s: {d: round(float(vec(c_stats, s)[d]), 5) for d in dims} for s in stats},
         "names": {d: names[d] for d in dims} if names else None,
     }
+
+
+def _runner_up(cost: np.ndarray, d: int, partner: int) -> float:
+    """The cheapest other pairing of the base's dim `d` or of the data's dim `partner`: how far the
+    found partner beats the next candidate (a remedy is offered only where it clearly does)."""
+    row = np.delete(cost[d], partner)
+    col = np.delete(cost[:, partner], d)
+    return float(min(row.min(initial=np.inf), col.min(initial=np.inf)))
 
 
 def _dim_label(short: str, d: int, names: list[str] | None) -> str:
