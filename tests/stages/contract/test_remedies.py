@@ -22,7 +22,9 @@ CAMS = ("observation.images.top", "observation.images.side", "observation.images
 LINE = ["lerobot-train", "--policy.path=acme/base", "--dataset.repo_id=acme/data"]
 
 
-def sources(features: dict[str, Feature], a_stats: dict | None = None, c_stats: dict | None = None) -> Sources:
+def sources(
+    features: dict[str, Feature], a_stats: dict | None = None, c_stats: dict | None = None
+) -> Sources:
     a = Contract("A", "lerobot", "/a", features=dict(features), stats=a_stats or {})
     a.norm_map.update({"STATE": "QUANTILES", "ACTION": "QUANTILES", "VISUAL": "MEAN_STD"})
     b = Contract("B", "lerobot", "/b", norm_map={"STATE": "MEAN_STD", "ACTION": "MEAN_STD"})
@@ -98,7 +100,12 @@ def mode_row(ftype: str) -> Check:
 
 
 def test_an_override_of_the_bases_modes_is_dropped_from_the_line() -> None:
-    typed = [*LINE, "--policy.normalization_mapping", '{"STATE": "MEAN_STD", "ACTION": "MEAN_STD"}', "--steps=5"]
+    typed = [
+        *LINE,
+        "--policy.normalization_mapping",
+        '{"STATE": "MEAN_STD", "ACTION": "MEAN_STD"}',
+        "--steps=5",
+    ]
     src = sources({})
     checks = remedies.attach([mode_row("STATE"), mode_row("ACTION")], src, typed)
     assert all(c.remedy == checks[0].remedy for c in checks)
@@ -138,8 +145,14 @@ def test_broken_episodes_leave_the_line_and_lerobots_delete_is_the_data_mend() -
     ("typed", "wanted"),
     [
         (["--rename_map", "{}", "--steps=3"], ['--rename_map={"a": "b"}', "--steps=3"]),
-        (["--policy.device=cpu", "--policy.normalization_mapping={}"], ["--policy.device=cpu", '--rename_map={"a": "b"}']),
-        (["--job_name", "it's $HOME", "--rename-map={}"], ["--job_name", "it's $HOME", '--rename_map={"a": "b"}']),
+        (
+            ["--policy.device=cpu", "--policy.normalization_mapping={}"],
+            ["--policy.device=cpu", '--rename_map={"a": "b"}'],
+        ),
+        (
+            ["--job_name", "it's $HOME", "--rename-map={}"],
+            ["--job_name", "it's $HOME", '--rename_map={"a": "b"}'],
+        ),
     ],
 )
 def test_apply_changes_only_the_remedied_flags(typed: list[str], wanted: list[str]) -> None:
