@@ -24,12 +24,13 @@ from pipeline.errors import InputError
 from pipeline.readers import lerobot_command, read_training
 from pipeline.readers.base import Contract, DatasetContract
 from pipeline.record.records import Check, Rows
+from pipeline.record.remedy import CORRECTED
 from pipeline.stages.contract import remedies
 from pipeline.stages.contract.rows import NAME, Sources
 from pipeline.storage import atomic_write_text
 
 ROWS = Rows(NAME, "diagnostics")
-ROW = "training.corrected"
+ROW = CORRECTED.removeprefix(f"{NAME}.")
 CONFIG = "corrected_train_config.json"
 
 Reconcile = Callable[[Contract, Contract, DatasetContract], tuple[list[Check], Sources]]
@@ -159,12 +160,3 @@ def _why(check: Check) -> str:
     if kind == "line":
         return "its line remedy did not clear it"
     return "no remedy read from its evidence"
-
-
-def corrected_line(stages: Sequence[Any]) -> list[str] | None:
-    """The corrected argv a record's contract stage carries, or None (for the console and status)."""
-    for stage in stages:
-        for check in getattr(stage, "checks", ()):
-            if check.id == f"{NAME}.{ROW}" and check.evidence.get("argv") != check.evidence.get("typed"):
-                return [str(item) for item in check.evidence.get("argv") or []]
-    return None

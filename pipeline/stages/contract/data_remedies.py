@@ -81,7 +81,7 @@ def units(check: Check, src: Sources) -> dict[str, Any] | None:
     )
 
 
-def stats(check: Check, src: Sources) -> dict[str, Any] | None:
+def stats(check: Check, src: Sources, repo: str) -> dict[str, Any] | None:
     """Stats the configured mode needs and the dataset lacks: the quantiles lerobot's own script adds
     to a v3.0 dataset; any other stat, recomputed from the data."""
     missing = list(check.evidence.get("missing") or [])
@@ -90,7 +90,6 @@ def stats(check: Check, src: Sources) -> dict[str, Any] | None:
     feature = check.feature
     command = None
     if set(missing) <= set(QUANTILES) and src.c.kind.endswith("v3.0"):
-        repo = "/".join(str(src.c.path).rstrip("/").split("/")[-2:])
         command = ["python", "-m", QUANTILE_STATS, f"--repo-id={repo}", f"--root={src.c.path}"]
     return data(
         f"meta/stats.json: add {missing} for {feature} (computed from the data)"

@@ -227,10 +227,7 @@ def _short(values: list[int]) -> str:
 def _delete_command(plan: Plan, episodes: list[int]) -> list[str]:
     """lerobot 0.4.4's `lerobot-edit-dataset` (draccus flags; without `--new_repo_id` it moves the
     original to `<root>_old` and writes the edited dataset in its place)."""
-    command = plan.command
-    repo = (command.repo_id if command is not None else None) or "/".join(
-        str(plan.src.c.path).rstrip("/").split("/")[-2:]
-    )
+    repo = repo_id(plan)
     return [
         EDIT_DATASET,
         f"--repo_id={repo}",
@@ -238,6 +235,12 @@ def _delete_command(plan: Plan, episodes: list[int]) -> list[str]:
         "--operation.type=delete_episodes",
         f"--operation.episode_indices={json.dumps(episodes)}",
     ]
+
+
+def repo_id(plan: Plan) -> str:
+    """The dataset's repo id as the line names it, else its folder's `<parent>/<name>`."""
+    typed = plan.command.repo_id if plan.command is not None else None
+    return typed or "/".join(str(plan.src.c.path).rstrip("/").split("/")[-2:])
 
 
 def _on_data(name: str) -> Any:
@@ -251,7 +254,7 @@ BUILDERS: dict[str, Any] = {
     "layout.key": _camera_key,
     "layout.permutation": _on_data("permutation"),
     "units.scale": _on_data("units"),
-    "normalization.stats": _on_data("stats"),
+    "normalization.stats": lambda check, plan: data_remedies.stats(check, plan.src, repo_id(plan)),
     "normalization.passthrough": _on_data("passthrough"),
     "frames.channels": _on_data("channels"),
     "frames.lag": _on_data("lag"),
