@@ -31,11 +31,7 @@ def permutation(check: Check, src: Sources) -> dict[str, Any]:
     cfg = src.cfg.permutation
     permuted, runner = ev.get("permuted_cost") or {}, ev.get("runner_up_cost") or {}
     close = {d: (_at(permuted, d), _at(runner, d)) for d in mapping}
-    close = {
-        d: (p, r)
-        for d, (p, r) in close.items()
-        if p is None or r is None or p > (1 - cfg.min_gain) * r
-    }
+    close = {d: (p, r) for d, (p, r) in close.items() if p is None or r is None or p > (1 - cfg.min_gain) * r}
     if not mapping or close:
         return undecided(
             f"no reorder offered for {check.feature}: the found order does not clearly beat the next",
