@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 from pipeline.record.markdown import reason_check
 from pipeline.record.records import Check, GateRecord, StageResult
+from pipeline.record.remedy import corrected_argv
 from pipeline.storage import atomic_write_bytes
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -64,6 +66,9 @@ def _suite(result: StageResult, blocked: set[str]) -> ET.Element:
         value = result.status if key == "status" else result.provenance.get(key)
         if value is not None:
             ET.SubElement(props, "property", name=key, value=xml_safe(value))
+    argv = corrected_argv([result])
+    if argv is not None:  # the line the contract judged with every line remedy applied (never run)
+        ET.SubElement(props, "property", name="corrected_line", value=xml_safe(shlex.join(argv)))
     for check in result.checks:
         suite.append(_case(check, check.id in blocked))
     if result.status == "skipped" and not result.checks:  # a CI view shows it skipped, never passed
@@ -105,6 +110,7 @@ def _details(check: Check) -> str:
         **({"deployed (D)": check.deployed} if check.deployed is not None else {}),
         "message": check.message,
         "evidence": check.evidence,
+        **({"remedy": check.remedy} if check.remedy else {}),
     }
     return xml_safe(json.dumps(body, indent=1, default=str)[:8000])
 

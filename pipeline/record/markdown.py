@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from pipeline.record.profile_md import profile_section
 from pipeline.record.records import VERDICTS, Check, GateRecord, StageResult
+from pipeline.record.remedy import corrected_markdown, remedy_markdown
 from pipeline.record.text import anchor, anchors, cell, code, details, fenced, md_text
 
 DEFAULT_PHYSICAL_CHECKS = (
@@ -83,6 +84,7 @@ def render_markdown(
         "## Physical checks to confirm with user (the pipeline cannot run these)",
         *(f"- {md_text(item)}" for item in _physical(record.stages)),
         "",
+        *corrected_markdown(record.stages),
         "## Next",
         *(f"- {item}" for item in next_steps(record, checks)),
     ]
@@ -334,7 +336,7 @@ def _evidence(stages: tuple[StageResult, ...], audit_dir: Path, files: Files) ->
 
 
 def _evidence_block(check: Check) -> list[str]:
-    lines = [f"### {code(check.id)}", md_text(check.message or ""), ""]
+    lines = [f"### {code(check.id)}", md_text(check.message or ""), *remedy_markdown(check), ""]
     if check.evidence:
         lines += [*fenced(json.dumps(check.evidence, indent=1, default=str)[:4000]), ""]
     return lines

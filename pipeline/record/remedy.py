@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.record.records import Check
+from pipeline.record.text import code, fenced, md_text
 
 CORRECTED = "contract.training.corrected"  # the row holding the corrected line and its verdict
 
@@ -72,3 +73,25 @@ def remedy_text(remedy: Mapping[str, Any] | None) -> str:
     if command:
         text += f" (lerobot: {shlex.join(str(c) for c in command)})"
     return text
+
+
+def remedy_markdown(check: Check) -> list[str]:
+    """The remedy under a row's evidence in the markdown record (escaped: flags are data)."""
+    if not check.remedy:
+        return []
+    return ["", f"**Remedy** ({md_text(check.remedy.get('kind'))}): {md_text(remedy_text(check.remedy))}"]
+
+
+def corrected_markdown(stages: Iterable[Any]) -> list[str]:
+    """The record's section for the corrected line: its verdict, the line to paste, what remains."""
+    stages = list(stages)
+    row = corrected_row(stages)
+    if row is None:
+        return []
+    argv = corrected_argv(stages)
+    lines = ["## Corrected training line", md_text(verdict_line(row) if argv else row.message), ""]
+    if argv:
+        lines += [*fenced(shlex.join(argv), "bash"), ""]
+    for left in row.evidence.get("remaining") or []:
+        lines.append(f"- {code(left.get('id'))}: {md_text(remedy_text(left.get('remedy')))}")
+    return [*lines, ""]

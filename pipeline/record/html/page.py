@@ -12,6 +12,7 @@ from typing import Any
 from pipeline.record.html import values
 from pipeline.record.html.entries import Entry
 from pipeline.record.html.profile import profile_section
+from pipeline.record.html.remedy import corrected_view, remedy_view
 from pipeline.record.markdown import DEFAULT_PHYSICAL_CHECKS, reason_check
 from pipeline.record.records import VERDICTS
 from pipeline.record.text import anchors
@@ -62,6 +63,7 @@ def page_context(entry: Entry, audit_dir: Path) -> dict[str, Any]:
         "history": [str(line) for line in data.get("history") or ()],
         "physical": physical(data),
         "waivers": list(waivers.values()),
+        "corrected": corrected_view(data),
     }
 
 
@@ -132,6 +134,7 @@ def finding(
         **row(check, columns, slugs),
         "message": str(check.get("message") or ""),
         "fix": fix_line(check, waivers.get(str(check.get("id"))), data),
+        "remedy": remedy_view(check.get("remedy")),
         "whole": whole,
     }
 

@@ -50,6 +50,15 @@
   function setAll(open) {
     document.querySelectorAll("details.finding").forEach(function (d) { d.open = open; });
   }
+  var copy = document.getElementById("copy-line");
+  if (copy) {
+    copy.addEventListener("click", function () {
+      var text = document.getElementById("corrected-line").textContent;
+      var said = document.getElementById("copy-said");
+      navigator.clipboard.writeText(text).then(function () { said.textContent = "copied"; },
+        function () { said.textContent = "copy refused: select the line"; });
+    });
+  }
   var openAll = document.getElementById("open-all");
   if (openAll) {
     openAll.addEventListener("click", function () { setAll(true); });
