@@ -90,6 +90,33 @@ def fit(
     return Fit(assignment, order, round(declared, 4), round(cost, 4), decisive, rounded, runner_up)
 
 
+def match_unnamed(
+    decoded: dict[str, Signature], base: dict[str, Signature], min_distance: float
+) -> dict[str, object] | None:
+    """Dataset cameras no base camera is named after, against base cameras no dataset key provides:
+    which assignment (in either channel order) fits best, and the best cost of any other, so that a
+    rename map is offered only where one assignment clearly beats the rest. None where either side is
+    empty, the sides differ in count, or the base's stats cannot tell two of its cameras apart."""
+    spare = sorted(decoded)
+    wanted = sorted(base)
+    if (
+        not spare
+        or len(spare) != len(wanted)
+        or len(spare) > MAX_PERMUTED
+        or ties(base, wanted, min_distance)
+    ):
+        return None
+    costs = []
+    for targets in itertools.permutations(wanted):
+        pairs = dict(zip(spare, targets, strict=True))
+        costs.append(
+            (sum(min(decoded[k].distance(base[j], o) for o in ORDERS) for k, j in pairs.items()), pairs)
+        )
+    costs.sort(key=lambda c: c[0])
+    runner = round(costs[1][0], 4) if len(costs) > 1 else None
+    return {"assignment": costs[0][1], "best": round(costs[0][0], 4), "runner_up": runner}
+
+
 def ties(base: dict[str, Signature], keys: list[str], min_distance: float) -> list[tuple[str, str]]:
     """Pairs of these cameras whose reference stats lie within `min_distance` of each other: no fit can
     tell which of the two a camera's frames belong to (LeRobot's `use_imagenet_stats` gives every camera

@@ -21,7 +21,7 @@ from pipeline.readers.carries import FRAMES
 from pipeline.readers.frames import FrameReader, probe
 from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.record.records import Check, Rows
-from pipeline.stages.contract.camera_fit import Fit, Signature, fit, ties
+from pipeline.stages.contract.camera_fit import Fit, Signature, fit, match_unnamed, ties
 from pipeline.stages.contract.image_stats import grey_row, stale_row
 from pipeline.stages.contract.rows import NAME, Sources
 from pipeline.stages.contract.spans import cap_note
@@ -58,6 +58,9 @@ def frame_rows(src: Sources) -> list[Check]:
     found = None if generic else fit(as_fed, base, cfg.swap_ratio, cfg.reversed_ratio, cfg.min_distance)
     swaps = _swap_rows(found) if not generic else _own_swap_rows(src, decoded, *generic)
     out += _channel_rows(src, decoded, found) + swaps  # which key provides a camera: inputs.camera_rows
+    wanted = {k: base[k] for k in a_cams if k in base and k not in as_fed}
+    spare = {k: v for k, v in as_fed.items() if k not in src.a.features}
+    src.camera_match = match_unnamed(spare, wanted, cfg.min_distance)  # for a rename map (remedies)
     return [informational(src, row) for row in out]
 
 

@@ -142,7 +142,19 @@ def rename_fixes(plan: Plan) -> tuple[dict[str, str], list[str]]:
                     fixes[fed[policy_key]] = fits
         elif check.id.startswith("contract.layout.key:") and check.evidence.get("matched_by") == "role":
             fixes[str(check.actual)] = check.feature
+    fixes.update(_unnamed_fixes(plan, current, ratio))
     return fixes, doubts
+
+
+def _unnamed_fixes(plan: Plan, current: dict[str, str], ratio: float) -> dict[str, str]:
+    """Cameras named after no base camera, where their frames decide which base camera each is: the best
+    assignment beats every other by the frames' `swap_ratio` (one camera left over is no evidence)."""
+    match = plan.src.camera_match or {}
+    best, runner = match.get("best"), match.get("runner_up")
+    if best is None or runner is None or not best < ratio * runner:
+        return {}
+    fed = {current.get(k, k): k for k in plan.src.c.features}
+    return {fed.get(k, k): str(v) for k, v in (match.get("assignment") or {}).items()}
 
 
 def _rename(check: Check, plan: Plan) -> dict[str, Any] | None:
@@ -170,12 +182,24 @@ def _camera_key(check: Check, plan: Plan) -> dict[str, Any] | None:
         return _rename(check, plan)
     if check.evidence.get("matched_by") != "missing" or "dataset_cameras" not in check.evidence:
         return None
+    fixes, _ = rename_fixes(plan)
+    if check.feature in fixes.values():
+        return _rename(check, plan)
     cams = check.evidence.get("dataset_cameras") or []
+    match = plan.src.camera_match
+    said = (
+        f"the best assignment of the unnamed cameras costs {match.get('best')} against "
+        f"{match.get('runner_up')} for the next (a map is offered where it beats the next by "
+        f"x{plan.src.cfg.frames.swap_ratio})"
+        if match
+        else "no frames were fitted to the base's image stats for it (none, one camera left over, or "
+        "stats that do not tell the base's cameras apart)"
+    )
     return undecided(
         f"no --rename_map offered: nothing here decides which of the dataset's cameras {cams} shows the "
         f"base's {check.feature}",
-        f"the base's image stats for {check.feature} set against each camera's decoded frames, or a "
-        "teacher_forced camera probe with the map, decides it",
+        f"{said}; the base's own image stats for each camera, or a teacher_forced camera probe with the "
+        "map, decides it",
     )
 
 

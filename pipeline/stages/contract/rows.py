@@ -43,6 +43,9 @@ class Sources:
     # the episodes training reads (B's dataset.episodes, from --dataset.episodes or the training config);
     # None: every episode. The health rows judge these; the stats rows judge the whole dataset.
     trained_episodes: list[int] | None = None
+    # dataset cameras named after no base camera fitted to the base cameras no key provides (frames.py):
+    # {"assignment": {policy key as fed: base key}, "best": cost, "runner_up": cost}, or None
+    camera_match: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.trained_episodes is None:

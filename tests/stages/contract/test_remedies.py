@@ -11,8 +11,8 @@ import pytest
 
 from pipeline.readers.base import Contract, DatasetContract, Feature
 from pipeline.record.records import Check, Rows
-from pipeline.stages.contract import frames, layout, remedies
-from pipeline.stages.contract.camera_fit import Signature, fit
+from pipeline.stages.contract import frames, inputs, layout, remedies
+from pipeline.stages.contract.camera_fit import Signature, fit, match_unnamed
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.corrected import apply, line_changes
 from pipeline.stages.contract.rows import Pair, Sources
@@ -165,3 +165,32 @@ def test_a_row_without_a_remedy_writes_the_json_it_always_wrote() -> None:
     assert "remedy" not in row.to_dict()
     again = Check.from_dict({**row.to_dict(), "remedy": {"kind": "data", "summary": "x"}})
     assert again.remedy == {"kind": "data", "summary": "x"}
+
+
+def renamed_cameras(decoded: dict[str, Signature], base: dict[str, Signature]) -> list[Check]:
+    """The base reads `base`'s cameras, the dataset has `decoded`'s under other names and no map."""
+    features = {k: Feature(k, "image", (3, 64, 64)) for k in base}
+    src = sources(features)
+    src.c.features = {k: Feature(k, "image", (3, 64, 64)) for k in decoded}
+    src.camera_match = match_unnamed(decoded, base, 0.05)
+    return remedies.attach(inputs.camera_rows(src), src, LINE)
+
+
+def test_renamed_cameras_the_frames_tell_apart_get_the_map() -> None:
+    top, side, _ = CAMS
+    base = {top: sig(0.1, 0.1, 0.1), side: sig(0.6, 0.5, 0.4)}
+    rows = renamed_cameras(
+        {"observation.images.high": base[top], "observation.images.left": base[side]}, base
+    )
+    assert len(rows) == 2 and all(r.verdict == "mismatch" and r.remedy["kind"] == "line" for r in rows)
+    wanted = {"observation.images.high": top, "observation.images.left": side}
+    assert json.loads(rows[0].remedy["set"]["rename_map"]) == wanted
+
+
+def test_renamed_cameras_the_frames_cannot_tell_apart_get_no_map() -> None:
+    top, side, _ = CAMS
+    base = {top: sig(0.4, 0.5, 0.5), side: sig(0.5, 0.5, 0.5)}  # told apart, but each frame sits between
+    mid = sig(0.45, 0.5, 0.5)
+    rows = renamed_cameras({"observation.images.high": mid, "observation.images.left": mid}, base)
+    assert rows and all(r.remedy["kind"] == "undecided" for r in rows)
+    assert "against" in rows[0].remedy["decide"] and "probe" in rows[0].remedy["decide"]
