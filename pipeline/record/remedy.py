@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.record.records import Check
+from pipeline.record.records import Check, RecordError
 from pipeline.record.text import code, fenced, md_text
 
 CORRECTED = "contract.training.corrected"  # the row holding the corrected line and its verdict
@@ -53,6 +53,15 @@ def corrected_lines(stages: Iterable[Any]) -> list[str]:
     for left in row.evidence.get("remaining") or []:
         lines.append(f"  remains: {left.get('id')}: {remedy_text(left.get('remedy'))}")
     return lines
+
+
+def corrected_lines_of(folder: Any) -> list[str]:
+    """`corrected_lines` of a run folder's gate record (none where it has no readable record)."""
+    try:
+        record = folder.load_gate()
+    except RecordError:
+        return []
+    return corrected_lines(record.stages) if record is not None else []
 
 
 def remedy_text(remedy: Mapping[str, Any] | None) -> str:

@@ -26,9 +26,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.errors import ConfigError, RecordError
+from pipeline.errors import ConfigError
 from pipeline.readers.lerobot_command import training_argv
-from pipeline.record.remedy import corrected_lines
+from pipeline.record.remedy import corrected_lines_of
 from pipeline.record.runfolder import RunFolder
 from pipeline.run.executors import chain_argv
 
@@ -115,25 +115,14 @@ def after_local_gate(cfg: DictConfig, code: int, say: Any) -> int:
         return code
     if code != 0:
         say("training command not started: the gate did not clear")
-        for line in _corrected(cfg):
-            say(line)
+        for line in corrected_lines_of(RunFolder(Path(str(cfg.run_dir)))) if cfg.get("run_dir") else []:
+            say(line)  # the corrected line the record proposes: printed to paste, never run
         return code
     if not (cfg.get("chain") or {}).get("run_local"):
         say(f"clear to train; run (or set chain.run_local=true to run it here): {shlex.join(command)}")
         return 0
     say(f"training command (gate clear): {shlex.join(command)}")
     return run_command(command, cfg, say)
-
-
-def _corrected(cfg: DictConfig) -> list[str]:
-    """The corrected line the blocked gate's record proposes (printed to paste, never run)."""
-    if not cfg.get("run_dir"):
-        return []
-    try:
-        record = RunFolder(Path(str(cfg.run_dir))).load_gate()
-    except RecordError:
-        return []
-    return corrected_lines(record.stages) if record is not None else []
 
 
 def run_command(command: Sequence[str], cfg: Any, say: Any) -> int:

@@ -34,6 +34,7 @@ from pipeline.record import audit, integrity
 from pipeline.record.html import write_html
 from pipeline.record.junit import write_junit
 from pipeline.record.records import GateRecord, PartDone, RecordError, Rows, StageResult
+from pipeline.record.remedy import corrected_lines
 from pipeline.record.runfolder import NO_GATE_EXIT, PART_DONE, RunFolder, demo_dir
 from pipeline.record.text import quoted_argv
 from pipeline.record.waivers import apply_waivers
@@ -72,7 +73,10 @@ def run_gate(run_dir: Path) -> int:
         return _failed(folder, record, f"writing {folder.gate_file} failed: {exc.strerror or exc}", written)
     page = markdown.with_suffix(".html")
     print(f"record: {markdown}; page: {page}" + (f"; junit: {junit}" if junit else ""))
-    return folder.report_gate()
+    code = folder.report_gate()
+    for line in corrected_lines(record.stages):  # in the gate job's log too: printed, never run
+        print(line)
+    return code
 
 
 def junit_path(cfg: DictConfig) -> Path | None:

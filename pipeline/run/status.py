@@ -20,7 +20,7 @@ from pipeline.progress import make_console
 from pipeline.record import history, integrity
 from pipeline.record.html import rebuild_html
 from pipeline.record.records import RecordError
-from pipeline.record.remedy import corrected_lines
+from pipeline.record.remedy import corrected_lines_of
 from pipeline.record.runfolder import RunFolder
 
 
@@ -151,17 +151,8 @@ def show(folder: RunFolder) -> None:
     make_console().print(build_table(folder, rows, f"run {folder.run_id} ({plan.get('executor')})"))
     if folder.gate_file.exists():
         folder.report_gate()
-        _corrected(folder)
-
-
-def _corrected(folder: RunFolder) -> None:
-    """The corrected training line a blocked gate's record proposes, with its verdict (never run)."""
-    try:
-        record = folder.load_gate()
-    except RecordError:
-        return
-    for line in corrected_lines(record.stages) if record is not None else []:
-        print(line)
+        for line in corrected_lines_of(folder):  # the corrected training line, never run
+            print(line)
 
 
 def verify_history(audit_dir: Path, key_file: str | None) -> int:
