@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,55 +25,13 @@ from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import InputError
 from pipeline.record.records import Check, Rows, StageResult
-from pipeline.stages import Stage, StageContext, container_image, register, training_runtime
-from pipeline.stages.config import Resources, StageConfig, require, settings
+from pipeline.stages import StageContext, container_image, training_runtime
+from pipeline.stages.config import settings
+from pipeline.stages.settings import ContainerCheckConfig
 
 NAME = "container_check"
 SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software rasterizer")
-GL_BACKENDS = ("egl", "osmesa", "glfw")
 ROWS = Rows(NAME, "container")
-
-
-def _packages() -> dict[str, str | None]:
-    return {
-        "hpc-preflight": "",
-        "torch": ">=2.3",
-        "numpy": "",
-        "mujoco": ">=3.1",
-        "submitit": ">=1.5",
-        "safetensors": "",
-        "pyarrow": "",
-    }
-
-
-@dataclass
-class ContainerCheckConfig(StageConfig):
-    """container_check: the environment every stage runs in."""
-
-    resources: Resources = field(default_factory=lambda: Resources(time_min=15))
-    require_gpu: bool = False  # a GPU node must show CUDA devices to torch
-    min_gpus: int = 1
-    min_capability: str | None = None  # e.g. "8.0"
-    mujoco_gl: str = "egl"  # the backend MuJoCo renders with in the jobs: egl | osmesa | glfw
-    require_gl: bool = True  # no GL context is a hard finding (the render stage needs one)
-    gl_timeout_s: float = 120.0
-    min_free_gb: float = 1.0  # on the run, audit and checkpoint directories
-    python: str = ">=3.10"
-    # distribution name: version specifier ("" = installed, any version); a bad specifier is an
-    # InputError naming stages.container_check.packages.<name> when the stage runs
-    packages: dict[str, str | None] = field(default_factory=_packages)
-
-    def validate(self, key: str) -> None:
-        super().validate(key)
-        require(self.min_gpus >= 0, f"{key}.min_gpus", "a count >= 0", self.min_gpus)
-        require(self.mujoco_gl in GL_BACKENDS, f"{key}.mujoco_gl", " | ".join(GL_BACKENDS), self.mujoco_gl)
-        require(self.gl_timeout_s > 0, f"{key}.gl_timeout_s", "seconds > 0", self.gl_timeout_s)
-        require(self.min_free_gb >= 0, f"{key}.min_free_gb", "GiB >= 0", self.min_free_gb)
-        if self.min_capability is not None:
-            try:
-                Version(self.min_capability)
-            except InvalidVersion:
-                require(False, f"{key}.min_capability", "a capability such as '8.0'", self.min_capability)
 
 
 # Runs in a fresh interpreter: MUJOCO_GL and PyOpenGL's platform are fixed at import time.
@@ -272,14 +229,3 @@ def _dir_check(label: str, path: Path, min_free_gb: float) -> Check:
         actual=f"{free_gb:.2f} GiB free",
         evidence={"path": str(path), "free_gb": round(free_gb, 3)},
     )
-
-
-register(
-    Stage(
-        name=NAME,
-        run=run,
-        after=(),
-        config=ContainerCheckConfig,
-        description="the environment the stages run in: packages, CUDA, GL renderer, writable dirs",
-    )
-)
