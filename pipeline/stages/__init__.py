@@ -319,6 +319,14 @@ def stage_config(cfg: DictConfig, name: str) -> StageConfig | None:
 def load(plugins: Iterable[str] = ()) -> dict[str, Stage]:
     """The registry in run order, with the configured plugins imported and every config class in Hydra's
     ConfigStore; no built-in stage's code is imported (a job imports its own, through `get`)."""
+    import_plugins(plugins)
+    _store()
+    return dict(_REGISTRY)
+
+
+def import_plugins(plugins: Iterable[str]) -> None:
+    """The configured plugin modules, which register their stages when imported (a job needs them to find
+    a plugin stage by name, and nothing else: `load` also types every config for Hydra)."""
     for module in plugins:
         try:
             importlib.import_module(module)
@@ -326,8 +334,6 @@ def load(plugins: Iterable[str] = ()) -> dict[str, Stage]:
             raise InputError(
                 f"plugins: cannot import stage module {module!r}: {exc}", field="plugins"
             ) from exc
-    _store()
-    return dict(_REGISTRY)
 
 
 def get(name: str) -> Stage:

@@ -1,0 +1,110 @@
+"""What a launch and a job pay in imports before they do anything, against the libraries they stand on.
+
+In one run, each in a fresh interpreter, best of `--runs` (interleaved, so a loaded machine slows all
+alike):
+  1. `import pipeline.launch` against `import hydra, submitit, rich, omegaconf` (the baseline: a launch
+     cannot import less than its own framework);
+  2. a contract job's imports: its entry module (`pipeline.run.jobs`), the registry, and the contract
+     stage's functions, as `jobs._prepare` resolves them, against the same baseline.
+Each child times its own import (interpreter start-up excluded) and names the heavy libraries and the
+stage modules it ended with. Bytecode is compiled once in a warm-up, into a scratch folder (the
+environment may forbid writing it), so each import reads it as on a user's machine. `--root` points the
+children at another checkout; `--against` measures a second one alike (e.g. main: before and after).
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HEAVY = ("matplotlib", "scipy", "torch", "mujoco", "av", "jinja2", "h5py", "pyarrow", "numpy", "PIL")
+BASELINE = "import hydra, submitit, rich, omegaconf"
+LAUNCH = "import pipeline.launch"
+# what a job process imports before its stage runs (`jobs._prepare`), in this checkout's API or main's
+JOB = """
+import pipeline.run.jobs
+from pipeline import stages
+if hasattr(stages, "import_plugins"):
+    stages.import_plugins(())
+else:
+    stages.load(())
+stage = stages.get("contract")
+for fn in (stage.run, stage.run_part):
+    getattr(fn, "resolve", lambda: fn)()
+"""
+CHILD = """
+import json, sys, time
+started = time.perf_counter()
+exec(compile({code!r}, "<bench>", "exec"))
+seconds = time.perf_counter() - started
+heavy = [m for m in {heavy!r} if m in sys.modules]
+ours = [m for m in sys.modules if m.startswith("pipeline.stages.")]
+stage_modules = sorted({{".".join(m.split(".")[:3]) for m in ours}})
+print(json.dumps({{"seconds": seconds, "heavy": heavy, "stage_modules": stage_modules}}))
+"""
+
+
+def child(code: str, root: Path, cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(root), PYTHONPYCACHEPREFIX=str(cache))  # compiled once, as on a user's disk
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD.format(code=code, heavy=HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed ({code.strip().splitlines()[0]}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(root: Path, runs: int) -> dict:
+    best: dict[str, dict] = {}
+    codes = (("baseline", BASELINE), ("launch", LAUNCH), ("job_contract", JOB))
+    with tempfile.TemporaryDirectory() as cache:
+        for _, code in codes:  # the warm-up writes the bytecode (in `cache`, not in the checkout)
+            child(code, root, Path(cache))
+        for _ in range(runs):
+            for name, code in codes:
+                got = child(code, root, Path(cache))
+                if name not in best or got["seconds"] < best[name]["seconds"]:
+                    best[name] = got
+    base = best["baseline"]["seconds"]
+    return {
+        "root": str(root),
+        "baseline_s": round(base, 3),
+        "launch_s": round(best["launch"]["seconds"], 3),
+        "launch_ratio": round(best["launch"]["seconds"] / base, 2),
+        "launch_heavy": best["launch"]["heavy"],
+        "launch_stage_modules": best["launch"]["stage_modules"],
+        "job_contract_s": round(best["job_contract"]["seconds"], 3),
+        "job_contract_ratio": round(best["job_contract"]["seconds"] / base, 2),
+        "job_contract_heavy": best["job_contract"]["heavy"],
+        "job_contract_stage_modules": best["job_contract"]["stage_modules"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="fresh interpreters per import (best of)")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--against", type=Path, default=None, help="another checkout measured alike")
+    args = parser.parse_args()
+    out = {"runs": args.runs, "python": sys.version.split()[0], **measure(args.root.resolve(), args.runs)}
+    if args.against is not None:
+        before = measure(args.against.resolve(), args.runs)
+        out["against"] = before
+        out["launch_speedup"] = round(before["launch_s"] / out["launch_s"], 2)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
