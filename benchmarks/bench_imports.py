@@ -66,17 +66,25 @@ def child(code: str, root: Path, cache: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(root: Path, runs: int) -> dict:
-    best: dict[str, dict] = {}
+def measure(roots: list[Path], runs: int) -> list[dict]:
+    """Best of `runs` per checkout and import, every checkout's children interleaved in each round."""
+    best: list[dict[str, dict]] = [{} for _ in roots]
     codes = (("baseline", BASELINE), ("launch", LAUNCH), ("job_contract", JOB))
-    with tempfile.TemporaryDirectory() as cache:
-        for _, code in codes:  # the warm-up writes the bytecode (in `cache`, not in the checkout)
-            child(code, root, Path(cache))
+    with tempfile.TemporaryDirectory() as scratch:
+        caches = [Path(scratch) / str(i) for i in range(len(roots))]
+        for root, cache in zip(roots, caches, strict=True):  # the warm-up writes the bytecode, in `cache`
+            for _, code in codes:
+                child(code, root, cache)
         for _ in range(runs):
-            for name, code in codes:
-                got = child(code, root, Path(cache))
-                if name not in best or got["seconds"] < best[name]["seconds"]:
-                    best[name] = got
+            for root, cache, found in zip(roots, caches, best, strict=True):
+                for name, code in codes:
+                    got = child(code, root, cache)
+                    if name not in found or got["seconds"] < found[name]["seconds"]:
+                        found[name] = got
+    return [summary(root, found) for root, found in zip(roots, best, strict=True)]
+
+
+def summary(root: Path, best: dict[str, dict]) -> dict:
     base = best["baseline"]["seconds"]
     return {
         "root": str(root),
@@ -98,11 +106,13 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--against", type=Path, default=None, help="another checkout measured alike")
     args = parser.parse_args()
-    out = {"runs": args.runs, "python": sys.version.split()[0], **measure(args.root.resolve(), args.runs)}
+    roots = [args.root.resolve(), *([args.against.resolve()] if args.against else [])]
+    found = measure(roots, args.runs)
+    out = {"runs": args.runs, "python": sys.version.split()[0], **found[0]}
     if args.against is not None:
-        before = measure(args.against.resolve(), args.runs)
-        out["against"] = before
-        out["launch_speedup"] = round(before["launch_s"] / out["launch_s"], 2)
+        out["against"] = found[1]
+        out["launch_speedup"] = round(found[1]["launch_s"] / found[0]["launch_s"], 2)
+        out["job_contract_speedup"] = round(found[1]["job_contract_s"] / found[0]["job_contract_s"], 2)
     print(json.dumps(out))
 
 
