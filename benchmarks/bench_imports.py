@@ -6,11 +6,11 @@ alike):
      cannot import less than its own framework);
   2. a contract job's imports: its entry module (`pipeline.run.jobs`), the registry, and the contract
      stage's functions, as `jobs._prepare` resolves them, against the same baseline.
-Each child times its own import (interpreter start-up excluded) and names the heavy libraries and the
-stage modules it ended with. Bytecode is compiled once in a warm-up, into a scratch folder (the
-environment may forbid writing it), so each import reads it as on a user's machine. `--root` points the
-children at another checkout; `--against` measures a second one alike (e.g. main: before and after).
-Prints one JSON line.
+Each child times its own import (wall and CPU time, interpreter start-up excluded; on a loaded machine
+the CPU-time ratio is the steadier one) and names the heavy libraries and the stage modules it ended
+with. Bytecode is compiled once in a warm-up, into a scratch folder (the environment may forbid writing
+it), so each import reads it as on a user's machine. `--root` points the children at another checkout;
+`--against` measures a second one alike, interleaved (e.g. main: before and after). One JSON line.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ for fn in (stage.run, stage.run_part):
 """
 CHILD = """
 import json, sys, time
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 exec(compile({code!r}, "<bench>", "exec"))
-seconds = time.perf_counter() - started
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 heavy = [m for m in {heavy!r} if m in sys.modules]
 ours = [m for m in sys.modules if m.startswith("pipeline.stages.")]
 stage_modules = sorted({{".".join(m.split(".")[:3]) for m in ours}})
-print(json.dumps({{"seconds": seconds, "heavy": heavy, "stage_modules": stage_modules}}))
+print(json.dumps({{"seconds": seconds, "cpu": cpu, "heavy": heavy, "stage_modules": stage_modules}}))
 """
 
 
@@ -80,21 +80,25 @@ def measure(roots: list[Path], runs: int) -> list[dict]:
                 for name, code in codes:
                     got = child(code, root, cache)
                     if name not in found or got["seconds"] < found[name]["seconds"]:
-                        found[name] = got
+                        found[name] = {**got, "cpu": min(got["cpu"], found.get(name, got)["cpu"])}
+                    else:
+                        found[name]["cpu"] = min(got["cpu"], found[name]["cpu"])
     return [summary(root, found) for root, found in zip(roots, best, strict=True)]
 
 
 def summary(root: Path, best: dict[str, dict]) -> dict:
-    base = best["baseline"]["seconds"]
+    base, base_cpu = best["baseline"]["seconds"], best["baseline"]["cpu"]
     return {
         "root": str(root),
         "baseline_s": round(base, 3),
         "launch_s": round(best["launch"]["seconds"], 3),
         "launch_ratio": round(best["launch"]["seconds"] / base, 2),
+        "launch_cpu_ratio": round(best["launch"]["cpu"] / base_cpu, 2),
         "launch_heavy": best["launch"]["heavy"],
         "launch_stage_modules": best["launch"]["stage_modules"],
         "job_contract_s": round(best["job_contract"]["seconds"], 3),
         "job_contract_ratio": round(best["job_contract"]["seconds"] / base, 2),
+        "job_contract_cpu_ratio": round(best["job_contract"]["cpu"] / base_cpu, 2),
         "job_contract_heavy": best["job_contract"]["heavy"],
         "job_contract_stage_modules": best["job_contract"]["stage_modules"],
     }
