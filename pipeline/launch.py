@@ -58,10 +58,8 @@ from pipeline.run.status import CHAINED, build_table
 from pipeline.stages import container_image
 
 LAUNCHERS = ("auto", "local", "slurm", "debug")
-
-# The built-in stages register their typed configs in Hydra's ConfigStore when imported: that has to
-# happen before `@hydra.main` composes the config, so it happens here, at import.
-stages.load()
+# The stages' typed configs reach Hydra's ConfigStore in `compose_command_line` (through `cli`), before
+# anything composes: importing this module imports no stage and stores nothing.
 
 
 def new_run_id() -> str:

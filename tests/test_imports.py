@@ -8,6 +8,10 @@ The graph is read from the source with `ast` (module-level and function-level im
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
@@ -217,3 +221,65 @@ def test_house_sizes_functions_and_modules_read_in_one_sitting():
         if (n := p.read_text(encoding="utf-8").count("\n")) > 400
     ]
     assert not long_functions and not long_modules, long_functions + long_modules
+
+
+# What a process holds after an import, asked of a fresh interpreter (no timing: the names it imported).
+# A launch and a job pay for every module they import, on every launch; plotting, statistics, torch,
+# MuJoCo and the format readers are imported where they are used.
+HEAVY = ("matplotlib", "scipy", "torch", "mujoco", "av", "jinja2", "h5py")
+STAGES = (
+    "container_check",
+    "checkpoint_storage",
+    "contract",
+    "determinism",
+    "teacher_forced",
+    "render_cache",
+)
+
+
+def _modules_after(code: str) -> set[str]:
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _stages_imported(modules: set[str]) -> set[str]:
+    """The stages whose own code is among `modules`: a stage module, or anything inside a stage package
+    but its empty `__init__` and its `config` (the typed settings a launch validates)."""
+    found = set()
+    for name in STAGES:
+        prefix = f"pipeline.stages.{name}"
+        inside = [m for m in modules if m.startswith(prefix + ".") and m != prefix + ".config"]
+        single = name in ("container_check", "checkpoint_storage") and prefix in modules
+        if inside or single:
+            found.add(name)
+    return found
+
+
+def test_importing_the_launch_imports_no_stage_and_no_heavy_library():
+    modules = _modules_after("import pipeline.launch")
+    assert "pipeline.launch" in modules
+    assert not [m for m in (*HEAVY, "numpy", "pyarrow") if m in modules]
+    assert not _stages_imported(modules)
+
+
+def test_the_registry_names_every_stage_and_imports_none():
+    modules = _modules_after(f"from pipeline import stages\nassert set(stages._REGISTRY) >= set({STAGES!r})")
+    assert not [m for m in modules if m.startswith("pipeline.stages.") and m != "pipeline.stages.config"]
+    loaded = _modules_after("from pipeline import stages\nstages.load()")  # every config, typed for Hydra
+    assert not _stages_imported(loaded) and not [m for m in HEAVY if m in loaded]
+
+
+def test_a_job_imports_its_own_stage_and_nothing_else():
+    code = (
+        "import pipeline.run.jobs\nfrom pipeline import stages\nstages.import_plugins(())\n"
+        "stage = stages.get({name!r})\nstage.run.resolve()\n"
+    )
+    for name in ("container_check", "contract"):
+        modules = _modules_after(code.format(name=name))
+        assert _stages_imported(modules) == {name}
+        assert not [m for m in ("matplotlib", "scipy", "torch", "mujoco", "jinja2", "h5py") if m in modules]

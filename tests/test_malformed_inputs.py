@@ -162,7 +162,9 @@ def compose(tmp_path_factory: pytest.TempPathFactory) -> Callable[[list[str]], A
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import pipeline.launch  # registers the stages' configs
+    import pipeline.launch
+
+    pipeline.launch.stages.load()  # the stages' typed configs in Hydra's ConfigStore, as `cli` puts them
 
     plugins = tmp_path_factory.mktemp("plugins")
     (plugins / "malformed_plugin_boom.py").write_text("raise RuntimeError('boom at import')\n")

@@ -12,12 +12,30 @@ Nothing is unpickled: JSON/YAML with safe loaders, safetensors headers validated
 Readers import no stage.
 """
 
-from pipeline.readers.base import Contract, DatasetContract, Feature
-from pipeline.readers.dataset import read_dataset
-from pipeline.readers.lerobot_data import LeRobotData
-from pipeline.readers.model import read_model
-from pipeline.readers.scan import ScanOptions
-from pipeline.readers.training import read_training
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Each reader is imported on first use (numpy, pyarrow, h5py behind them): a launch that names one
+# format imports that format's reader only.
+_LAZY = {
+    "Contract": "pipeline.readers.base",
+    "DatasetContract": "pipeline.readers.base",
+    "Feature": "pipeline.readers.base",
+    "LeRobotData": "pipeline.readers.lerobot_data",
+    "ScanOptions": "pipeline.readers.scan",
+    "read_dataset": "pipeline.readers.dataset",
+    "read_model": "pipeline.readers.model",
+    "read_training": "pipeline.readers.training",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Contract",

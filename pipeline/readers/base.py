@@ -27,9 +27,9 @@ from pipeline.normalization import ROLE_OF_TYPE, ROLES, TYPE_OF_ROLE  # noqa: F4
 from pipeline.readers.carries import Carries
 from pipeline.storage.files import (
     MAX_JSONL_BYTES,
-    MAX_METADATA_BYTES,
     load_yaml,
     parse_json,
+    read_json,  # noqa: F401  (re-exported: it lived here)
     read_text,
     regular_file,
     utf8_name,
@@ -128,11 +128,6 @@ def role_of(key: str, shape: tuple[int, ...] | None = None, dtype: str | None = 
     if low in STATE_ALIASES or low.endswith((".state", "/state", "_state")) or "proprio" in low:
         return "state"
     return "other"
-
-
-def read_json(path: Path, what: str = "JSON", max_bytes: int = MAX_METADATA_BYTES) -> Any:
-    """A JSON file (a regular file under `max_bytes`); any parse failure names the file."""
-    return parse_json(read_text(path, what, max_bytes), path, what)
 
 
 def read_jsonl(path: Path, what: str = "JSON lines") -> list[Any]:

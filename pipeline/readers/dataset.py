@@ -8,15 +8,13 @@ with `rank_error` and `dynamics_rows`): they live in the contract stage's config
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract
-from pipeline.readers.hdf5_dataset import read as read_hdf5
-from pipeline.readers.lerobot_dataset import read as read_lerobot
-from pipeline.readers.npz_dataset import read as read_npz
 from pipeline.readers.scan import ScanOptions
 
 __all__ = ["ScanOptions", "dataset_format", "read_dataset"]
@@ -26,7 +24,8 @@ def read_dataset(path: str | Path, options: ScanOptions | Mapping[str, Any] | An
     """(C) for the dataset at `path`, scanned with the caller's `options` (see `ScanOptions.of`)."""
     path = Path(path)
     opts = ScanOptions.of(options)
-    return _FORMATS[dataset_format(path)](path, opts)
+    reader = importlib.import_module(_FORMATS[dataset_format(path)])  # h5py only for an HDF5 dataset
+    return reader.read(path, opts)
 
 
 def dataset_format(path: str | Path) -> str:
@@ -49,4 +48,8 @@ def dataset_format(path: str | Path) -> str:
     )
 
 
-_FORMATS = {"lerobot": read_lerobot, "hdf5": read_hdf5, "npz": read_npz}
+_FORMATS = {
+    "lerobot": "pipeline.readers.lerobot_dataset",
+    "hdf5": "pipeline.readers.hdf5_dataset",
+    "npz": "pipeline.readers.npz_dataset",
+}

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from pipeline.errors import InputError
 from pipeline.readers import lerobot_command
-from pipeline.readers.base import read_json
+from pipeline.storage.files import read_json
 
 FIELD = "deploy.command"
 PROGRAMS = {"lerobot-eval": "eval", "lerobot-record": "robot"}

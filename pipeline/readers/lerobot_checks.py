@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.readers.base import read_json
+from pipeline.storage.files import read_json
 
 FIELD = "training.command"
 

@@ -26,9 +26,8 @@ from omegaconf import OmegaConf
 
 from pipeline.errors import InputError
 from pipeline.readers import hub_cache
-from pipeline.readers.base import read_json
 from pipeline.readers.lerobot_checks import LEROBOT_WINDOWS
-from pipeline.storage.files import load_yaml
+from pipeline.storage.files import load_yaml, read_json
 
 FIELD = "training.command"
 PROGRAMS = ("lerobot-train",)

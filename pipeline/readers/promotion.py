@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from pipeline.errors import InputError
-from pipeline.readers.base import read_yaml
 from pipeline.readers.sif import normalize_sha256, partition_sha256, read_sif, sha256_file
 from pipeline.storage import atomic_write_text
+from pipeline.storage.files import load_yaml
 
 REQUIRED = ("image", "sha256", "date", "who")
 
@@ -26,7 +26,7 @@ REQUIRED = ("image", "sha256", "date", "who")
 def read_promotion(path: str | Path) -> dict[str, Any]:
     """The record, validated: every required field present, the digest a sha256, labels a mapping."""
     path = Path(path)
-    data = read_yaml(path, "a promotion record (image, sha256, labels, date, who)")
+    data = load_yaml(path, "a promotion record (image, sha256, labels, date, who)")
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping with {', '.join(REQUIRED)}", path=path)
     missing = [key for key in REQUIRED if not data.get(key)]

@@ -18,14 +18,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pipeline.errors import ConfigError
 from pipeline.storage.files import kind_of
 
 MAX_DEPTH = 64  # a record is a handful of levels deep; evidence a few more
 MAX_KEY_BYTES = 4096
-OPEN, CLOSE = np.frombuffer(b"[{", dtype=np.uint8), np.frombuffer(b"]}", dtype=np.uint8)
+OPEN, CLOSE = b"[{", b"]}"
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
@@ -91,8 +89,11 @@ def read_bounded(path: Path, max_bytes: int, inside: Path | None = None) -> byte
 
 def json_depth(raw: bytes) -> int:
     """The deepest nesting of `[`/`{` outside strings (linear, vectorised, no recursion)."""
+    import numpy as np  # imported here: every job and the launch import this module, few read a record
+
     chars = np.frombuffer(_STRING.sub(b'""', raw), dtype=np.uint8)
-    steps = np.isin(chars, OPEN).astype(np.int32) - np.isin(chars, CLOSE).astype(np.int32)
+    opening, closing = np.frombuffer(OPEN, dtype=np.uint8), np.frombuffer(CLOSE, dtype=np.uint8)
+    steps = np.isin(chars, opening).astype(np.int32) - np.isin(chars, closing).astype(np.int32)
     return int(np.cumsum(steps).max(initial=0))
 
 

@@ -56,6 +56,12 @@ def demo_dir(output_root: str | Path) -> Path:
     return Path(output_root) / "demo"
 
 
+def probe_cache_file(output_root: str | Path) -> Path:
+    """Where container_check keeps its node measurements (torch, CUDA, GL) for every run under this output
+    root, each under the digest of the host, image and software it measured (`stages/probe_cache.py`)."""
+    return Path(output_root) / "probe_cache.json"
+
+
 def composed_text(cfg: DictConfig) -> str:
     """B as the launch composed it from the training command, checked against the digest the launch
     kept in the run's config: the composed folder is shared, so its file is judged only as written."""

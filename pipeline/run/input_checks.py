@@ -12,6 +12,7 @@ Which paths a stage reads is its own declaration (`Stage.inputs`); nothing here 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,6 @@ from omegaconf import DictConfig
 
 from pipeline import stages
 from pipeline.errors import ConfigError, InputError
-from pipeline.readers.dataset import dataset_format
-from pipeline.readers.model import detect_model
-from pipeline.readers.training import training_file
 from pipeline.run.plan import selected_stages
 from pipeline.storage.files import regular_file
 
@@ -51,10 +49,17 @@ def _file(path: Path) -> None:
 
 # one checker per input kind (`pipeline.inputs.KINDS`): the readers' own detection, raising their own
 # InputError
+def _reader(spec: str) -> Callable[[Path], Any]:
+    """A reader's detection, imported when a launch first asks it (each reader brings numpy, pyarrow or
+    h5py): importing this module, as every job does, imports none of them."""
+    module, _, name = spec.partition(":")
+    return lambda path: getattr(importlib.import_module(module), name)(path)
+
+
 CHECKS: dict[str, Callable[[Path], Any]] = {
-    "model": detect_model,
-    "training": training_file,
-    "dataset": dataset_format,
+    "model": _reader("pipeline.readers.model:detect_model"),
+    "training": _reader("pipeline.readers.training:training_file"),
+    "dataset": _reader("pipeline.readers.dataset:dataset_format"),
     "folder": _folder,
     "checkpoint": _checkpoint,
     "file": _file,

@@ -64,7 +64,7 @@ def _prepare(
 ) -> tuple[DictConfig, dict[str, Any], Stage, StageContext]:
     """What every job reads first: the run's config and plan, the registered stage, its context."""
     cfg = folder.load_config()
-    stages.load(cfg.get("plugins") or ())
+    stages.import_plugins(cfg.get("plugins") or ())  # a job imports its own stage only (`get`)
     plan = folder.load_plan()
     ctx = StageContext(
         run_dir=folder.root,

@@ -18,7 +18,6 @@ from rich.table import Table
 from pipeline.errors import InputError, PreflightError, one_line
 from pipeline.progress import make_console
 from pipeline.record import history, integrity
-from pipeline.record.html import rebuild_html
 from pipeline.record.records import RecordError
 from pipeline.record.remedy import corrected_lines_of
 from pipeline.record.runfolder import RunFolder
@@ -172,6 +171,8 @@ def build_html(audit_dir: Path, key_file: str | None) -> int:
     """Every record's page and `index.html` rendered again from the JSON twins of `audit_dir`."""
     if not audit_dir.is_dir():
         raise InputError(f"{audit_dir}: not a folder (expected an audit_dir)", path=audit_dir)
+    from pipeline.record.html import rebuild_html  # Jinja2: only for the pages
+
     try:
         pages, index = rebuild_html(audit_dir, key=integrity.load_key(key_file))
     except OSError as exc:

@@ -18,64 +18,22 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import InputError
 from pipeline.readers.base import safetensors_header
 from pipeline.record.records import Check, Rows, StageResult
-from pipeline.stages import Stage, StageContext, error_check, register
-from pipeline.stages.config import Resources, StageConfig, section, typed
+from pipeline.stages import StageContext, error_check
+from pipeline.stages.config import section, typed
+from pipeline.stages.settings import ITEMSIZE, CheckpointStorageConfig
 from pipeline.storage import manifest
 from pipeline.storage.quota import Room, room
 
 NAME = "checkpoint_storage"
-ITEMSIZE = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-}
 rows = Rows(NAME, "storage")
-
-
-@dataclass
-class CheckpointStorageConfig(StageConfig):
-    """How the run checkpoints, so the stage can tell whether it fits."""
-
-    resources: Resources = field(default_factory=lambda: Resources(time_min=10))
-    keep: int = 3  # checkpoints on disk at once (the run's keep-last-K)
-    margin: float = 0.1  # headroom over the estimate (sidecars, a save in flight, growth)
-    severity: str = "block"  # warn | block: what not fitting does to the gate
-    size_bytes: int | None = None  # one checkpoint's size, when known (overrides every estimate)
-    dtype: str | None = None  # the dtype the run saves parameters in (F32, BF16, ...); null: as stored
-    state_multiplier: float = 1.0  # bytes per parameter byte saved: 1 weights only, ~3 with Adam moments
-    require_quota: bool = False  # true: no quota tool on the node is unverifiable (else a note)
-    fallbacks: list[str] = field(default_factory=list)  # folders save_checkpoint falls back to
-
-    def validate(self, key: str) -> None:
-        super().validate(key)
-        if self.keep < 1:
-            raise ConfigError(f"{key}.keep", f"expected an integer >= 1, got {self.keep}")
-        if self.margin < 0:
-            raise ConfigError(f"{key}.margin", f"expected a fraction >= 0, got {self.margin}")
-        if self.severity not in ("warn", "block"):
-            raise ConfigError(f"{key}.severity", f"expected warn or block, got {self.severity!r}")
-        if self.size_bytes is not None and self.size_bytes <= 0:
-            raise ConfigError(f"{key}.size_bytes", f"expected a size in bytes > 0, got {self.size_bytes}")
-        if self.dtype is not None and self.dtype.upper() not in ITEMSIZE:
-            raise ConfigError(f"{key}.dtype", f"expected one of {', '.join(ITEMSIZE)}, got {self.dtype!r}")
-        if self.state_multiplier <= 0:
-            raise ConfigError(f"{key}.state_multiplier", f"expected > 0, got {self.state_multiplier}")
 
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
@@ -327,19 +285,3 @@ def _fallback_check(index: int, folder: Path) -> Check:
         expected="writable folder",
         actual=str(folder),
     )
-
-
-register(
-    Stage(
-        name=NAME,
-        run=run,
-        config=CheckpointStorageConfig,
-        category="storage",
-        inputs=("model",),
-        # a checkpoint's size comes from the model's files or is given; with neither there is nothing
-        # to budget, so the stage is skipped (stage=full) or refused (stage=checkpoint_storage), like
-        # the others, rather than run to an `unverifiable` size row
-        needs=(f"model.path|stages.{NAME}.size_bytes",),
-        description="checkpoint size x number kept against free space and quota of checkpoint_dir",
-    )
-)

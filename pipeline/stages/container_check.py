@@ -5,10 +5,14 @@ It runs first, inside whatever the other stages run in (the host, or the image w
 Where the training line is a lerobot-train line it also probes that command's own runtime
 (training_runtime.py: the policy modules, one frame through lerobot's video decoder); a launch of one
 other stage (`stage=contract`) runs it for that probe alone, since the chained training needs it.
+The torch/CUDA and GL probes are measured once per node, image and installed software and then taken
+from the output root's probe cache (`probe_cache.py`), the rows saying so; the runtime probe, the
+packages and the folders are measured on every run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as metadata
 import os
 import platform
@@ -16,7 +20,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,57 +29,16 @@ from omegaconf import DictConfig
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, RecordError
 from pipeline.record.records import Check, Rows, StageResult
-from pipeline.stages import Stage, StageContext, container_image, register, training_runtime
-from pipeline.stages.config import Resources, StageConfig, require, settings
+from pipeline.record.runfolder import probe_cache_file
+from pipeline.stages import StageContext, container_image, probe_cache, training_runtime
+from pipeline.stages.config import settings
+from pipeline.stages.settings import ContainerCheckConfig
 
 NAME = "container_check"
 SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software rasterizer")
-GL_BACKENDS = ("egl", "osmesa", "glfw")
 ROWS = Rows(NAME, "container")
-
-
-def _packages() -> dict[str, str | None]:
-    return {
-        "hpc-preflight": "",
-        "torch": ">=2.3",
-        "numpy": "",
-        "mujoco": ">=3.1",
-        "submitit": ">=1.5",
-        "safetensors": "",
-        "pyarrow": "",
-    }
-
-
-@dataclass
-class ContainerCheckConfig(StageConfig):
-    """container_check: the environment every stage runs in."""
-
-    resources: Resources = field(default_factory=lambda: Resources(time_min=15))
-    require_gpu: bool = False  # a GPU node must show CUDA devices to torch
-    min_gpus: int = 1
-    min_capability: str | None = None  # e.g. "8.0"
-    mujoco_gl: str = "egl"  # the backend MuJoCo renders with in the jobs: egl | osmesa | glfw
-    require_gl: bool = True  # no GL context is a hard finding (the render stage needs one)
-    gl_timeout_s: float = 120.0
-    min_free_gb: float = 1.0  # on the run, audit and checkpoint directories
-    python: str = ">=3.10"
-    # distribution name: version specifier ("" = installed, any version); a bad specifier is an
-    # InputError naming stages.container_check.packages.<name> when the stage runs
-    packages: dict[str, str | None] = field(default_factory=_packages)
-
-    def validate(self, key: str) -> None:
-        super().validate(key)
-        require(self.min_gpus >= 0, f"{key}.min_gpus", "a count >= 0", self.min_gpus)
-        require(self.mujoco_gl in GL_BACKENDS, f"{key}.mujoco_gl", " | ".join(GL_BACKENDS), self.mujoco_gl)
-        require(self.gl_timeout_s > 0, f"{key}.gl_timeout_s", "seconds > 0", self.gl_timeout_s)
-        require(self.min_free_gb >= 0, f"{key}.min_free_gb", "GiB >= 0", self.min_free_gb)
-        if self.min_capability is not None:
-            try:
-                Version(self.min_capability)
-            except InvalidVersion:
-                require(False, f"{key}.min_capability", "a capability such as '8.0'", self.min_capability)
 
 
 # Runs in a fresh interpreter: MUJOCO_GL and PyOpenGL's platform are fixed at import time.
@@ -96,13 +60,40 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
         return StageResult.from_checks(NAME, training_runtime.runtime_checks(cfg))  # the line's probe alone
     checks = [_python_check(config)]
     checks += [_package_check(name, spec) for name, spec in config.packages.items()]
-    checks.append(_gpu_check(config))
-    checks.append(_gl_check(config))
+    where = Probes.of(cfg, ctx, reuse=config.reuse)
+    checks.append(_gpu_check(config, where))
+    checks.append(_gl_check(config, where))
     dirs = {"run_dir": cfg.run_dir, "audit_dir": cfg.audit_dir, "checkpoint_dir": cfg.checkpoint_dir}
     checks += [_dir_check(label, Path(path), config.min_free_gb) for label, path in dirs.items()]
     checks += container_image.image_checks(cfg, ctx.run_dir)  # the image: promoted, readable, running in it
     checks += training_runtime.runtime_checks(cfg)
     return StageResult.from_checks(NAME, checks)
+
+
+@dataclass(frozen=True)
+class Probes:
+    """Where this job keeps its node measurements, and the image they are measured in."""
+
+    cache: Path | None
+    image: str | None
+    reuse: bool = True
+
+    @classmethod
+    def of(cls, cfg: DictConfig, ctx: StageContext, reuse: bool = True) -> Probes:
+        """The output root's cache; the image as the launch digested it (`plan.json`), else the path
+        the job runs in. `stages.container_check.reuse=false` measures again (and keeps the result)."""
+        root = cfg.get("output_root")
+        image = None
+        with contextlib.suppress(RecordError, InputError, OSError, AttributeError, TypeError):
+            image = ctx.folder.load_plan().get("image_digest")
+        image = image or os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")
+        return cls(probe_cache_file(root) if root else None, image, reuse)
+
+    def probed(
+        self, kind: str, measure: Callable[[], tuple[dict[str, Any], bool]], **extra: Any
+    ) -> probe_cache.Probed:
+        digest = probe_cache.probe_digest(kind, self.image, **extra)
+        return probe_cache.probed(self.cache, digest, measure, self.reuse)
 
 
 def _spec(name: str, spec: str | None) -> SpecifierSet:
@@ -145,7 +136,8 @@ def _package_check(name: str, raw_spec: str | None) -> Check:
     return ROWS.judge(feature, feature, ok, message, expected=expected, actual=actual)
 
 
-def _gpu_check(config: ContainerCheckConfig) -> Check:
+def _torch_facts() -> tuple[dict[str, Any], bool]:
+    """What torch sees of the node's GPUs (the measurement `probe_cache` keeps)."""
     import torch  # imported here: container_check must still report when torch itself is broken
 
     available = torch.cuda.is_available()
@@ -157,11 +149,24 @@ def _gpu_check(config: ContainerCheckConfig) -> Check:
         }
         for i in range(count)
     ]
-    evidence = {
+    facts = {
+        "available": available,
+        "count": count,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "devices": devices,
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    return facts, True
+
+
+def _gpu_check(config: ContainerCheckConfig, where: Probes) -> Check:
+    probe = where.probed("cuda", _torch_facts)
+    facts = probe.facts
+    available, count, devices = bool(facts["available"]), int(facts["count"]), list(facts["devices"])
+    evidence = {
+        **{k: facts.get(k) for k in ("torch", "cuda", "devices", "CUDA_VISIBLE_DEVICES")},
+        "probe": probe.evidence(),
     }
     expected = {
         "require_gpu": config.require_gpu,
@@ -170,6 +175,7 @@ def _gpu_check(config: ContainerCheckConfig) -> Check:
     }
     problems = _gpu_problems(expected, count, devices)
     message = "; ".join(problems) or f"{count} CUDA device(s); GPU required: {expected['require_gpu']}"
+    message += probe.note()
     actual = {"available": available, "count": count}
     return ROWS.judge(
         "cuda", "cuda", not problems, message, expected=expected, actual=actual, evidence=evidence
@@ -208,9 +214,16 @@ def _gl_probe(backend: str, timeout_s: float) -> tuple[str, int]:
     return proc.stdout + proc.stderr, proc.returncode
 
 
-def _gl_check(config: ContainerCheckConfig) -> Check:
+def _gl_facts(backend: str, timeout_s: float) -> tuple[dict[str, Any], bool]:
+    output, rc = _gl_probe(backend, timeout_s)
+    renderer = any(line.startswith("GL_RENDERER=") and line[12:] for line in output.splitlines())
+    return {"output": output, "rc": rc}, rc == 0 and renderer
+
+
+def _gl_check(config: ContainerCheckConfig, where: Probes) -> Check:
     backend = config.mujoco_gl
-    output, rc = _gl_probe(backend, config.gl_timeout_s)
+    probe = where.probed("gl", lambda: _gl_facts(backend, config.gl_timeout_s), backend=backend)
+    output, rc = str(probe.facts["output"]), int(probe.facts["rc"])
     info = dict(line.split("=", 1) for line in output.splitlines() if line.startswith("GL_") and "=" in line)
     renderer = info.get("GL_RENDERER", "")
     software = any(s in renderer.lower() for s in SOFTWARE_RENDERERS)
@@ -231,11 +244,11 @@ def _gl_check(config: ContainerCheckConfig) -> Check:
         "gl_renderer",
         "gl_renderer",
         verdict,
-        message,
+        message + probe.note(),
         severity="hard" if config.require_gl else "soft",
         expected=expected,
         actual=actual,
-        evidence={"MUJOCO_GL": backend, **info},
+        evidence={"MUJOCO_GL": backend, **info, "probe": probe.evidence()},
     )
 
 
@@ -272,14 +285,3 @@ def _dir_check(label: str, path: Path, min_free_gb: float) -> Check:
         actual=f"{free_gb:.2f} GiB free",
         evidence={"path": str(path), "free_gb": round(free_gb, 3)},
     )
-
-
-register(
-    Stage(
-        name=NAME,
-        run=run,
-        after=(),
-        config=ContainerCheckConfig,
-        description="the environment the stages run in: packages, CUDA, GL renderer, writable dirs",
-    )
-)

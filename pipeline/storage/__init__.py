@@ -6,6 +6,11 @@ other locations when the primary is full or over quota, and records where each o
 (`latest_checkpoint`, `python -m pipeline.storage status|promote|prune`).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from pipeline.storage.atomic import (
     LockHeld,
     _fsync_dir,
@@ -16,15 +21,22 @@ from pipeline.storage.atomic import (
     exclusive_lock,
     file_lock,
 )
-from pipeline.storage.checkpoint import CheckpointSaveError, Saved, save_checkpoint
-from pipeline.storage.maintain import (
-    Found,
-    apply_retention,
-    latest_checkpoint,
-    load_checkpoint,
-    promote,
-    status_rows,
-)
+
+# The checkpoint side (numpy, safetensors) is imported on first use: most importers only write files.
+_LAZY = {
+    **dict.fromkeys(("CheckpointSaveError", "Saved", "save_checkpoint"), "pipeline.storage.checkpoint"),
+    **dict.fromkeys(
+        ("Found", "apply_retention", "latest_checkpoint", "load_checkpoint", "promote", "status_rows"),
+        "pipeline.storage.maintain",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CheckpointSaveError",

@@ -171,6 +171,11 @@ class BoundedLoader(yaml.SafeLoader):
 BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
 
 
+def read_json(path: Path, what: str = "JSON", max_bytes: int = MAX_METADATA_BYTES) -> Any:
+    """A JSON file (a regular file under `max_bytes`); any parse failure names the file."""
+    return parse_json(read_text(path, what, max_bytes), path, what)
+
+
 def expanded_size(root: yaml.Node) -> int:
     """Nodes the document has once every alias is expanded; shared nodes are weighed once (memo), so a
     bomb is measured in time linear in its text, without recursion."""

@@ -52,6 +52,7 @@ def paths(found: dict[str, Path], **changed: Any) -> list[str]:
 def compose() -> Iterator[Callable[..., Any]]:
     GlobalHydra.instance().clear()
     conf = Path(launch.__file__).parent / "conf"
+    launch.stages.load()  # the stages' typed configs in Hydra's ConfigStore, as the launch's cli puts them
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         yield lambda *overrides: hydra_compose("config", overrides=list(overrides))
     GlobalHydra.instance().clear()

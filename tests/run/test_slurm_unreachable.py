@@ -74,6 +74,7 @@ def test_sbatch_failing_on_the_first_job_is_not_blamed_on_resources(tmp_path: Pa
     again rather than printing the job's resources as the cause."""
     GlobalHydra.instance().clear()
     conf = Path(launch.__file__).parent / "conf"
+    launch.stages.load()  # the stages' typed configs in Hydra's ConfigStore, as the launch's cli puts them
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose(
             "config",

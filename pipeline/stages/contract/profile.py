@@ -12,7 +12,6 @@ from typing import Any
 from pipeline.readers.profile import profile_rows
 from pipeline.record.records import jsonable
 from pipeline.stages.contract.health.common import dim_names
-from pipeline.stages.contract.plots import save_png
 from pipeline.stages.contract.rows import Sources
 from pipeline.storage import atomic_write_json
 
@@ -48,6 +47,8 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> Path:
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
+
+    from pipeline.stages.contract.plots import save_png  # matplotlib: imported when a plot is drawn
 
     fig = Figure(figsize=(max(6.0, 0.18 * len(rows) + 2), 3.8))
     ax = fig.subplots()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 from pipeline.readers.base import Contract, DatasetContract
 from pipeline.record.records import Check, Rows
@@ -113,3 +114,11 @@ def skipped_row(
         severity="soft",
         evidence={"needs_model": need_base, "needs_training": need_training, "set": keys},
     )
+
+
+def unmet(cfg: Any) -> tuple[str, ...]:
+    """At launch: a base without its training config is refused, since which mode and features it trains
+    with is what the contract judges (a dataset alone, or a training config alone with its dataset, is a
+    check). Here, not in the stage's code, so a launch asks it without importing the stage."""
+    given = {name: bool((cfg.get(name) or {}).get("path")) for name in ("model", "training")}
+    return ("training.path",) if given["model"] and not given["training"] else ()

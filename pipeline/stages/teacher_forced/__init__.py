@@ -32,9 +32,8 @@ from pipeline.inputs import Input
 from pipeline.readers.lerobot_paths import shown
 from pipeline.readers.rename import rename_map, sources
 from pipeline.record.records import StageResult
-from pipeline.stages import Stage, StageContext, register, stage_config
+from pipeline.stages import StageContext, stage_config
 from pipeline.stages.config import Resources, StageConfig
-from pipeline.stages.teacher_forced.repeatability import check_seeds
 from pipeline.storage.files import parse_json, read_text
 
 NAME = "teacher_forced"
@@ -142,6 +141,8 @@ class TeacherForcedConfig(StageConfig):
         for i, m in enumerate(self.models):
             if m.path and not m.loader:
                 raise ConfigError(f"{key}.models[{i}].loader", "expected 'module:function' for the path")
+        from pipeline.stages.teacher_forced.repeatability import check_seeds  # numpy: not at launch import
+
         check_seeds(self.estimator_seeds, {m.name: m.seeds for m in self.models}, key)
         for i, m in enumerate(self.models):
             if m.loader:
@@ -235,6 +236,8 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
         return StageResult(NAME, "skipped", provenance={"reason": reason})
     if not dataset:
         raise InputError("dataset.path: the teacher-forced stage needs a dataset", field="dataset.path")
+    from pipeline.stages.teacher_forced.repeatability import check_seeds
+
     try:
         check_seeds(tf.estimator_seeds, {m.name: m.seeds for m in specs}, f"stages.{NAME}")
     except ConfigError as exc:
@@ -243,19 +246,5 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     source = sources(rename_map(cfg))
     return evaluate(tf, specs, baseline, dict(tf.subset_episodes), Path(dataset), ctx, source)
 
-
-register(
-    Stage(
-        name=NAME,
-        run=run,
-        inputs=INPUTS,
-        category="diagnostics",
-        config=TeacherForcedConfig,
-        needs=(f"model.path|stages.{NAME}.models", "dataset.path"),
-        unmet=unmet,
-        description="checkpoint provenance, paired teacher-forced action error across models, "
-        "repeatability of stochastic models",
-    )
-)
 
 __all__ = ["ModelSpec", "TeacherForcedConfig", "model_loader", "model_specs", "run"]
