@@ -299,6 +299,37 @@ def probe(path: Path, what: str = "") -> dict[str, Any]:
         ) from exc
 
 
+def frame_times(path: Path, start: float = 0.0, end: float | None = None, what: str = "") -> np.ndarray:
+    """The presentation times (s) of a video's frames in [start, end], sorted, from the container's
+    packets (PyAV demux, nothing decoded): what LeRobot's decoder matches each row's timestamp to."""
+    import av  # PyAV loads FFmpeg: imported where a video is read
+
+    label = f"{path}{' (' + what + ')' if what else ''}"
+    if not path.is_file():
+        raise InputError(f"{label}: video file missing (expected an mp4 for this camera)", path=path)
+    times: list[float] = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise InputError(f"{label}: no video stream", path=path)
+            stream = container.streams.video[0]
+            base = float(stream.time_base)
+            if start > 0:
+                container.seek(max(int((start - 1.0) / base), 0), stream=stream, backward=True)
+            for packet in container.demux(stream):
+                if packet.pts is None:
+                    continue
+                times.append(packet.pts * base)
+                if end is not None and times[-1] > end + 1.0:  # past the span (B-frames reorder pts)
+                    break
+    except av.error.FFmpegError as exc:
+        raise InputError(
+            f"{label}: not a readable video ({exc}); expected a complete mp4", path=path
+        ) from exc
+    out = np.sort(np.asarray(times, dtype=np.float64))
+    return out[(out >= start - 1e-3) & (out <= (np.inf if end is None else end + 1e-3))]
+
+
 class ImageStats:
     """Per-channel mean/std/min/max in 0-1 over streamed uint8 frames, exact, from 256-bin histograms
     (a bincount per channel: cheaper than float sums of squares, and memory stays 3 x 256 counters)."""
