@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.errors import InputError
+from pipeline.errors import FrameTimeError, InputError
 from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.lerobot_data import LeRobotData
 
@@ -120,7 +120,7 @@ def _decode(container: Any, wanted: np.ndarray, tol: float, threads: int, label:
             continue
         t = frame.pts * base
         if len(out) < wanted.size and wanted[len(out)] < t - tol:
-            raise InputError(
+            raise FrameTimeError(
                 f"{label}: no frame at {wanted[len(out)]:.6f} s within {tol} s (nearest {last:.6f} s and "
                 f"{t:.6f} s); expected one frame per episode timestamp",
                 path=label,
@@ -130,7 +130,7 @@ def _decode(container: Any, wanted: np.ndarray, tol: float, threads: int, label:
         last = t
         if len(out) == wanted.size:
             return np.stack(out)
-    raise InputError(
+    raise FrameTimeError(
         f"{label}: video ends at {last:.6f} s with {len(out)} of {wanted.size} frames found; expected a "
         f"frame at {wanted[len(out)]:.6f} s (video shorter than its episode, or truncated)",
         path=label,

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from pipeline.record.records import Check
 from pipeline.stages.contract import load_sources
+from pipeline.stages.contract.frames import frame_rows
 from pipeline.stages.contract.health import health_rows
 from pipeline.stages.contract.rows import Sources
 from tests.stages.contract.health_faults import DATASETS, Copy, copy_dataset, write
@@ -53,10 +54,13 @@ def videos(copy: Copy) -> None:
             out.mux(stream.encode())
 
 
-def grid_row(root: Path) -> Check:
+def sources(root: Path) -> Sources:
     a, b, c, _ = load_sources(OmegaConf.create({"dataset": {"path": str(root)}}), STAGE_CFG)
-    rows = {ch.id: ch for ch in health_rows(Sources(a, b, c, STAGE_CFG))}
-    return rows["contract.health.time.video_grid"]
+    return Sources(a, b, c, STAGE_CFG)
+
+
+def grid_row(root: Path) -> Check:
+    return {ch.id: ch for ch in health_rows(sources(root))}["contract.health.time.video_grid"]
 
 
 @needs_real
@@ -73,6 +77,9 @@ def test_host_clock_timestamps_miss_every_video_query(with_videos: bool, tmp_pat
     assert max(row.evidence["largest_offset_s"].values()) > 1e-4
     against = "the frames' timestamps in the video files" if with_videos else "the video grid k / fps"
     assert against in row.message and row.evidence["against"] == ("files" if with_videos else "grid")
+    if with_videos:  # the decoded-frames row samples episodes 0, 2, 5, 7: a fault of the data, not an error
+        decoded = {ch.id: ch for ch in frame_rows(sources(copy.root))}[f"contract.frames.health:{CAMERA}"]
+        assert decoded.verdict == "mismatch" and "within 0.0001 s" in decoded.message, decoded.message
 
 
 @needs_real
