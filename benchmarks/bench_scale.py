@@ -16,8 +16,8 @@ included: the `baseline` phase measures those alone):
 - stats_health: the same pass with the health facts on (`health_episodes` = the stage's default);
 - health_rows:  that pass plus `health_rows` (the rows, from the facts and the episode metadata);
 - fault_rows:   that pass plus the rows that judge its facts against each other: the state/action
-                pairs (dead sensors, unused commands, constants the normalizer floors) and the stale
-                stats by their effect (a training config's MEAN_STD named, so every one of them runs);
+                pairs (dead sensors, unused commands) and the constants the normalizer floors (a
+                training config's MEAN_STD named, so every one of them runs);
 - frames:       the contract's frame sampling (4 episodes x 8 frames per camera: timestamps, one seek
                 per episode) without the video headers; the timestamps are read from the sampled
                 episodes' data files only (`readers/episode_rows.py`);
@@ -145,15 +145,15 @@ def phase_health_rows(root: Path) -> dict[str, Any]:
 
 def phase_fault_rows(root: Path) -> dict[str, Any]:
     from pipeline.readers.base import Contract
-    from pipeline.stages.contract import channels, drift
+    from pipeline.stages.contract import channels
     from pipeline.stages.contract.config import ContractConfig
-    from pipeline.stages.contract.rows import Sources, pair_features
+    from pipeline.stages.contract.rows import Sources
 
     c = _contract(root, True)
     a = Contract("A", "contract_card", str(root), features=dict(c.features), stats=dict(c.stats))
     b = Contract("B", "training_yaml", str(root), norm_map={"STATE": "MEAN_STD", "ACTION": "MEAN_STD"})
     src = Sources(a, b, c, ContractConfig())
-    rows = channels.channel_rows(src) + [r for p in pair_features(src) for r in drift.stale_rows(src, p)]
+    rows = channels.channel_rows(src)
     return {"work": c.rows, "unit": "rows", "checks": len(rows)}
 
 
