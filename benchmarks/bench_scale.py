@@ -15,6 +15,9 @@ included: the `baseline` phase measures those alone):
                 dynamics sample, counts);
 - stats_health: the same pass with the health facts on (`health_episodes` = the stage's default);
 - health_rows:  that pass plus `health_rows` (the rows, from the facts and the episode metadata);
+- fault_rows:   that pass plus the rows that judge its facts against each other: the state/action
+                pairs (dead sensors, unused commands) and the constants the normalizer floors (a
+                training config's MEAN_STD named, so every one of them runs);
 - frames:       the contract's frame sampling (4 episodes x 8 frames per camera: timestamps, one seek
                 per episode) without the video headers; the timestamps are read from the sampled
                 episodes' data files only (`readers/episode_rows.py`);
@@ -54,6 +57,7 @@ PHASES = (
     "stats",
     "stats_health",
     "health_rows",
+    "fault_rows",
     "frames",
     "bare_pyav",
     "headers",
@@ -66,6 +70,7 @@ BARE = {
     "frames": "bare_pyav",
     "headers": "bare_headers",
     "health_rows": "bare_parquet",
+    "fault_rows": "bare_parquet",
 }
 
 
@@ -135,6 +140,20 @@ def phase_health_rows(root: Path) -> dict[str, Any]:
     a = Contract("A", "contract_card", str(root), features=dict(c.features), stats=dict(c.stats))
     b = Contract("B", "training_yaml", str(root))
     rows = health_rows(Sources(a, b, c, ContractConfig()))
+    return {"work": c.rows, "unit": "rows", "checks": len(rows)}
+
+
+def phase_fault_rows(root: Path) -> dict[str, Any]:
+    from pipeline.readers.base import Contract
+    from pipeline.stages.contract import channels
+    from pipeline.stages.contract.config import ContractConfig
+    from pipeline.stages.contract.rows import Sources
+
+    c = _contract(root, True)
+    a = Contract("A", "contract_card", str(root), features=dict(c.features), stats=dict(c.stats))
+    b = Contract("B", "training_yaml", str(root), norm_map={"STATE": "MEAN_STD", "ACTION": "MEAN_STD"})
+    src = Sources(a, b, c, ContractConfig())
+    rows = channels.channel_rows(src)
     return {"work": c.rows, "unit": "rows", "checks": len(rows)}
 
 

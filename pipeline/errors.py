@@ -27,6 +27,11 @@ class InputError(PreflightError):
     """Bad user input (a file, a field in it, a value): names the file, the field and what was expected."""
 
 
+class FrameTimeError(InputError):
+    """A row's timestamp with no video frame within the loader's tolerance: a fault of the data (the
+    frame rows record it as a mismatch), not a file the check could not read."""
+
+
 class ConfigError(PreflightError):
     """A config value that would fail on the cluster; raised at launch, before anything is submitted."""
 

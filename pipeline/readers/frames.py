@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.errors import InputError
+from pipeline.errors import FrameTimeError, InputError
 from pipeline.readers.episode_rows import EpisodeRows
 from pipeline.readers.lerobot_data import LeRobotData
 
@@ -120,7 +120,7 @@ def _decode(container: Any, wanted: np.ndarray, tol: float, threads: int, label:
             continue
         t = frame.pts * base
         if len(out) < wanted.size and wanted[len(out)] < t - tol:
-            raise InputError(
+            raise FrameTimeError(
                 f"{label}: no frame at {wanted[len(out)]:.6f} s within {tol} s (nearest {last:.6f} s and "
                 f"{t:.6f} s); expected one frame per episode timestamp",
                 path=label,
@@ -130,7 +130,7 @@ def _decode(container: Any, wanted: np.ndarray, tol: float, threads: int, label:
         last = t
         if len(out) == wanted.size:
             return np.stack(out)
-    raise InputError(
+    raise FrameTimeError(
         f"{label}: video ends at {last:.6f} s with {len(out)} of {wanted.size} frames found; expected a "
         f"frame at {wanted[len(out)]:.6f} s (video shorter than its episode, or truncated)",
         path=label,
@@ -297,6 +297,37 @@ def probe(path: Path, what: str = "") -> dict[str, Any]:
         raise InputError(
             f"{label}: not a readable video ({exc}); expected a complete mp4", path=path
         ) from exc
+
+
+def frame_times(path: Path, start: float = 0.0, end: float | None = None, what: str = "") -> np.ndarray:
+    """The presentation times (s) of a video's frames in [start, end], sorted, from the container's
+    packets (PyAV demux, nothing decoded): what LeRobot's decoder matches each row's timestamp to."""
+    import av  # PyAV loads FFmpeg: imported where a video is read
+
+    label = f"{path}{' (' + what + ')' if what else ''}"
+    if not path.is_file():
+        raise InputError(f"{label}: video file missing (expected an mp4 for this camera)", path=path)
+    times: list[float] = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise InputError(f"{label}: no video stream", path=path)
+            stream = container.streams.video[0]
+            base = float(stream.time_base)
+            if start > 0:
+                container.seek(max(int((start - 1.0) / base), 0), stream=stream, backward=True)
+            for packet in container.demux(stream):
+                if packet.pts is None:
+                    continue
+                times.append(packet.pts * base)
+                if end is not None and times[-1] > end + 1.0:  # past the span (B-frames reorder pts)
+                    break
+    except av.error.FFmpegError as exc:
+        raise InputError(
+            f"{label}: not a readable video ({exc}); expected a complete mp4", path=path
+        ) from exc
+    out = np.sort(np.asarray(times, dtype=np.float64))
+    return out[(out >= start - 1e-3) & (out <= (np.inf if end is None else end + 1e-3))]
 
 
 class ImageStats:

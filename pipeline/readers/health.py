@@ -22,6 +22,8 @@ from pipeline.readers.profile import RowSample
 from pipeline.readers.repeats import RepeatScan
 
 TIME_COLUMNS = ("timestamp", "frame_index", "index", "task_index")
+# LeRobot's video decoder asserts a frame within tolerance_s (1e-4 s) of each queried timestamp
+TOLERANCE_S = 1e-4
 NONE = np.iinfo(np.int64).max  # "no such frame" in the first_* columns
 # per-episode columns and how two pieces of one episode merge (an episode whose rows are not contiguous)
 MERGE = {
@@ -33,6 +35,10 @@ MERGE = {
     "dt_sum": "add",
     "dt_n": "add",
     "frame_bad": "add",
+    "grid_miss": "add",
+    "grid_other": "add",
+    "grid_off": "max",
+    "first_grid_miss": "min",
     "first_backwards": "min",
     "first_frame_bad": "min",
     "t_first": "first",
@@ -167,9 +173,22 @@ class HealthScan:
             part["dt_n"] = seg.sum(step > 0)
             part["t_first"], part["t_last"] = ts[seg.starts], ts[seg.ends - 1]
             self._t_last = float(ts[-1])
+            if self.fps:
+                self._grid(ts, seg, part)
         if "frame_index" in block:
             bad = np.asarray(block["frame_index"]).reshape(-1) != seg.pos
             part["frame_bad"], part["first_frame_bad"] = seg.sum(bad), seg.first(bad)
+
+    def _grid(self, ts: np.ndarray, seg: Segments, part: dict[str, Any]) -> None:
+        """Each row's timestamp against the video grid k / fps (a LeRobot video holds frame k of its
+        episode at k / fps): off the grid by more than TOLERANCE_S (no frame there), or on it at another
+        frame than the row's own (k != frame position)."""
+        k = np.rint(ts * self.fps)
+        off = np.abs(ts - k / self.fps)
+        miss = (off > TOLERANCE_S) | (k < 0)
+        part["grid_miss"], part["first_grid_miss"] = seg.sum(miss), seg.first(miss)
+        part["grid_other"] = seg.sum(k != seg.pos)
+        part["grid_off"] = np.maximum.reduceat(off, seg.starts)
 
     def _motion(self, key: str, x: np.ndarray, seg: Segments, part: dict[str, Any]) -> np.ndarray:
         """The kernel's facts for one feature, kept; returns its row hashes."""

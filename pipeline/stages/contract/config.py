@@ -34,7 +34,10 @@ class StaleConfig:
     mean_z: float = 0.1  # |mean_shipped - mean_data| above 0.1 data std
     std_ratio: float = 1.1  # std_shipped / std_data outside [1/1.1, 1.1]
     range_frac: float = 0.01  # min/max off by more than 1 % of the data range
-    severity: str = "hard"  # the normalizer would use stats of other data
+    severity: str = "hard"  # the normalizer would use stats of other data ...
+    # ... where that moves the normalized data by more than this anywhere over its range (MEAN_STD: data
+    # std; MIN_MAX: a quarter of the [-1, 1] span is 0.5); less is soft, a constant dim's round-off nothing
+    effect: float = 0.5
     quantile_rank: float = 0.05  # a shipped q01/q10/q50/q90/q99 sitting > 0.05 in rank from its level
     # soft: LeRobot v3 averages per-episode quantiles, so real datasets drift a little
     quantile_severity: str = "soft"
@@ -46,6 +49,7 @@ class StaleConfig:
     def validate(self, key: str) -> None:
         require(self.mean_z > 0, f"{key}.mean_z", "a number of data std > 0", self.mean_z)
         require(self.std_ratio > 1, f"{key}.std_ratio", "a ratio > 1", self.std_ratio)
+        require(self.effect > 0, f"{key}.effect", "normalized units > 0", self.effect)
         require(0 < self.range_frac <= 1, f"{key}.range_frac", "a fraction in (0, 1]", self.range_frac)
         require(0 < self.quantile_rank < 1, f"{key}.quantile_rank", "a rank in (0, 1)", self.quantile_rank)
         _severity(self.severity, f"{key}.severity")

@@ -16,7 +16,7 @@ import numpy as np
 
 from pipeline.normalization import QUANTILE_LEVELS, stats_shift
 from pipeline.record.records import Check, Rows
-from pipeline.stages.contract import quantiles
+from pipeline.stages.contract import quantiles, stale_effect
 from pipeline.stages.contract.config import StaleConfig
 from pipeline.stages.contract.rows import (
     NAME,
@@ -46,15 +46,24 @@ def stale_rows(src: Sources, pair: Pair) -> list[Check]:
     if shipped is None or rec is None:
         return []
     problems, detail = _stale_dims(shipped, rec, src.cfg.stale)
+    roundoff = stale_effect.roundoff_constants(shipped, rec)
+    problems = {s: kept for s, ds in problems.items() if (kept := [d for d in ds if d not in roundoff])}
     count_s = vec(shipped, "count")
     counts = {"shipped": None if count_s is None else float(count_s[0]), "rows": int(vec(rec, "count")[0])}
-    evidence = {"per_stat_dims": problems, "count": counts, **detail}
+    evidence = {
+        "per_stat_dims": problems,
+        "count": counts,
+        **detail,
+        "roundoff_constant_dims": sorted(roundoff),
+    }
     stale_dims = sorted({d for v in problems.values() for d in v})
     if problems:
         diagnosis = diagnose(shipped, rec, problems, src.cfg.stale, pair.c.names)
         evidence["diagnosis"] = diagnosis
         evidence["values"] = dim_values(src, pair, stale_dims)
         causes = {item["cause"] for item in diagnosis.values()}
+        found = stale_effect.judged(shipped, rec, pair.b_mode, stale_dims)
+        evidence["effect"] = {**found, "blocks_above": src.cfg.stale.effect}
         tail = (
             "the normalizer would use stats of other data"
             if causes == {"other_data"}
@@ -66,9 +75,10 @@ def stale_rows(src: Sources, pair: Pair) -> list[Check]:
             + "; ".join(item["text"] for item in list(diagnosis.values())[:4])
             + (f"; +{len(diagnosis) - 4} more in evidence" if len(diagnosis) > 4 else "")
             + f"; {tail}"
+            + stale_effect.effect_text(found, src.cfg.stale.effect, pair.c.names)
         )
         fields: dict[str, Any] = {
-            "severity": src.cfg.stale.severity,
+            "severity": src.cfg.stale.severity if found["largest"] > src.cfg.stale.effect else "soft",
             "expected": "stats of this data",
             "actual": f"{len(stale_dims)} dim(s) stale (likely cause: {', '.join(sorted(causes))})",
         }

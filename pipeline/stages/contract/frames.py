@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.errors import FrameTimeError, InputError
 from pipeline.normalization import IMAGENET_STATS
 from pipeline.readers.carries import FRAMES
 from pipeline.readers.frames import FrameReader, probe
@@ -183,6 +183,9 @@ def _sample(src: Sources, reader: FrameReader, key: str) -> tuple[list[Check], n
                 facts = probe(reader.data.video_location(key, ep)[0], f"camera {key}, episode {ep}")
             frames.append(reader.frames(key, ep, idx))
             used[ep] = idx
+    except FrameTimeError as exc:  # the data's timestamps miss the video's frames: a fault, not an error
+        message = f"{key}: {exc}; the loader's query misses the same way (health.time.video_grid names them)"
+        return [ROWS("frames.health:" + key, key, "mismatch", message, evidence={"decoded": used})], None
     except InputError as exc:
         return [ROWS("frames.health:" + key, key, "error", str(exc), evidence={"decoded": used})], None
     sample = np.concatenate(frames)

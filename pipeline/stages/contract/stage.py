@@ -5,10 +5,8 @@ built for quantile-normalized state, that two joints are swapped, or that a dim 
 stage reads the three sources with each format's own reader (`pipeline.readers`), recomputes the stats
 the configured normalization needs from the data, and writes one row per feature and category
 (normalization, layout, encoding, units, reload) with expected / configured / actual / verdict /
-severity / evidence. Any hard mismatch blocks the gate.
-
-Artifacts: `contract_evidence.json`, a PNG of per-dim ranges per vector feature, the dataset profile.
-"""
+severity / evidence. Any hard mismatch blocks the gate. Artifacts: `contract_evidence.json`, a PNG of
+per-dim ranges per vector feature, the dataset profile."""
 
 from __future__ import annotations
 
@@ -29,6 +27,7 @@ from pipeline.stages import StageContext
 from pipeline.stages.config import settings
 from pipeline.stages.contract import (
     alignment,
+    channels,
     composed,
     conventions,
     corrected,
@@ -85,6 +84,7 @@ GLOBAL = (
     (frames.frame_rows, C),  # decoded camera frames (issue 22)
     (alignment.alignment_rows, C),  # cameras in step with the rows (issue 34)
     (health_rows, C),  # dataset health from the same pass (issue 24)
+    (channels.channel_rows, C),  # dead sensors by their command, constants the normalizer floors
 )
 # rows that judge the data against the policy's window: without a policy they are left to the skipped row
 WINDOWED = ("contract.health.episodes.short",)

@@ -62,9 +62,10 @@ def test_diagnose_constructed_float32_cancellation() -> None:
 
 def test_stale_row_on_a_float32_written_copy(real_data: Path, tmp_path: Path) -> None:
     """The record arm with one action dim re-centred at 500 (spread 0.17, |mean|/std ~ 3000) and its
-    stats written by a float32 tool: the stale row gives shipped vs recomputed std and names the cause."""
+    stats written by a float32 tool: the stale row gives shipped vs recomputed std and names the cause.
+    Trained with MEAN_STD, which reads that std (under QUANTILES it would move nothing: soft)."""
     data, out = real_data / RECORD, tmp_path / "rec"
-    model, training = card_from(data, out / "card", QUANTILES), training_yaml(out, QUANTILES)
+    model, training = card_from(data, out / "card", MEAN_STD), training_yaml(out, MEAN_STD)
 
     def recentre(values: np.ndarray) -> np.ndarray:
         values[:, 0] = 500.0 + 0.013 * values[:, 0]
@@ -90,6 +91,7 @@ def test_stale_row_on_a_float32_written_copy(real_data: Path, tmp_path: Path) ->
     checks = {c.id: c for c in run(model, training, copy)}
     row = checks["contract.normalization.stale:action"]
     assert row.blocking, (row.message, row.evidence)
+    assert row.evidence["effect"]["mode"] == "MEAN_STD" and row.evidence["effect"]["largest"] > 0.5
     assert row.evidence["per_stat_dims"] == {"std": [0]}
     item = row.evidence["diagnosis"][0]
     assert item["cause"] == "float32_cancellation" and item["name"] == "shoulder_pan.pos"

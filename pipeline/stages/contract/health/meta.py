@@ -20,6 +20,7 @@ from pipeline.readers.lerobot_paths import unwritten
 from pipeline.readers.scan import INDEX_COLUMNS
 from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import ROWS, listed, trained
+from pipeline.stages.contract.health.declared import declared_rows
 
 REQUIRED = (
     "codebase_version",
@@ -45,6 +46,7 @@ def meta_rows(src: Any, data: LeRobotData | None) -> list[Check]:
         _tasks(data, src.c.health),
         _columns(data, schema),
         _types(schema),
+        *declared_rows(data, schema),  # declared against stored dtypes, the columns LeRobot reads
         _stray(data),
         *_data_locations(data),
         *_videos(src, data, _trained(src)),
@@ -141,7 +143,7 @@ def _columns(data: LeRobotData, schema: dict[str, pa.DataType]) -> Check:
     if absent:
         parts.append(f"declared in info.json but absent from the data: {listed(absent)}")
     if undeclared:
-        parts.append(f"in the data but not declared: {listed(undeclared)}")
+        parts.append(f"in the data but not declared (LeRobot ignores them): {listed(undeclared)}")
     message = "; ".join(parts) or "every declared feature is a column of the data, and no other column"
     return ROWS(
         "health.meta.columns",

@@ -19,6 +19,7 @@ import numpy as np
 from pipeline.readers.carries import FPS, TIMESTAMPS, Carries
 from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed, trained, trained_text
+from pipeline.stages.contract.health.grid import grid_rows
 from pipeline.stages.contract.rows import Sources
 
 
@@ -39,6 +40,7 @@ def time_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
         _gaps(facts, keep, src.cfg.health.gap_factor),
         _fps(facts, keep, src.cfg.health.fps_tolerance, src.c.carries),
         *_indices(facts, keep),
+        *grid_rows(src, facts, keep),  # each row's timestamp as the video query LeRobot makes
     ]
 
 
