@@ -36,8 +36,9 @@ def _dataset(real_data: Path) -> Path:
 def _masked(value: Any, run_id: str, cwd: Path) -> Any:
     """`value` with what differs by nature between two launches replaced by a placeholder."""
     if isinstance(value, dict):
+        hidden = BY_NATURE | {"jobs"}
         return {
-            _masked(k, run_id, cwd): "<by nature>" if k in BY_NATURE or k == "jobs" else _masked(v, run_id, cwd)
+            _masked(k, run_id, cwd): "<by nature>" if k in hidden else _masked(v, run_id, cwd)
             for k, v in value.items()
         }
     if isinstance(value, list):
@@ -45,6 +46,11 @@ def _masked(value: Any, run_id: str, cwd: Path) -> Any:
     if isinstance(value, str):
         return STAMP.sub("<time>", value.replace(str(cwd), "<cwd>").replace(run_id, "<run>"))
     return value
+
+
+def _ours(path: Path) -> bool:
+    """Not the jobs' own logs and pickles (`submitit/`), which by nature differ between the paths."""
+    return "submitit" not in path.parts
 
 
 def _both(tmp_path: Path, dataset: Path, *overrides: str) -> dict[str, dict[str, Any]]:
@@ -66,15 +72,14 @@ def _both(tmp_path: Path, dataset: Path, *overrides: str) -> dict[str, dict[str,
             "markdown": _masked(twin.with_suffix(".md").read_text(), run_id, cwd),
             "timeline": _masked((audit / "timeline.md").read_text(), run_id, cwd),
             "audit files": sorted(_masked(str(p.relative_to(audit)), run_id, cwd) for p in audit.rglob("*")),
-            "run files": sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if "submitit" not in p.parts),
+            "run files": sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if _ours(p)),
             "plan": _masked(json.loads((run_dir / "plan.json").read_text()), run_id, cwd),
             "jobs": _masked(json.loads((run_dir / "jobs.json").read_text()), run_id, cwd),
             "pages": [(audit / "index.html").is_file(), twin.with_suffix(".html").is_file()],
         }
         assert "in process" in proc.stdout if path == "inprocess" else "in process" not in proc.stdout
-    for field in ("plan",):  # the launch id is this launch's own random token
-        for path in seen:
-            seen[path][field].pop("launch_id")
+    for path in seen:  # the launch id is each launch's own random token
+        seen[path]["plan"].pop("launch_id")
     return seen
 
 
