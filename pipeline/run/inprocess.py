@@ -97,7 +97,9 @@ def _call(spec: JobSpec, folder: RunFolder, pid: str) -> str:
         with contextlib.redirect_stderr(out):
             try:
                 code = _job(spec)(folder.root)
-            except Exception as exc:  # noqa: BLE001 - recorded by the stage or by the gate, as a job's
+            # a crash (or a library's sys.exit) ends that job FAILED, as a job process would, never the
+            # launch: the gate still runs and records it
+            except (Exception, SystemExit) as exc:  # noqa: BLE001
                 traceback.print_exc()
                 print(f"job {spec.name} failed: {type(exc).__name__}: {exc}")
                 return "FAILED"
