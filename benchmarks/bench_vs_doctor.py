@@ -99,6 +99,7 @@ def measure(dataset: Path, exe: str, repeats: int, dag: bool) -> dict[str, Any]:
             wall, code = runs[name]()
             walls[name].append(wall)
             codes[name].add(code)
+            print(f"{name[:-2]}: {wall:.2f} s (exit {code})", file=sys.stderr, flush=True)
     out: dict[str, Any] = {name: round(statistics.median(values), 3) for name, values in walls.items()}
     out["ratio"] = round(out["ours_s"] / out["doctor_s"], 2)
     if dag:
