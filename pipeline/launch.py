@@ -40,7 +40,7 @@ from pipeline.readers.sif import sha256_file
 from pipeline.record.fingerprint import digest_path
 from pipeline.record.runfolder import CONF_DIR, NO_GATE_EXIT, RunFolder
 from pipeline.record.waivers import load_waivers
-from pipeline.run import chain
+from pipeline.run import chain, inprocess
 from pipeline.run import input_checks as launch_inputs
 from pipeline.run.executors import chain_sbatch, require_slurm, sbatch_preview, slurm_available, submit_slurm
 from pipeline.run.follow import console, follow_slurm, launch_local
@@ -205,7 +205,10 @@ def _launch_locked(
         console.print(f"run {rcfg.run_id}: {folder.root} ({executor})")
         if executor == "slurm":
             return launch_slurm(jobs, rcfg, folder, extra)
-        code = launch_local(jobs, rcfg, folder, executor, adopt)
+        if inprocess.chosen(jobs, rcfg, executor, bool(adopt)):  # no GPU stage, no container: no DAG
+            code = inprocess.run(jobs, rcfg, folder)
+        else:
+            code = launch_local(jobs, rcfg, folder, executor, adopt)
         return chain.after_local_gate(rcfg, code, _say)
     except PreflightError:
         if not _queued(folder):  # no job was ever queued: leave nothing behind
