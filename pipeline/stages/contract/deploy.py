@@ -10,7 +10,8 @@ input the policy reads (in the policy's keys, after each side's rename map) is j
 provides there, with the training frames (C) and the policy's spec (A, B) in the same row.
 
 Hard where the run or the deployment will crash or act on the wrong thing; soft where D cannot tell (a
-robot type whose motors are not known here). No D, no row.
+robot type whose motors are not known here); an `error` where D names a value lerobot refuses (a rate of
+0, a camera 0 pixels wide, an empty env type). No D, no row.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def deploy_rows(cfg: Any, src: Sources) -> list[Check]:
 def place_rows(src: Sources, d: Deployment) -> list[Check]:
     """One D's rows: what it is and how it was read, each input the policy reads, the action it takes,
     the cameras by lerobot's rule, the rates; one soft row only where D cannot be read."""
+    if d.problem and d.invalid:  # a value lerobot refuses: the run fails there, whatever else is right
+        message = f"{d.line}: {d.problem} (lerobot refuses it where the policy would run)"
+        return [_row(d, "read", d.kind, "error", message, evidence=reader.describe(d))]
     if d.problem:
         message = f"{d.line}: D cannot be read, so where the policy runs is not judged: {d.problem}"
         evidence = reader.describe(d)
