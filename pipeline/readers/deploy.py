@@ -37,6 +37,7 @@ from pipeline.readers.deploy_tables import ENV_TABLE, ROBOT_MOTORS
 FIELD = "deploy.command"
 PROGRAMS = {"lerobot-eval": "eval", "lerobot-record": "robot"}
 MODULES = {"lerobot.scripts.lerobot_eval": "eval", "lerobot.scripts.lerobot_record": "robot"}
+MAX_DESCRIBED = 64  # features the record's evidence spells out; the rest are counted
 RECORD_FPS = 30  # lerobot-record's `--dataset.fps` default (DatasetRecordConfig.fps)
 EVAL_FREQ = 20000  # lerobot-train's `--eval_freq` default: the env is built when it is > 0
 LEROBOT = "lerobot's env config (lerobot.envs.configs, env_to_policy_features, the env processor)"
@@ -386,9 +387,10 @@ def describe(d: Deployment) -> dict[str, Any]:
         "fps": d.fps,
         "rename_map": d.rename_map,
         "read_by": d.read_by,
-        "unknown": d.unknown,
+        "unknown": dict(list(d.unknown.items())[:MAX_DESCRIBED]),
         "features": {
             k: {"role": f.role, "shape": f.shape, "names": f.names, "fps": f.fps}
-            for k, f in d.features.items()
+            for k, f in list(d.features.items())[:MAX_DESCRIBED]
         },
+        "features_left_out": max(0, len(d.features) - MAX_DESCRIBED),
     }

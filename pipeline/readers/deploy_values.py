@@ -24,7 +24,9 @@ def rate(raw: Any, what: str, field: str) -> float:
     """A rate in frames per second: a finite number > 0."""
     value = _number(raw, what, field, "a rate in fps")
     if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{field}: {what}={raw!r} is no rate; expected a number of fps > 0", field=field)
+        raise InputError(
+            f"{field}: {what}={shown(raw)} is no rate; expected a number of fps > 0", field=field
+        )
     return value
 
 
@@ -35,17 +37,17 @@ def size(raw: Any, what: str, field: str) -> int:
             value: Any = int(raw.strip())
         except ValueError:
             raise InputError(
-                f"{field}: {what}={raw!r} is not a whole number; expected a size > 0", field=field
+                f"{field}: {what}={shown(raw)} is not a whole number; expected a size > 0", field=field
             ) from None
     else:
         value = _number(raw, what, field, "a size")
         if not math.isfinite(value) or value != int(value):
             raise InputError(
-                f"{field}: {what}={raw!r} is not a whole number; expected a size > 0", field=field
+                f"{field}: {what}={shown(raw)} is not a whole number; expected a size > 0", field=field
             )
         value = int(value)
     if value <= 0:
-        raise InputError(f"{field}: {what}={raw!r}; expected a size > 0", field=field)
+        raise InputError(f"{field}: {what}={shown(raw)}; expected a size > 0", field=field)
     return value
 
 
@@ -53,7 +55,7 @@ def shape(raw: Any, what: str, field: str) -> tuple[int, ...]:
     """A shape: a non-empty list of whole numbers > 0 (no `Infinity`, no `-1`)."""
     if not isinstance(raw, (list, tuple)) or not raw:
         raise InputError(
-            f"{field}: {what}={raw!r} is not a shape; expected a list such as [3, 480, 640]", field=field
+            f"{field}: {what}={shown(raw)} is not a shape; expected a list such as [3, 480, 640]", field=field
         )
     return tuple(size(n, f"{what}[{i}]", field) for i, n in enumerate(raw))
 
@@ -63,7 +65,7 @@ def key_map(raw: Any, what: str, field: str) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping) or not all(isinstance(v, str) for v in raw.values()):
-        raise InputError(f"{field}: {what}={raw!r} is not a mapping of key -> key", field=field)
+        raise InputError(f"{field}: {what}={shown(raw)} is not a mapping of key -> key", field=field)
     return {str(k): v for k, v in raw.items()}
 
 
@@ -71,7 +73,7 @@ def env_type(raw: Any, what: str, field: str) -> str:
     """An env type as typed: a non-empty name (draccus refuses `--env.type=` as an invalid choice)."""
     if not isinstance(raw, str) or not raw.strip():
         raise InputError(
-            f"{field}: {what}={raw!r} names no env type; lerobot's parser refuses it", field=field
+            f"{field}: {what}={shown(raw)} names no env type; lerobot's parser refuses it", field=field
         )
     return raw
 
@@ -89,7 +91,7 @@ def camera(name: str, cam: Any, field: str) -> tuple[tuple[int, int, int] | None
     """One `--robot.cameras` entry: (channel-first shape where both sizes are typed, its fps or None)."""
     if not isinstance(cam, Mapping):
         raise InputError(
-            f"{field}: --robot.cameras: camera {name!r} is {cam!r}, not a camera config (a mapping)",
+            f"{field}: --robot.cameras: camera {name!r} is {shown(cam)}, not a camera config (a mapping)",
             field=field,
         )
     h, w = cam.get("height"), cam.get("width")
@@ -101,14 +103,20 @@ def camera(name: str, cam: Any, field: str) -> tuple[tuple[int, int, int] | None
     return ((3, hw[0], hw[1]) if hw[0] and hw[1] else None), fps
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A value as a message quotes it: its repr, cut (a camera map of 10,000 entries is one flag)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _number(raw: Any, what: str, field: str, expected: str) -> float:
     if isinstance(raw, bool):
-        raise InputError(f"{field}: {what}={raw!r} is not a number; expected {expected}", field=field)
+        raise InputError(f"{field}: {what}={shown(raw)} is not a number; expected {expected}", field=field)
     try:
         return float(raw)
     except (TypeError, ValueError, OverflowError):
         raise InputError(
-            f"{field}: {what}={raw!r} is not a number; expected {expected}", field=field
+            f"{field}: {what}={shown(raw)} is not a number; expected {expected}", field=field
         ) from None
 
 
@@ -116,7 +124,7 @@ def flag_map(raw: str | None, key: str) -> dict[str, str]:
     """A deploy line's rename map flag (`--rename_map`, `--dataset.rename_map`): JSON or YAML key -> key."""
     value = flag_mapping(raw, key)
     if not all(isinstance(v, str) for v in value.values()):
-        raise InputError(f"{FIELD}: --{key}={raw!r} is not a mapping of key -> key", field=FIELD)
+        raise InputError(f"{FIELD}: --{key}={shown(raw)} is not a mapping of key -> key", field=FIELD)
     return {str(k): str(v) for k, v in value.items()}
 
 
@@ -126,5 +134,5 @@ def flag_mapping(raw: str | None, key: str) -> dict[str, Any]:
         return {}
     value = lerobot_command._value(raw, key)
     if not isinstance(value, dict):
-        raise InputError(f"{FIELD}: --{key}={raw!r} is not a mapping", field=FIELD)
+        raise InputError(f"{FIELD}: --{key}={shown(raw)} is not a mapping", field=FIELD)
     return value

@@ -254,3 +254,17 @@ def test_a_rate_or_size_lerobot_refuses_is_one_error_row_never_a_crash(so101: So
     for line in ([*ROBOT, cams(), "--dataset.fps=0"], [*ROBOT, zero_wide]):
         (only,) = rows(so101, line).values()
         assert only.verdict == "error" and only.blocking and "lerobot refuses it" in only.message
+
+
+def test_ten_thousand_cameras_give_a_bounded_record(so101: Sources):
+    """Each row names the first cameras and counts the rest; a camera the policy never reads gets no rate
+    row of its own: the rows stay a few kB however many cameras a line types."""
+    import json
+
+    same = {"type": "opencv", "width": 640, "height": 480, "fps": 30}
+    many = {"front": same, "top": same, **{f"cam{i}": {**same, "fps": 15} for i in range(10_000)}}
+    found = rows(so101, [*ROBOT, f"--robot.cameras={json.dumps(many)}"])
+    size = sum(len(json.dumps(c.to_dict(), default=str)) for c in found.values())
+    assert len(found) < 20 and size < 60_000, (len(found), size)
+    source = found["contract.deploy.robot.source:so101_follower"]
+    assert "and 9980 more" in source.message and source.evidence["features_left_out"] == 10_004 - 64
