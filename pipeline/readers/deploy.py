@@ -379,8 +379,8 @@ def _eval_freq(raw: str | None) -> int:
 
 
 def describe(d: Deployment) -> dict[str, Any]:
-    """D as the record's evidence keeps it."""
-    return {
+    """D as the record's evidence keeps it (at most `MAX_DESCRIBED` features, the rest counted)."""
+    out = {
         "place": d.place,
         "line": d.line,
         "kind": d.kind,
@@ -392,5 +392,7 @@ def describe(d: Deployment) -> dict[str, Any]:
             k: {"role": f.role, "shape": f.shape, "names": f.names, "fps": f.fps}
             for k, f in list(d.features.items())[:MAX_DESCRIBED]
         },
-        "features_left_out": max(0, len(d.features) - MAX_DESCRIBED),
     }
+    if len(d.features) > MAX_DESCRIBED:
+        out["features_left_out"] = len(d.features) - MAX_DESCRIBED
+    return out
