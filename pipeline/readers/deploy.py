@@ -19,7 +19,6 @@ why), never guessed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,9 @@ from pipeline.errors import InputError
 from pipeline.readers import deploy_values as values
 from pipeline.readers import lerobot_command
 from pipeline.readers.base import read_json
+from pipeline.readers.deploy_robot import robot_motors as robot_motors  # re-exported
 from pipeline.readers.deploy_tables import ARM as ARM  # the arms' motor names, re-exported
-from pipeline.readers.deploy_tables import ENV_TABLE, ROBOT_MOTORS
+from pipeline.readers.deploy_tables import ENV_TABLE
 
 FIELD = "deploy.command"
 PROGRAMS = {"lerobot-eval": "eval", "lerobot-record": "robot"}
@@ -295,44 +295,6 @@ def read_robot(line: str, flags: Mapping[str, str]) -> Deployment:
         d.features["observation.state"] = Provided("observation.state", "state", (len(motors),), motors)
         d.features["action"] = Provided("action", "action", (len(actions),), actions)
     return d
-
-
-def robot_motors(robot: str, flags: Mapping[str, str]) -> tuple[list[str] | None, list[str] | None, str]:
-    """The robot's state and action names (`<motor>.pos`): lerobot's class built without connecting where
-    it can, else the arms lerobot 0.4.4 names in code (the same names both ways), else None and why."""
-    try:
-        import lerobot.robots as robots
-    except ImportError:
-        why = "lerobot is not importable here"
-    else:
-        try:
-            return (*_motors_with_lerobot(robots, robot, flags), "from lerobot's robot class")
-        except Exception as exc:  # noqa: BLE001 - a class that needs its SDK or hardware cannot say
-            why = f"lerobot's class cannot say without its SDK or hardware ({type(exc).__name__}: {exc})"
-            why = why[:200]
-    if robot in ROBOT_MOTORS:
-        names = ROBOT_MOTORS[robot]
-        return names, names, f"as lerobot 0.4.4's robot class names them in code ({why})"
-    return None, None, why
-
-
-def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """Every robot module imported (as lerobot-record does, which registers each type), then the type's
-    class built without `connect()`: its `observation_features` name the motors."""
-    import importlib
-    import pkgutil
-
-    for module in pkgutil.iter_modules(robots.__path__):
-        try:
-            importlib.import_module(f"{robots.__name__}.{module.name}")
-        except Exception:  # noqa: BLE001, S112 - a robot whose SDK is missing is not the one asked about
-            continue
-    cls = robots.RobotConfig.get_choice_class(robot)
-    names = {f.name for f in dataclasses.fields(cls)}
-    config = cls(**({"port": flags.get("robot.port") or "/dev/null"} if "port" in names else {}))
-    made = robots.make_robot_from_config(config)
-    state = [k for k, v in made.observation_features.items() if v is float]
-    return state, [k for k, v in made.action_features.items() if v is float]
 
 
 def read_file(path: Path) -> Deployment:

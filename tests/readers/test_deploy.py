@@ -151,6 +151,25 @@ def test_lerobots_robot_class_names_the_motors_or_the_table_does_where_it_needs_
     assert by == "from lerobot's robot class" and "r_gripper.pos" in motors
 
 
+@pytest.mark.lerobot
+def test_only_the_named_robots_module_is_imported_where_it_registers_the_type():
+    """In a fresh interpreter (no robot registered yet): reachy2's own module registers it, so the probe
+    imports it and nothing else, where lerobot-record imports every robot module (~14 s)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip(
+        "lerobot", reason="lerobot is not installed (scripts/test_lerobot.sh builds its venv)"
+    )
+    code = (
+        "import lerobot.robots as r; from pipeline.readers.deploy_robot import register; "
+        "print(register(r, 'reachy2'), 'reachy2' in r.RobotConfig.get_known_choices())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "True", done.stderr[-2000:]
+    assert done.stdout.startswith("['reachy2']") or done.stdout.startswith("[]"), done.stdout
+
+
 # --- values lerobot's parser refuses: named (flag or field), never a crash, never a soft "unreadable"
 
 RECORD = ["lerobot-record", "--robot.type=so101_follower"]
