@@ -16,13 +16,15 @@ from omegaconf import DictConfig, open_dict
 
 from pipeline.cli.training_command import write_composed
 from pipeline.readers import lerobot_command
-from pipeline.readers.deploy import deploy_argv
+from pipeline.readers.deploy import check_values, deploy_argv
 
 LINES = "deploy_lines.json"
 
 
 def fill(cfg: DictConfig) -> None:
-    """`deploy.lines` from the training line's env flags and the deploy line, where either names D."""
+    """`deploy.lines` from the training line's env flags and the deploy line, where either names D; a
+    value of D lerobot refuses, or a D file that cannot be read, is refused first (exit 2)."""
+    check_values(cfg)
     command = lerobot_command.parse(lerobot_command.training_argv(cfg))
     env = {k: v for k, v in (command.flags if command else {}).items() if k.startswith("env.")}
     if env and command is not None:

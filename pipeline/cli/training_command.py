@@ -62,9 +62,20 @@ def compose(command: LeRobotCommand, base: Path | None, dataset: Path) -> tuple[
     """B and who composed it: lerobot's own parser where lerobot is importable, else our reader. What
     lerobot would accept and then train wrongly on (an unknown policy type, episodes the dataset lacks,
     a count of 0) is named first, in one line; and the base's config.json is checked to be a regular
-    file: lerobot opens it as it is, and a FIFO there blocks it forever."""
+    file: lerobot opens it as it is, and a FIFO there blocks it forever. A resumed checkpoint must hold
+    its weights (`model.safetensors`)."""
     if base is not None:
         regular_file(base / "config.json", "a LeRobot policy config.json", MAX_METADATA_BYTES)
+    if base is not None and command.resumes:  # lerobot resumes the weights saved beside the config
+        try:
+            regular_file(base / "model.safetensors", "the checkpoint's weights")
+        except InputError as exc:
+            raise InputError(
+                f"{lerobot_command.FIELD}: --resume=true: {exc} (lerobot resumes the weights saved beside "
+                "the checkpoint's train_config.json, and this checkpoint has none)",
+                path=base,
+                field=lerobot_command.FIELD,
+            ) from None
     lerobot_checks.check_policy_type(command.policy_type)  # before lerobot's parser prints its usage
     lerobot_checks.check_episodes(command.episodes, dataset)
     composed = lerobot_command.compose_with_lerobot(command, dataset)

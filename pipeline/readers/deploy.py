@@ -19,7 +19,6 @@ why), never guessed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,64 +27,21 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from pipeline.errors import InputError
+from pipeline.readers import deploy_values as values
 from pipeline.readers import lerobot_command
+from pipeline.readers.deploy_robot import robot_motors as robot_motors  # re-exported
+from pipeline.readers.deploy_tables import ARM as ARM  # the arms' motor names, re-exported
+from pipeline.readers.deploy_tables import ENV_TABLE
 from pipeline.storage.files import read_json
 
 FIELD = "deploy.command"
 PROGRAMS = {"lerobot-eval": "eval", "lerobot-record": "robot"}
 MODULES = {"lerobot.scripts.lerobot_eval": "eval", "lerobot.scripts.lerobot_record": "robot"}
+MAX_DESCRIBED = 64  # features the record's evidence spells out; the rest are counted
 RECORD_FPS = 30  # lerobot-record's `--dataset.fps` default (DatasetRecordConfig.fps)
 EVAL_FREQ = 20000  # lerobot-train's `--eval_freq` default: the env is built when it is > 0
 LEROBOT = "lerobot's env config (lerobot.envs.configs, env_to_policy_features, the env processor)"
 TABLE = "hpc-preflight's table of lerobot 0.4.4's env features (lerobot is not importable here)"
-
-# lerobot 0.4.4's env features with obs_type=pixels_agent_pos (its default), in the keys the policy gets
-# (features_map applied, images channel-first, LIBERO's state folded by its env processor): type ->
-# (fps, {key: (role, shape or a (height flag, width flag) pair)}, {size flag: default})
-ENV_TABLE: dict[str, tuple[int, dict[str, tuple[str, Any]], dict[str, int]]] = {
-    "libero": (
-        30,
-        {
-            "observation.images.image": ("image", ("observation_height", "observation_width")),
-            "observation.images.image2": ("image", ("observation_height", "observation_width")),
-            "observation.state": ("state", (8,)),
-            "action": ("action", (7,)),
-        },
-        {"observation_height": 360, "observation_width": 360},
-    ),
-    "aloha": (
-        50,
-        {
-            "observation.images.top": ("image", ("observation_height", "observation_width")),
-            "observation.state": ("state", (14,)),
-            "action": ("action", (14,)),
-        },
-        {"observation_height": 480, "observation_width": 640},
-    ),
-    "pusht": (
-        10,
-        {
-            "observation.image": ("image", ("observation_height", "observation_width")),
-            "observation.state": ("state", (2,)),
-            "action": ("action", (2,)),
-        },
-        {"observation_height": 384, "observation_width": 384},
-    ),
-    "metaworld": (
-        80,
-        {
-            "observation.image": ("image", (3, 480, 480)),
-            "observation.state": ("state", (4,)),
-            "action": ("action", (4,)),
-        },
-        {},
-    ),
-}
-# arms whose motors lerobot 0.4.4 names in the robot class itself (so_follower.py, koch_follower.py)
-ARM = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
-ROBOT_MOTORS = {
-    name: [f"{m}.pos" for m in ARM] for name in ("so100_follower", "so101_follower", "koch_follower")
-}
 
 
 @dataclass
@@ -113,6 +69,7 @@ class Deployment:
     read_by: str = ""
     unknown: dict[str, str] = field(default_factory=dict)  # feature -> why D cannot say its shape
     problem: str | None = None  # D named but unreadable (an unknown env type): one row, never a crash
+    invalid: bool = False  # the problem is a value lerobot refuses (the run would fail there): an error
 
     def renamed(self) -> dict[str, Provided]:
         """The features under the keys the policy sees them, after this place's rename map."""
@@ -145,11 +102,11 @@ def read_deployments(cfg: Any) -> list[Deployment]:
     found = []
     try:
         train = lerobot_command.parse(lerobot_command.training_argv(cfg))
-        if train is not None and train.env_type and _eval_freq(train.get("eval_freq")) > 0:
+        if train is not None and train.env_type is not None and _eval_freq(train.get("eval_freq")) > 0:
             line = "training.command --env.type=" + train.env_type
             found.append(read_env("eval_env", line, train.env_type, train.env_flags, train.rename_map))
     except InputError as exc:  # the launch refuses such a line; a job given one says so in a row
-        found.append(Deployment("eval_env", lerobot_command.FIELD, "?", problem=str(exc)))
+        found.append(Deployment("eval_env", lerobot_command.FIELD, "?", problem=str(exc), invalid=True))
     argv = deploy_argv(cfg)
     if argv:
         found.append(read_line(argv))
@@ -165,20 +122,70 @@ def read_line(argv: Sequence[str]) -> Deployment:
     line = f"{FIELD} {argv[0]}"
     if kind is None:
         return Deployment("eval", line, "?", problem=f"{argv[0]} is not lerobot-eval or lerobot-record")
-    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
     try:
-        flags = lerobot_command.parse_flags(argv[start:])
+        flags = _line_flags(argv)
         if kind == "eval":
-            env_type = flags.get("env.type")
-            if not env_type:
-                return Deployment("eval", line, "?", problem="lerobot-eval without --env.type names no env")
-            rename = _mapping(flags.get("rename_map"), "rename_map")
-            env = {k.removeprefix("env."): v for k, v in flags.items() if k.startswith("env.")}
-            env.pop("type", None)
-            return read_env("eval", line, env_type, env, rename)
+            return read_env("eval", line, *_eval_values(flags))
         return read_robot(line, flags)
     except InputError as exc:
-        return Deployment(kind, line, "?", problem=str(exc).replace(lerobot_command.FIELD, FIELD))
+        problem = str(exc).replace(lerobot_command.FIELD, FIELD)
+        return Deployment(kind, line, "?", problem=problem, invalid=True)
+
+
+def _line_flags(argv: Sequence[str]) -> dict[str, str]:
+    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    return lerobot_command.parse_flags(argv[start:])
+
+
+def _eval_values(flags: Mapping[str, str]) -> tuple[str, dict[str, str], dict[str, str]]:
+    """A lerobot-eval line's env type, `--env.*` flags (checked) and `--rename_map`."""
+    env_type = flags.get("env.type")
+    if env_type is None:
+        raise InputError(f"{FIELD}: lerobot-eval without --env.type names no env", field=FIELD)
+    values.env_type(env_type, "--env.type", FIELD)
+    env = {k.removeprefix("env."): v for k, v in flags.items() if k.startswith("env.") and k != "env.type"}
+    values.env_flags(env, FIELD)
+    return env_type, env, values.flag_map(flags.get("rename_map"), "rename_map")
+
+
+def _robot_values(
+    flags: Mapping[str, str],
+) -> tuple[float, dict[str, str], dict[str, Provided], dict[str, str]]:
+    """A lerobot-record line's loop rate, `--dataset.rename_map`, cameras and what they leave unknown."""
+    fps = values.rate(flags.get("dataset.fps", RECORD_FPS), "--dataset.fps", FIELD)
+    rename = values.flag_map(flags.get("dataset.rename_map"), "dataset.rename_map")
+    features, unknown = {}, {}
+    for name, cam in values.flag_mapping(flags.get("robot.cameras"), "robot.cameras").items():
+        key = f"observation.images.{name}"
+        shape, rate = values.camera(str(name), cam, FIELD)
+        if shape is None:
+            unknown[key] = "no width/height typed (the device's default)"
+        features[key] = Provided(key, "image", shape, fps=rate)
+    return fps, rename, features, unknown
+
+
+def check_values(cfg: Any) -> None:
+    """At launch, without importing lerobot: every value of D that lerobot's parser would refuse (a rate
+    of 0, a size `abc`, an empty env type, camera JSON that is no mapping) and a D file that cannot be
+    read, as the InputError naming the flag or the file's field (exit 2)."""
+    train = lerobot_command.parse(lerobot_command.training_argv(cfg))
+    if train is not None and train.env_type is not None:
+        values.env_type(train.env_type, "--env.type", lerobot_command.FIELD)
+        values.env_flags(train.env_flags, lerobot_command.FIELD)
+    argv = deploy_argv(cfg)
+    kind = deploy_kind(argv)
+    try:
+        if kind == "eval":
+            _eval_values(_line_flags(argv))
+        elif kind == "robot":
+            _robot_values(_line_flags(argv))
+    except InputError as exc:
+        raise InputError(str(exc).replace(lerobot_command.FIELD, FIELD), field=FIELD) from None
+    path = ((cfg.get("deploy") or {}) if hasattr(cfg, "get") else {}).get("path")
+    if path:
+        d = read_file(Path(str(path)))
+        if d.invalid:
+            raise InputError(f"deploy.path: {d.problem}", path=str(path), field="deploy.path")
 
 
 def read_env(
@@ -186,15 +193,23 @@ def read_env(
 ) -> Deployment:
     """An env's features: lerobot's own config class where importable, else lerobot 0.4.4's table."""
     d = Deployment(place, line, env_type, rename_map=dict(rename))
+    field_ = lerobot_command.FIELD if place == "eval_env" else FIELD
     try:
-        features, fps = _env_with_lerobot(env_type, flags)
-        d.read_by = LEROBOT
-    except ImportError:
-        if env_type not in ENV_TABLE:
-            d.problem = f"env type {env_type!r} is not in {TABLE.split(' (')[0]} ({', '.join(ENV_TABLE)})"
-            return d
-        features, fps = _env_from_table(env_type, flags)
-        d.read_by = TABLE
+        values.env_type(env_type, "--env.type", field_)
+        values.env_flags(flags, field_)  # before lerobot is asked: a rate of 0 is refused, not divided by
+        try:
+            features, fps = _env_with_lerobot(env_type, flags, field_)
+            d.read_by = LEROBOT
+        except ImportError:
+            if env_type not in ENV_TABLE:
+                d.problem = f"env type {env_type!r} is not in {TABLE.split(' (')[0]} ({', '.join(ENV_TABLE)})"
+                return d
+            features, fps = _env_from_table(env_type, flags)
+            d.read_by = TABLE
+        fps = values.rate(fps, "--env.fps", field_)
+    except InputError as exc:  # a value lerobot's parser refuses: the run would fail there
+        d.problem, d.invalid = str(exc), True
+        return d
     except Exception as exc:  # noqa: BLE001 - whatever lerobot's config classes refuse is one row
         d.problem = f"lerobot cannot read --env.type={env_type}: {type(exc).__name__}: {str(exc)[:200]}"
         return d
@@ -207,7 +222,9 @@ def read_env(
     return d
 
 
-def _env_with_lerobot(env_type: str, flags: Mapping[str, str]) -> tuple[dict[str, Provided], float]:
+def _env_with_lerobot(
+    env_type: str, flags: Mapping[str, str], field_: str
+) -> tuple[dict[str, Provided], float]:
     import draccus
     from lerobot.configs.types import FeatureType
     from lerobot.envs.configs import EnvConfig
@@ -216,10 +233,17 @@ def _env_with_lerobot(env_type: str, flags: Mapping[str, str]) -> tuple[dict[str
     try:
         cls = EnvConfig.get_choice_class(env_type)
     except Exception:  # noqa: BLE001 - draccus' registry says so in its own words
-        raise ValueError(
-            f"no such env type (lerobot knows {sorted(EnvConfig.get_known_choices())})"
+        known = sorted(EnvConfig.get_known_choices())
+        raise InputError(
+            f"{field_}: --env.type={env_type!r} is no env type lerobot knows ({known})", field=field_
         ) from None
-    env_cfg = draccus.parse(cls, args=[f"--{k}={v}" for k, v in flags.items()])
+    try:
+        env_cfg = draccus.parse(cls, args=[f"--{k}={v}" for k, v in flags.items()])
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - draccus' parser refuses in its own words
+        why = str(exc)[:200]
+        raise InputError(
+            f"{field_}: lerobot's parser refuses the --env.* flags: {why}", field=field_
+        ) from None
     features = env_to_policy_features(env_cfg)
     if env_type == "libero" or "libero" in env_cfg.type:
         from lerobot.processor.env_processor import LiberoProcessorStep
@@ -245,7 +269,7 @@ def _env_with_lerobot(env_type: str, flags: Mapping[str, str]) -> tuple[dict[str
 
 def _env_from_table(env_type: str, flags: Mapping[str, str]) -> tuple[dict[str, Provided], float]:
     fps, spec, sizes = ENV_TABLE[env_type]
-    size = {k: int(flags.get(k, v)) for k, v in sizes.items()}
+    size = {k: values.size(flags.get(k, v), f"--env.{k}", FIELD) for k, v in sizes.items()}
     out = {}
     for key, (role, shape) in spec.items():
         if isinstance(shape[0], str):
@@ -259,21 +283,8 @@ def read_robot(line: str, flags: Mapping[str, str]) -> Deployment:
     configured height x width, `observation.state` over the motors' `<motor>.pos`; the loop at
     `--dataset.fps`; `--dataset.rename_map` applied in the policy's preprocessor."""
     robot = flags.get("robot.type") or "?"
-    d = Deployment(
-        "robot", line, robot, rename_map=_mapping(flags.get("dataset.rename_map"), "dataset.rename_map")
-    )
-    d.fps = float(flags.get("dataset.fps") or RECORD_FPS)
-    cameras = _mapping_any(flags.get("robot.cameras"), "robot.cameras")
-    for name, cam in cameras.items():
-        cam = cam if isinstance(cam, dict) else {}
-        h, w = cam.get("height"), cam.get("width")
-        shape = (3, int(h), int(w)) if h and w else None
-        if shape is None:
-            d.unknown[f"observation.images.{name}"] = "no width/height typed (the device's default)"
-        fps = float(cam["fps"]) if cam.get("fps") else None
-        d.features[f"observation.images.{name}"] = Provided(
-            f"observation.images.{name}", "image", shape, fps=fps
-        )
+    fps, rename, cameras, unknown = _robot_values(flags)
+    d = Deployment("robot", line, robot, cameras, rename, fps, unknown=unknown)
     motors, actions, by = robot_motors(robot, flags)
     d.read_by = f"--robot.cameras as typed; motors {by}"
     if motors is None or actions is None:
@@ -284,44 +295,6 @@ def read_robot(line: str, flags: Mapping[str, str]) -> Deployment:
         d.features["observation.state"] = Provided("observation.state", "state", (len(motors),), motors)
         d.features["action"] = Provided("action", "action", (len(actions),), actions)
     return d
-
-
-def robot_motors(robot: str, flags: Mapping[str, str]) -> tuple[list[str] | None, list[str] | None, str]:
-    """The robot's state and action names (`<motor>.pos`): lerobot's class built without connecting where
-    it can, else the arms lerobot 0.4.4 names in code (the same names both ways), else None and why."""
-    try:
-        import lerobot.robots as robots
-    except ImportError:
-        why = "lerobot is not importable here"
-    else:
-        try:
-            return (*_motors_with_lerobot(robots, robot, flags), "from lerobot's robot class")
-        except Exception as exc:  # noqa: BLE001 - a class that needs its SDK or hardware cannot say
-            why = f"lerobot's class cannot say without its SDK or hardware ({type(exc).__name__}: {exc})"
-            why = why[:200]
-    if robot in ROBOT_MOTORS:
-        names = ROBOT_MOTORS[robot]
-        return names, names, f"as lerobot 0.4.4's robot class names them in code ({why})"
-    return None, None, why
-
-
-def _motors_with_lerobot(robots: Any, robot: str, flags: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """Every robot module imported (as lerobot-record does, which registers each type), then the type's
-    class built without `connect()`: its `observation_features` name the motors."""
-    import importlib
-    import pkgutil
-
-    for module in pkgutil.iter_modules(robots.__path__):
-        try:
-            importlib.import_module(f"{robots.__name__}.{module.name}")
-        except Exception:  # noqa: BLE001, S112 - a robot whose SDK is missing is not the one asked about
-            continue
-    cls = robots.RobotConfig.get_choice_class(robot)
-    names = {f.name for f in dataclasses.fields(cls)}
-    config = cls(**({"port": flags.get("robot.port") or "/dev/null"} if "port" in names else {}))
-    made = robots.make_robot_from_config(config)
-    state = [k for k, v in made.observation_features.items() if v is float]
-    return state, [k for k, v in made.action_features.items() if v is float]
 
 
 def read_file(path: Path) -> Deployment:
@@ -339,16 +312,25 @@ def read_file(path: Path) -> Deployment:
         d = Deployment(
             "env", f"deploy.path ({kind})", kind, read_by=f"{data.get('read_by') or 'the file'}, {path}"
         )
-        d.fps = float(data["fps"]) if data.get("fps") else None
-        d.rename_map = {str(k): str(v) for k, v in (data.get("rename_map") or {}).items()}
+        where = f"{path}: field"
+        d.fps = None if data.get("fps") is None else values.rate(data["fps"], f"{where} fps", "deploy.path")
+        d.rename_map = values.key_map(data.get("rename_map"), f"{where} rename_map", "deploy.path")
         for key, spec in data["features"].items():
-            shape = tuple(int(n) for n in spec["shape"]) if spec.get("shape") else None
-            fps = float(spec["fps"]) if spec.get("fps") else None
+            if not isinstance(spec, dict):
+                raise InputError(f"{where} features.{key} is {spec!r}, not an object", field="deploy.path")
+            shape = spec.get("shape")
+            shape = (
+                None if shape is None else values.shape(shape, f"{where} features.{key}.shape", "deploy.path")
+            )
+            fps = spec.get("fps")
+            fps = None if fps is None else values.rate(fps, f"{where} features.{key}.fps", "deploy.path")
             role, source = str(spec.get("role") or "state"), spec.get("source")
             d.features[key] = Provided(key, role, shape, spec.get("names"), fps, source)
         return d
-    except (InputError, KeyError, TypeError, ValueError) as exc:
-        return Deployment("env", line, "?", problem=f"{path}: unreadable deployment description: {exc}")
+    except InputError as exc:  # unreadable, or a value no place could run at: the launch refuses it
+        return Deployment(
+            "env", line, "?", problem=f"{path}: unreadable deployment description: {exc}", invalid=True
+        )
 
 
 def _eval_freq(raw: str | None) -> int:
@@ -358,34 +340,21 @@ def _eval_freq(raw: str | None) -> int:
         return EVAL_FREQ
 
 
-def _mapping(raw: str | None, key: str) -> dict[str, str]:
-    value = _mapping_any(raw, key)
-    if not all(isinstance(v, str) for v in value.values()):
-        raise InputError(f"{FIELD}: --{key}={raw!r} is not a mapping of key -> key", field=FIELD)
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _mapping_any(raw: str | None, key: str) -> dict[str, Any]:
-    if not raw:
-        return {}
-    value = lerobot_command._value(raw, key)
-    if not isinstance(value, dict):
-        raise InputError(f"{FIELD}: --{key}={raw!r} is not a mapping", field=FIELD)
-    return value
-
-
 def describe(d: Deployment) -> dict[str, Any]:
-    """D as the record's evidence keeps it."""
-    return {
+    """D as the record's evidence keeps it (at most `MAX_DESCRIBED` features, the rest counted)."""
+    out = {
         "place": d.place,
         "line": d.line,
         "kind": d.kind,
         "fps": d.fps,
         "rename_map": d.rename_map,
         "read_by": d.read_by,
-        "unknown": d.unknown,
+        "unknown": dict(list(d.unknown.items())[:MAX_DESCRIBED]),
         "features": {
             k: {"role": f.role, "shape": f.shape, "names": f.names, "fps": f.fps}
-            for k, f in d.features.items()
+            for k, f in list(d.features.items())[:MAX_DESCRIBED]
         },
     }
+    if len(d.features) > MAX_DESCRIBED:
+        out["features_left_out"] = len(d.features) - MAX_DESCRIBED
+    return out

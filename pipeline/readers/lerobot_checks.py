@@ -76,7 +76,15 @@ def check_counts(composed: Mapping[str, Any]) -> None:
 
 
 def check_episodes(episodes: list[int] | None, dataset: Path) -> None:
-    """`--dataset.episodes` ids the dataset has (0 .. total_episodes - 1 of its meta/info.json)."""
+    """`--dataset.episodes` ids the dataset has (0 .. total_episodes - 1 of its meta/info.json); an
+    empty list selects nothing to train on (every later row would judge an empty selection)."""
+    if episodes is not None and not episodes:
+        raise InputError(
+            f"{FIELD}: --dataset.episodes=[] selects no episode, so there is nothing to train on; "
+            "name the episodes, or drop the flag to train on all of them",
+            path=dataset,
+            field=FIELD,
+        )
     if not episodes:
         return
     info = read_json(dataset / "meta" / "info.json", "a LeRobot meta/info.json")

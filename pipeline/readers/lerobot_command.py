@@ -98,7 +98,7 @@ class LeRobotCommand:
         value = _value(raw, "rename_map") if raw else {}
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise InputError(
-                f"{FIELD}: --rename_map={raw!r} is not a JSON mapping of dataset key -> policy key",
+                f"{FIELD}: --rename_map={raw!r:.120} is not a JSON mapping of dataset key -> policy key",
                 field=FIELD,
             )
         return {str(k): v for k, v in value.items()}
@@ -113,7 +113,7 @@ class LeRobotCommand:
             isinstance(v, int) and not isinstance(v, bool) for v in value
         ):
             raise InputError(
-                f"{FIELD}: --dataset.episodes={raw!r} is not a list of episode indices", field=FIELD
+                f"{FIELD}: --dataset.episodes={raw!r:.120} is not a list of episode indices", field=FIELD
             )
         return value
 
@@ -200,7 +200,7 @@ def parse_flags(args: Sequence[str]) -> dict[str, str]:
         key = key.replace("-", "_")
         if key in flags:  # which one lerobot's parser keeps is its business: the gate judges no guess
             raise InputError(
-                f"{FIELD}: --{key} is given twice ({flags[key]!r}, then {value!r}); give it once",
+                f"{FIELD}: --{key} is given twice ({flags[key]!r:.80}, then {value!r:.80}); give it once",
                 field=FIELD,
             )
         flags[key] = value
@@ -217,7 +217,9 @@ def _value(raw: str, key: str) -> Any:
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise InputError(f"{FIELD}: --{key}={raw!r} is neither JSON nor YAML ({exc})", field=FIELD) from None
+        raise InputError(
+            f"{FIELD}: --{key}={raw!r:.120} is neither JSON nor YAML ({exc})", field=FIELD
+        ) from None
 
 
 def lerobot_home() -> Path:

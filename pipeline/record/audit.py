@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
+import os
 import re
 import stat
 import sys
@@ -31,6 +33,7 @@ from pipeline.record.markdown import DEFAULT_PHYSICAL_CHECKS, Files, render_mark
 from pipeline.record.records import GateRecord
 from pipeline.record.text import cell, code, flat, md_text, unescape
 from pipeline.storage import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock
+from pipeline.storage.files import kind_of
 
 __all__ = [  # the history's API, plus the renderer and escaping re-exported for existing callers
     "DEFAULT_PHYSICAL_CHECKS",
@@ -49,6 +52,7 @@ __all__ = [  # the history's API, plus the renderer and escaping re-exported for
     "write_record",
 ]
 
+log = logging.getLogger(__name__)
 TIMELINE = "timeline.md"
 LOCK = ".timeline.lock"
 TIMELINE_HEADER = (
@@ -200,7 +204,7 @@ def artifact_copies(
     """One write step per artifact worth copying (a regular file within the size caps); `files` gets
     each artifact's link (the copy, relative to the audit folder) or, for one not copied, why."""
     steps: list[tuple[Path, Any]] = []
-    total, used = 0, set()
+    total, used, refused = 0, set(), set()
     for result in record.stages:
         for name, source in result.artifacts.items():
             size = _regular_size(Path(source))
@@ -214,14 +218,51 @@ def artifact_copies(
                 )
                 files[str(source)] = ("", note)
                 continue
-            total += size
             target = files_dir(audit_dir, stem) / safe_name(result.stage) / _copy_name(name, source)
+            planted = not_a_folder(audit_dir, target.parent)
+            if planted:
+                files[str(source)] = ("", f"not copied: {planted}")
+                refused.add(planted)
+                continue
+            total += size
             while target in used:  # two names that are alike once file-name safe
                 target = target.with_name(f"{target.stem}-{len(used)}{target.suffix}")
             used.add(target)
             files[str(source)] = (target.relative_to(audit_dir).as_posix(), "")
-            steps.append((target, lambda p, src=Path(source): atomic_write_bytes(p, src.read_bytes(), mode)))
+            steps.append((target, lambda p, src=Path(source): _copy(audit_dir, p, src, mode)))
+    for line in sorted(refused):
+        log.warning("audit record: the record's files are not copied: %s", line)
     return steps
+
+
+def not_a_folder(audit_dir: Path, folder: Path) -> str:
+    """Why the record's files cannot go into `folder` (below `audit_dir`), or "": each of its parts that
+    exists must be a real folder, never a link (a `<record>_files` link planted before the gate would
+    carry the copies wherever it points)."""
+    part = Path(audit_dir)
+    for name in folder.relative_to(audit_dir).parts:
+        part = part / name
+        try:
+            info = part.lstat()
+        except FileNotFoundError:
+            return ""  # made by the copy, as a real folder
+        except OSError as exc:
+            return f"{part}: {exc.strerror or exc}"
+        if stat.S_ISLNK(info.st_mode):
+            to = os.readlink(part)
+            return f"{part} is a symlink (to {to}), not a folder inside the audit folder; refused"
+        if not stat.S_ISDIR(info.st_mode):
+            what = "a file" if stat.S_ISREG(info.st_mode) else kind_of(info.st_mode)
+            return f"{part} is {what}, not a folder; refused"
+    return ""
+
+
+def _copy(audit_dir: Path, target: Path, source: Path, mode: int | None) -> Path:
+    """One artifact's copy, its folder checked again just before (a link planted since is refused)."""
+    planted = not_a_folder(audit_dir, target.parent)
+    if planted:
+        raise RecordError(planted, path=target.parent)
+    return atomic_write_bytes(target, source.read_bytes(), mode)
 
 
 def _regular_size(path: Path) -> int | None:
@@ -255,8 +296,8 @@ def rebuild_timeline(audit_dir: Path, mode: int | None = None) -> Path:
             try:  # bounded, regular files only: a FIFO or /dev/zero link there cannot hang the gate
                 data = integrity.load_json(path, history.MAX_TWIN_BYTES, inside=audit_dir)
                 rows.append(_timeline_row(path, data))
-            except (integrity.Unreadable, KeyError, TypeError):
-                unreadable.append(path.name)
+            except (integrity.Unreadable, KeyError, TypeError, AttributeError, ValueError):
+                unreadable.append(path.name)  # a shape no gate writes: named, never a failed gate
         rows.sort()
         lines = [
             "# Audit timeline",
@@ -277,7 +318,7 @@ def _timeline_row(path: Path, data: dict[str, Any]) -> tuple[tuple[str, str], st
     cells += [cell(v) for v in (src["model"]["name"], src["dataset"]["name"], inputs_label(data) or None)]
     cells += [cell(v) for v in (data["verdict"], data["gate"])]
     cells.append(f"[{md_text(path.stem)}]({quote(path.with_suffix('.md').name)})")
-    return (data["created"], data["run_id"]), "| " + " | ".join(cells) + " |"
+    return (str(data["created"]), str(data["run_id"])), "| " + " | ".join(cells) + " |"
 
 
 def inputs_label(data: dict[str, Any]) -> str:

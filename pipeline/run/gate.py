@@ -60,7 +60,7 @@ def run_gate(run_dir: Path) -> int:
     try:  # the page beside the record and the history's index.html: derived from the twins, like the timeline
         written += write_html(Path(cfg.audit_dir), markdown, mode, key)
     except OSError as exc:
-        return _failed(folder, record, f"writing the record's page failed: {exc.strerror or exc}", written)
+        return _failed(folder, record, write_problem(exc), written)
     junit = junit_path(cfg)
     if junit is not None:
         try:
@@ -77,6 +77,17 @@ def run_gate(run_dir: Path) -> int:
     for line in corrected_lines(record.stages):  # in the gate job's log too: printed, never run
         print(line)
     return code
+
+
+def write_problem(exc: OSError) -> str:
+    """One line naming the file the page or index write failed on and why (an `index.html` someone made
+    a folder is said to be one: a rename onto it fails with "Is a directory")."""
+    target = exc.filename2 or exc.filename
+    if target is None:
+        return f"writing the record's page or the index failed: {exc.strerror or exc}"
+    if isinstance(exc, IsADirectoryError) or Path(target).is_dir():
+        return f"writing {target} failed: it is a folder, not a file (remove or rename it)"
+    return f"writing {target} failed: {exc.strerror or exc}"
 
 
 def junit_path(cfg: DictConfig) -> Path | None:

@@ -239,6 +239,12 @@ def _signature_check(sif: SifImage, con: Mapping[str, Any]) -> Check:
     signed = [{"id": s.id, "hash": s.hash_type, "entity": s.entity, "link": s.link} for s in sif.signatures]
     binary = shutil.which(str(con.get("binary") or "apptainer"))
     evidence: dict[str, Any] = {"signatures": signed, "verifier": binary}
+    if not signed and severity == "soft":  # no policy asks for one: nothing is wrong, and the row says so
+        message = (
+            "the image carries no signature object, and none is asked for: "
+            "container.require_signature=true makes an unsigned image (or one failing verify) block"
+        )
+        return rows("image.signature", "image", "skipped", message, actual="unsigned", evidence=evidence)
     if not signed:
         return rows.judge(
             "image.signature",

@@ -14,10 +14,12 @@ row naming the library that did not load and the Debian package that provides it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,7 +35,9 @@ from pipeline.storage.files import read_bytes
 
 ROWS = Rows("container_check", "container")
 ROW = "training_runtime"
-TIMEOUT_S = 300.0
+TIMEOUT_S = 30.0  # importing a policy and decoding one frame takes seconds; a hang must not hold the gate
+SHEBANG_MAX = 256  # bytes of a `#!` line Linux reads (BINPRM_BUF_SIZE): a longer one does not run
+SCRIPT_MAX = 2**20  # a console script is a few hundred bytes
 MARK = "PREFLIGHT_PROBE="
 # FFmpeg's shared libraries as Debian 12 ships them (FFmpeg 5.1), what torchcodec's core loads
 FFMPEG_DEBIAN12 = (
@@ -82,13 +86,9 @@ def runtime_checks(cfg: Any) -> list[Check]:
     if command is None:
         return []
     env = job_env(cfg)
-    python = interpreter(argv, env)
+    python, why = locate(argv, env)
     if python is None:
-        message = (
-            f"{argv[0]} (the training command) is not on PATH where the jobs run: its runtime (the policy "
-            "modules, the video decoder) was not probed; the chained training needs it where it runs"
-        )
-        return [ROWS(ROW, ROW, "mismatch", message, severity="soft", evidence={"argv0": argv[0]})]
+        return [unprobed_row(argv[0], why)]
     args = probe_args(cfg, command)
     result = run_probe(python, args, env)
     return [runtime_row(python, args, result, command)]
@@ -108,22 +108,62 @@ def job_env(cfg: Any) -> dict[str, str]:
 
 
 def interpreter(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """The Python lerobot-train runs with: its console script's `#!` interpreter, or argv[0] itself for
-    `python -m <module>`; None when the program is not found on the job's PATH."""
+    """The Python lerobot-train runs with (see `locate`), or None."""
+    return locate(argv, env)[0]
+
+
+def locate(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str | None, str]:
+    """(the Python lerobot-train runs with: its console script's `#!` interpreter, or argv[0] itself for
+    `python -m <module>`; "") or (None, what is wrong: `not found` on the job's PATH, else why the script
+    cannot start: a FIFO or an oversized file, a `#!` line Linux would not run, an interpreter that is
+    not there)."""
     found = shutil.which(argv[0], path=env.get("PATH"))
     if found is None:
-        return None
+        return None, NOT_FOUND
     if Path(argv[0]).name not in lerobot_command.PROGRAMS:
-        return found
-    try:  # the first line only, through the safe reader: a console script is a small regular file
-        first = read_bytes(Path(found), "the lerobot-train console script", 2**20).split(b"\n", 1)[0]
-    except InputError:
-        return None
-    first = first.decode(errors="replace")
-    words = first[2:].split() if first.startswith("#!") else []
-    if words and Path(words[0]).name == "env" and len(words) > 1:
-        return shutil.which(words[1], path=env.get("PATH"))
-    return words[0] if words else None
+        return found, ""
+    try:  # the first line only, through the safe reader: a FIFO or a 2 GB file is never read
+        first = read_bytes(Path(found), "the lerobot-train console script", SCRIPT_MAX).split(b"\n", 1)[0]
+    except InputError as exc:
+        return None, f"{found} cannot be read: {str(exc).removeprefix(f'{found}: ')}"
+    if not first.startswith(b"#!"):
+        return None, f"{found} has no #! line naming its interpreter"
+    if len(first) >= SHEBANG_MAX:
+        return None, f"{found}: its #! line is {len(first)} bytes, past the {SHEBANG_MAX} Linux reads of it"
+    words = first[2:].decode(errors="replace").split()
+    program = _env_program(words[1:]) if words and Path(words[0]).name == "env" else (words or [None])[0]
+    python = shutil.which(program, path=env.get("PATH")) if program else None
+    if python is None:
+        return (
+            None,
+            f"{found}: its #! line ({first.decode(errors='replace')[:120]}) names no interpreter there",
+        )
+    return python, ""
+
+
+NOT_FOUND = "not found"
+
+
+def _env_program(args: Sequence[str]) -> str | None:
+    """The program `#!/usr/bin/env [-S] [-i] [NAME=VALUE ...] program` runs."""
+    i = 0
+    while i < len(args) and (args[i].startswith("-") or "=" in args[i]):
+        i += 2 if args[i] in ("-u", "--unset", "-C", "--chdir") else 1
+    return args[i] if i < len(args) else None
+
+
+def unprobed_row(program: str, why: str) -> Check:
+    """The row where the probe could not start: soft where the program is not on the jobs' PATH (the
+    chained job may run elsewhere), hard where the script is there and cannot start."""
+    evidence = {"argv0": program, "problem": why}
+    if why == NOT_FOUND:
+        message = (
+            f"{program} (the training command) is not on PATH where the jobs run: its runtime (the policy "
+            "modules, the video decoder) was not probed; the chained training needs it where it runs"
+        )
+        return ROWS(ROW, ROW, "mismatch", message, severity="soft", evidence=evidence)
+    message = f"{program} (the training command) cannot start where the jobs run: {why}"
+    return ROWS(ROW, ROW, "mismatch", message, expected="the training command starts", evidence=evidence)
 
 
 def probe_args(cfg: Any, command: Any) -> list[str]:
@@ -159,18 +199,30 @@ def _base_type(cfg: Any) -> str | None:
 
 
 def run_probe(python: str, args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
-    """The probe's JSON, or `{"probe": {ok: False, error}}` when the interpreter itself failed."""
+    """The probe's JSON, or `{"probe": {ok: False, error}}` when the interpreter itself failed or did not
+    answer in `TIMEOUT_S` (its whole process group is killed: a child it started cannot keep it open)."""
     try:
-        proc = subprocess.run(
-            [python, "-c", PROBE, *args], env=dict(env), capture_output=True, text=True, timeout=TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"probe": {"ok": False, "error": f"{type(exc).__name__}: {exc}"}}
-    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(MARK)), None)
+        proc = subprocess.Popen(
+            [python, "-c", PROBE, *args], env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, errors="replace", start_new_session=True,
+        )  # fmt: skip
+    except OSError as exc:
+        return {"probe": {"ok": False, "error": f"{python} cannot start: {exc.strerror or exc}"}}
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"probe": {"ok": False, "error": f"{python} did not answer in {TIMEOUT_S:g} s (it hangs)"}}
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(MARK)), None)
     if line is None:
-        tail = (proc.stderr or proc.stdout).strip()[-600:]
+        tail = (err or out).strip()[-600:]
         return {"probe": {"ok": False, "error": f"exit {proc.returncode}: {tail}"}}
-    return json.loads(line[len(MARK) :])
+    try:
+        return json.loads(line[len(MARK) :])
+    except ValueError:
+        return {"probe": {"ok": False, "error": f"its answer is not the probe's JSON: {line[:200]}"}}
 
 
 def missing_libraries(text: str) -> list[str]:
@@ -200,7 +252,11 @@ def runtime_row(python: str, args: Sequence[str], result: Mapping[str, Any], com
     libraries = missing_libraries(text)
     evidence["missing_libraries"] = libraries
     what = "importing the policy type " + kind if "decode" not in failed else f"decoding with {backend}"
-    message = f"lerobot-train's runtime ({python}) fails {what}: {_brief(text)}"
+    where = python
+    if "probe" in failed:  # the interpreter itself: it could not start, or hangs
+        what = "to start"
+        where += f", which {command.argv[0] if command is not None else 'the training command'} runs with"
+    message = f"lerobot-train's runtime ({where}) fails {what}: {_brief(text)}"
     if libraries:
         message += "; " + _libraries_said(libraries, backend)
     return ROWS(ROW, ROW, "mismatch", message, expected="the training command starts", actual=failed,

@@ -43,3 +43,15 @@ def test_another_deploy_line_or_training_env_is_another_fingerprint(tmp_path: Pa
     env = filled(tmp_path, [*TRAIN, "--env.type=libero"], None)
     env_other = filled(tmp_path, [*TRAIN, "--env.type=libero", "--env.observation_height=256"], None)
     assert prints(env)["deploy.lines"] != prints(env_other)["deploy.lines"] != "none"
+
+
+def test_a_value_of_d_lerobot_refuses_stops_the_launch_naming_the_flag(tmp_path: Path):
+    import pytest
+
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError, match=r"deploy.command: --dataset.fps='0'"):
+        filled(tmp_path, TRAIN, [*RECORD, "--dataset.fps=0"])
+    with pytest.raises(InputError, match=r"training.command: --env.type='' names no env type"):
+        filled(tmp_path, [*TRAIN, "--env.type="], None)
+    assert not list(tmp_path.rglob("deploy_lines.json"))  # refused before anything is written

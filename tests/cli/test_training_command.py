@@ -333,3 +333,45 @@ def test_a_repo_id_that_leaves_the_lerobot_home_names_the_folder_read(
     assert exit_.value.code == 0, out[-2000:]
     line = next(x for x in out.splitlines() if f"--dataset.repo_id={repo_id} is not <org>/<name>" in x)
     assert f"the dataset read is {outside}, outside {hf_home['dataset'].parents[1].resolve()}" in line
+
+
+def test_an_empty_episode_list_says_nothing_was_selected(hf_home):
+    argv = ["lerobot-train", "--policy.type=act", f"--dataset.repo_id={DATA_ID}", "--dataset.episodes=[]"]
+    with pytest.raises(InputError, match=r"--dataset.episodes=\[\] selects no episode"):
+        composed(argv, hf_home["dataset"])
+
+
+def test_a_resumed_checkpoint_without_its_weights_is_refused(tmp_path, hf_home):
+    saved = tmp_path / "checkpoints" / "000050" / "pretrained_model"
+    saved.mkdir(parents=True)
+    shutil.copy(hf_home["base"] / "config.json", saved / "config.json")
+    (saved / "train_config.json").write_text(json.dumps({"policy": {"type": "act"}, "dataset": {}}))
+    argv = ["lerobot-train", f"--config_path={saved / 'train_config.json'}", "--resume=true",
+            f"--dataset.repo_id={DATA_ID}"]  # fmt: skip
+    with pytest.raises(InputError, match=r"--resume=true: .*model.safetensors: file not found") as err:
+        composed(argv, hf_home["dataset"], base=saved)
+    assert "\n" not in str(err.value)
+
+
+def test_a_base_whose_config_declares_wider_features_than_its_stats_is_no_crash():
+    """A checkpoint whose config.json is a link to another policy's: its features name more dims than
+    its weights' stats hold; the action relation says the stats do not pair, never an IndexError."""
+    import numpy as np
+
+    from pipeline.readers.base import Contract, DatasetContract, Feature
+    from pipeline.stages.contract.config import ContractConfig
+    from pipeline.stages.contract.relation import base_relation
+    from pipeline.stages.contract.rows import Sources
+
+    a = Contract("A", "lerobot", "ckpt")
+    a.features = {"observation.state": Feature("observation.state", "state", (14,)),
+                  "action": Feature("action", "action", (14,))}  # fmt: skip
+    six = {"mean": np.zeros(6), "std": np.ones(6)}
+    a.stats = {"observation.state": six, "action": six}
+    src = Sources(
+        a, Contract("B", "lerobot_train_config", "b"), DatasetContract("C", "lerobot", "c"), ContractConfig()
+    )
+    assert base_relation(src) == {
+        "mode": None,
+        "reason": "A's stats are narrower than its declared state/action features",
+    }

@@ -149,3 +149,105 @@ def test_lerobots_robot_class_names_the_motors_or_the_table_does_where_it_needs_
     assert motors == actions == [f"{m}.pos" for m in ARM] and "lerobot" in by
     motors, _, by = deploy.robot_motors("reachy2", {})  # needs no SDK to be built: its class says
     assert by == "from lerobot's robot class" and "r_gripper.pos" in motors
+
+
+@pytest.mark.lerobot
+def test_only_the_named_robots_module_is_imported_where_it_registers_the_type():
+    """In a fresh interpreter (no robot registered yet): reachy2's own module registers it, so the probe
+    imports it and nothing else, where lerobot-record imports every robot module (~14 s)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip(
+        "lerobot", reason="lerobot is not installed (scripts/test_lerobot.sh builds its venv)"
+    )
+    code = (
+        "import lerobot.robots as r; from pipeline.readers.deploy_robot import register; "
+        "print(register(r, 'reachy2'), 'reachy2' in r.RobotConfig.get_known_choices())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "True", done.stderr[-2000:]
+    assert done.stdout.startswith("['reachy2']") or done.stdout.startswith("[]"), done.stdout
+
+
+# --- values lerobot's parser refuses: named (flag or field), never a crash, never a soft "unreadable"
+
+RECORD = ["lerobot-record", "--robot.type=so101_follower"]
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--dataset.fps=0"], "--dataset.fps='0'"),
+        (["--dataset.fps=-30"], "--dataset.fps='-30'"),
+        (["--dataset.fps=nan"], "--dataset.fps='nan'"),
+        (["--dataset.fps=fast"], "--dataset.fps='fast' is not a number"),
+        (["--robot.cameras={front: {type: opencv, width: wide, height: 480}}"], "front.width='wide'"),
+        (["--robot.cameras={front: {type: opencv, width: 0, height: 480}}"], "front.width=0"),
+        (["--robot.cameras={front: {type: opencv, fps: fast}}"], "front.fps='fast'"),
+        (["--robot.cameras={front: opencv}"], "not a camera config"),
+        (["--robot.cameras={front: {type: opencv"], "neither JSON nor YAML"),
+        (['--dataset.rename_map=["a", "b"]'], "not a mapping"),
+    ],
+)
+def test_a_record_value_lerobot_refuses_is_named(flags, named):
+    d = read_line([*RECORD, *flags])
+    assert d.invalid and named in d.problem and d.problem.startswith("deploy.command: "), d.problem
+    with pytest.raises(deploy.InputError, match="deploy.command") as info:
+        deploy.check_values(cfg(command=[*RECORD, *flags]))  # the launch: exit 2, lerobot not imported
+    assert named in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--env.type=pusht", "--env.fps=0"], "--env.fps='0'"),
+        (["--env.type=libero", "--env.observation_height=abc"], "--env.observation_height='abc'"),
+        (["--env.type="], "--env.type='' names no env type"),
+    ],
+)
+def test_an_env_value_lerobot_refuses_is_named_on_either_line(flags, named):
+    d = read_line(["lerobot-eval", "--policy.path=x", *flags])
+    assert d.invalid and named in d.problem
+    train = ["lerobot-train", "--policy.path=base", "--dataset.repo_id=u/d", *flags]
+    (on_train,) = read_deployments(cfg(training=train))
+    assert on_train.invalid and named in on_train.problem and "training.command" in on_train.problem
+    with pytest.raises(deploy.InputError, match="training.command"):
+        deploy.check_values(cfg(training=train))
+
+
+@pytest.mark.parametrize(
+    "body, named",
+    [
+        ({"rename_map": ["a"], "features": {}}, "rename_map=['a'] is not a mapping"),
+        (
+            {"features": {"observation.state": {"shape": [float("inf")]}}},
+            "features.observation.state.shape[0]",
+        ),
+        ({"fps": 0, "features": {}}, "field fps=0"),
+        ({"features": {"observation.state": [4]}}, "features.observation.state is [4], not an object"),
+    ],
+)
+def test_a_d_file_value_no_place_runs_at_is_named(tmp_path: Path, body, named):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(body))  # Infinity is written as JSON's Infinity, as a careless tool would
+    (d,) = read_deployments(cfg(path=str(path)))
+    assert d.invalid and named in d.problem and str(path) in d.problem
+    with pytest.raises(deploy.InputError, match="deploy.path") as info:
+        deploy.check_values(cfg(path=str(path)))
+    assert named in str(info.value)
+
+
+def test_a_d_file_that_cannot_be_read_is_refused_at_launch(tmp_path: Path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"features": {')
+    big = tmp_path / "big.json"
+    with open(big, "wb") as handle:
+        handle.truncate(200 * 2**20)  # sparse: 200 MB to a reader, nothing on disk
+    for path in (bad, big, tmp_path / "missing.json"):
+        with pytest.raises(deploy.InputError, match="deploy.path") as info:
+            deploy.check_values(cfg(path=str(path)))
+        assert str(path) in str(info.value)
+    good = tmp_path / "d.json"
+    good.write_text(json.dumps({"fps": 10, "features": {"observation.state": {"shape": [4]}}}))
+    deploy.check_values(cfg(path=str(good), training=["lerobot-train", "--env.type=pusht"]))

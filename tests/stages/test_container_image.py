@@ -61,11 +61,13 @@ def test_the_promoted_image_passes_with_both_digests_and_the_inside_proof(image,
     (tmp_path / "plan.json").write_text(json.dumps({"image_sha256": digest, "image_digest": "sha256:x"}))
     config = cfg(image.path, expect_sha256=f"sha256:{digest.upper()}", require_labels=list(LABELS))
     rows, result = checks(config, inside, tmp_path)
-    assert result.status == "warn", [(c.id, c.message) for c in result.checks]  # unsigned: a soft row
+    assert result.status == "pass", [(c.id, c.message) for c in result.checks]  # unsigned, none asked for
     verdicts = {k: r.verdict for k, r in rows.items()}
-    assert verdicts.pop("image.signature") == "mismatch"
+    assert verdicts.pop("image.signature") == "skipped"
     assert set(verdicts.values()) == {"match"} and len(verdicts) == 6, verdicts
-    assert rows["image.signature"].severity == "soft"
+    assert "container.require_signature=true" in rows["image.signature"].message
+    required, _ = checks(cfg(image.path, require_signature=True), inside)
+    assert required["image.signature"].blocking and required["image.signature"].actual == "unsigned"
     assert rows["image.same_as_login"].evidence["login_sha256"] == rows["image.promoted"].actual == digest
     assert rows["image.format"].evidence["partition_sha256"] == image.squashfs_sha256
     assert rows["image.inside"].evidence["labels_in_root"] == LABELS

@@ -80,3 +80,64 @@ def test_only_torchs_wrapper_line_still_names_torchcodecs_core():
     row = rt.runtime_row("/venv/bin/python", ["act", "/d/v.mp4", "0.0", "0.03", ""], result, None)
     assert "did not load: libtorchcodec_core4.so" in row.message and "libavutil57" in row.message
     assert rt.debian_package("libswscale.so.6") == "libswscale6" and rt.debian_package("libfoo.so.1") is None
+
+
+def _script(folder: Path, first_line: bytes) -> Path:
+    script = folder / "lerobot-train"
+    script.write_bytes(first_line + b"\nimport sys\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_console_script_that_cannot_start_blocks_naming_it_and_why(tmp_path):
+    """A FIFO, a `#!` line past what Linux reads, a `#!` naming nothing there: hard rows, never "not on
+    PATH" and never a probe that blocks on the FIFO."""
+    import os
+
+    env = {"PATH": str(tmp_path)}
+    line = cfg(["lerobot-train", "--policy.type=act"], env)
+    cases = {
+        b"#!" + b"/x" * 2**20: "cannot be read: 2097166 bytes, more than the 1048576 bytes allowed",
+        b"#!" + b"/x" * 150: "its #! line is 302 bytes, past the 256 Linux reads",
+        b"#!/no/such/python3": "names no interpreter there",
+        b"#!/usr/bin/env -S": "names no interpreter there",
+        b"echo no shebang": "has no #! line",
+    }
+    for first, why in cases.items():
+        script = _script(tmp_path, first)
+        (row,) = rt.runtime_checks(line)
+        assert row.blocking and str(script) in row.message and why in row.message, row.message
+        script.unlink()
+    os.mkfifo(tmp_path / "lerobot-train")
+    (tmp_path / "lerobot-train").chmod(0o755)
+    (row,) = rt.runtime_checks(line)
+    assert row.blocking and "FIFO" in row.message and "cannot start" in row.message
+
+
+def test_env_dash_s_runs_the_program_after_its_options(tmp_path):
+    _script(tmp_path, f"#!/usr/bin/env -S PYTHONHASHSEED=0 {Path(sys.executable).name} -u".encode())
+    path = f"{tmp_path}:{Path(sys.executable).parent}"
+    assert rt.interpreter(["lerobot-train"], {"PATH": path}) == str(
+        Path(sys.executable).parent / Path(sys.executable).name
+    )
+
+
+def test_the_probe_is_bounded_at_30_seconds():
+    assert rt.TIMEOUT_S == 30.0
+
+
+def test_a_runtime_that_hangs_blocks_after_the_bound_with_a_short_message(tmp_path, monkeypatch):
+    sleeper = tmp_path / "python3"
+    sleeper.write_text("#!/bin/sh\nsleep 600 &\nsleep 600\n")  # a child holding the pipe open too
+    sleeper.chmod(0o755)
+    _script(tmp_path, f"#!{sleeper}".encode())
+    monkeypatch.setattr(rt, "TIMEOUT_S", 1.0)
+    (row,) = rt.runtime_checks(
+        cfg(["lerobot-train", "--policy.type=act"], {"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    )
+    assert (
+        row.blocking
+        and "did not answer in 1 s (it hangs)" in row.message
+        and "lerobot-train runs with" in row.message
+    )
+    assert "PREFLIGHT_PROBE" not in row.message and len(row.message) < 400  # not the probe script

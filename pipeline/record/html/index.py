@@ -1,5 +1,8 @@
 """The index of the history: one row per record (newest first), each linking its page.
 
+A twin of a shape no gate writes (`stages: [1]`) is one line under "Unreadable records", never a
+failed index: the index is rebuilt by every gate, so one bad file must not stop the next gate.
+
 Its size is bounded whatever the history holds: a row is a few short cells (a long training command is
 cut), a page is linked and never inlined, and past `MAX_ROWS` records the oldest are counted, not
 listed (timeline.md lists them all).
@@ -20,12 +23,18 @@ def index_context(all_entries: list[Entry], audit_dir: Path, page_name: Any) -> 
     """The rows, newest first, and the values the filters offer (`page_name`: stem -> page file)."""
     readable = [e for e in all_entries if e.data is not None]
     readable.sort(key=lambda e: e.order(), reverse=True)
-    rows = [index_row(e, audit_dir, page_name) for e in readable[:MAX_ROWS]]
     unreadable = [
         {"name": e.path.name, "problem": str(e.problem or "not a gate record")}
         for e in all_entries
         if e.data is None
     ]
+    rows = []
+    for entry in readable[:MAX_ROWS]:
+        try:
+            rows.append(index_row(entry, audit_dir, page_name))
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a shape no gate writes
+            why = f"skipped: not a record the index can read ({type(exc).__name__}: {exc})"
+            unreadable.append({"name": entry.path.name, "problem": why})
     return {
         "rows": rows,
         "left_out": max(0, len(readable) - MAX_ROWS),

@@ -47,17 +47,27 @@ def profile_section(data: dict[str, Any], audit_dir: Path, files: dict[str, str]
         "episodes": "",
         "plot": "",
     }
+    outside = []
     if "profile_plot" in found:
         section["plot"] = values.link(str(found["profile_plot"]), audit_dir, files)
+        outside += [] if section["plot"] else ["plot"]
     if "profile" in found:
-        section.update(_read(values.local_file(str(found["profile"]), audit_dir, files), audit_dir))
+        path = values.local_file(str(found["profile"]), audit_dir, files)
+        if path is None:
+            outside.append("profile")
+        else:
+            section.update(_read(path, audit_dir))
+    if outside:  # one line, whatever else the section says
+        names = " and ".join(outside)
+        note = f"the {names} named by the record resolve{'s' if len(outside) == 1 else ''} outside the "
+        section["problem"] = "; ".join(filter(None, [section["problem"], note + "audit folder; not shown"]))
     return section
 
 
 def _read(path: Path, audit_dir: Path) -> dict[str, Any]:
-    inside = Path(audit_dir) if path.is_relative_to(audit_dir) else None
+    """The profile at `path` (resolved, inside the audit folder), read as the history reads its files."""
     try:
-        profile = integrity.load_json(path, MAX_BYTES, inside=inside)
+        profile = integrity.load_json(path, MAX_BYTES, inside=Path(audit_dir))
     except integrity.Unreadable as exc:
         return {"problem": f"profile {path.name}: {exc}"}
     if not isinstance(profile, dict) or profile.get("schema") != SCHEMA:

@@ -5,7 +5,6 @@ value, so these functions only shape text."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -48,23 +47,33 @@ def source_columns(checks: list[dict[str, Any]]) -> list[tuple[str, str]]:
     ]
 
 
+def inside(path: str | Path, audit_dir: Path) -> Path | None:
+    """`path` (relative to the audit folder, or absolute) resolved, every link followed, where it stays
+    inside the audit folder; else None. Resolved, never compared as text: `a/../../x`, a link that
+    leaves the folder and `//host/x` all end outside it."""
+    root = Path(audit_dir).resolve()
+    try:
+        target = (root / path).resolve()
+    except (OSError, RuntimeError, ValueError):  # a link loop, a NUL byte
+        return None
+    return target if target != root and target.is_relative_to(root) else None
+
+
 def link(path: str, audit_dir: Path, files: dict[str, str]) -> str:
-    """A relative URL to an artifact: its copy beside the record (what the twin lists), else the file in
-    the run folder, relative to the audit folder. Percent-quoted, so no part of a path can become a
-    scheme (`javascript:` reads as `javascript%3A`) or a query."""
-    copy = files.get(str(path))
-    if not copy:
-        try:
-            copy = os.path.relpath(path, audit_dir)
-        except ValueError:
-            copy = str(path)
-    return quote(Path(copy).as_posix())
+    """A relative URL to an artifact: its copy beside the record (what the twin lists), else the file
+    itself; "" where that resolves outside the audit folder (the page says it is not linked). Built from
+    the resolved path below the audit folder and percent-quoted, so it holds no `..`, no leading `/` and
+    nothing that reads as a scheme (`javascript:` becomes `javascript%3A`) or a query."""
+    target = inside(files.get(str(path)) or str(path), audit_dir)
+    if target is None:
+        return ""
+    return quote(target.relative_to(Path(audit_dir).resolve()).as_posix())
 
 
-def local_file(path: str, audit_dir: Path, files: dict[str, str]) -> Path:
-    """The artifact's copy beside the record where there is one, else its path in the run folder."""
-    copy = files.get(str(path))
-    return Path(audit_dir) / copy if copy else Path(path)
+def local_file(path: str, audit_dir: Path, files: dict[str, str]) -> Path | None:
+    """The artifact's copy beside the record where there is one, else the file itself; None where that
+    resolves outside the audit folder (never read)."""
+    return inside(files.get(str(path)) or str(path), audit_dir)
 
 
 def number(value: Any) -> str:

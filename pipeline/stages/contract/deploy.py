@@ -10,7 +10,8 @@ input the policy reads (in the policy's keys, after each side's rename map) is j
 provides there, with the training frames (C) and the policy's spec (A, B) in the same row.
 
 Hard where the run or the deployment will crash or act on the wrong thing; soft where D cannot tell (a
-robot type whose motors are not known here). No D, no row.
+robot type whose motors are not known here); an `error` where D names a value lerobot refuses (a rate of
+0, a camera 0 pixels wide, an empty env type). No D, no row.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.rows import DECLARES_INPUTS, NAME, Sources, chw, provider
 
 ROWS = Rows(NAME, "layout")
+MAX_LISTED = 24  # keys one row names (10,000 cameras made a 15 MB record): the first ones and a count
 # what D is read from: a D file, and the launch's copy of the lines that name D (the training line's
 # `--env.*` flags and the deploy line), so that another D is another fingerprint and never a reused result
 DEPLOY_INPUTS = (Input("deploy.path", "file", whole=True), Input("deploy.lines", "optional", whole=True))
@@ -63,6 +65,9 @@ def deploy_rows(cfg: Any, src: Sources) -> list[Check]:
 def place_rows(src: Sources, d: Deployment) -> list[Check]:
     """One D's rows: what it is and how it was read, each input the policy reads, the action it takes,
     the cameras by lerobot's rule, the rates; one soft row only where D cannot be read."""
+    if d.problem and d.invalid:  # a value lerobot refuses: the run fails there, whatever else is right
+        message = f"{d.line}: {d.problem} (lerobot refuses it where the policy would run)"
+        return [_row(d, "read", d.kind, "error", message, evidence=reader.describe(d))]
     if d.problem:
         message = f"{d.line}: D cannot be read, so where the policy runs is not judged: {d.problem}"
         evidence = reader.describe(d)
@@ -82,12 +87,21 @@ def _row(d: Deployment, check: str, feature: str, verdict: str, message: str, **
     return ROWS(f"deploy.{d.place}.{check}:{feature}", feature, verdict, message, **fields)
 
 
+def few(items: Any) -> Any:
+    """A list or mapping cut to its first `MAX_LISTED` items, the rest counted in a last item."""
+    left = len(items) - MAX_LISTED
+    if isinstance(items, dict):
+        kept = dict(list(items.items())[:MAX_LISTED])
+        return {**kept, "…": f"and {left} more"} if left > 0 else kept
+    return [*list(items)[:MAX_LISTED], f"… and {left} more"] if left > 0 else list(items)
+
+
 def _source_row(d: Deployment) -> Check:
-    keys = {k: _shape_text(f) for k, f in d.features.items()}
+    keys = few({k: _shape_text(f) for k, f in d.features.items()})
     message = (
         f"D: {d.line} ({d.kind}), read by {d.read_by}; provides {keys}"
         + (f" at {d.fps:g} fps" if d.fps else "")
-        + (f"; rename map in force there: {d.rename_map}" if d.rename_map else "; no rename map there")
+        + (f"; rename map in force there: {few(d.rename_map)}" if d.rename_map else "; no rename map there")
     )
     return _row(d, "source", d.kind, "match", message, deployed=keys, evidence=reader.describe(d))
 
@@ -125,9 +139,9 @@ def _input_rows(src: Sources, d: Deployment, key: str, a: Feature) -> list[Check
         "deployed": _shape_text(at_d) if at_d else None,
     }
     evidence = {
-        "d_keys": list(d.features),
-        "d_rename_map": dict(d.rename_map),
-        "policy_keys": list(_policy_inputs(src)),
+        "d_keys": few(list(d.features)),
+        "d_rename_map": few(dict(d.rename_map)),
+        "policy_keys": few(list(_policy_inputs(src))),
     }
     if at_d is None:
         return [_missing_row(src, d, key, a, trained, fields, evidence)]
@@ -143,11 +157,11 @@ def _input_rows(src: Sources, d: Deployment, key: str, a: Feature) -> list[Check
 def _missing_row(
     src: Sources, d: Deployment, key: str, a: Feature, trained: Feature | None, fields: dict, evidence: dict
 ) -> Check:
-    renamed = {k: d.rename_map.get(k, k) for k in d.features}
+    renamed = few({k: d.rename_map.get(k, k) for k in d.features})
     message = (
         f"{key}: the policy reads it ({_shape_text(a)}), but no key of {d.line} provides it after the rename "
-        f"map in force there ({d.rename_map or 'none'}): D's keys -> the policy's: {renamed}; "
-        f"the policy's inputs: {list(_policy_inputs(src))}"
+        f"map in force there ({few(d.rename_map) or 'none'}): D's keys -> the policy's: {renamed}; "
+        f"the policy's inputs: {few(list(_policy_inputs(src)))}"
     )
     if trained is None:
         message += " (the training data does not provide it either: trained and run on the same padding)"
@@ -283,11 +297,11 @@ def _cameras_row(src: Sources, d: Deployment) -> list[Check]:
     provided = {k for k, f in d.renamed().items() if f.role == "image"}
     if not expected and not provided:
         return []
-    fields = {"expected": sorted(expected), "deployed": sorted(provided)}
+    fields = {"expected": few(sorted(expected)), "deployed": few(sorted(provided))}
     ok = expected <= provided or provided <= expected
-    text = f"the policy's cameras {sorted(expected)}, {d.line}'s after its rename map {sorted(provided)}"
+    text = f"the policy's cameras {fields['expected']}, {d.line}'s after its rename map {fields['deployed']}"
     if ok:
-        left = sorted(expected - provided)
+        left = few(sorted(expected - provided))
         message = f"{text}: one a subset of the other, as lerobot's rule asks" + (
             f" (the policy's {left} are not given there: see their input rows)" if left else ""
         )
@@ -295,7 +309,8 @@ def _cameras_row(src: Sources, d: Deployment) -> list[Check]:
     message = (
         f"{text}: neither is a subset of the other, which lerobot's validate_visual_features_consistency "
         f"refuses ('Feature mismatch between dataset/environment and policy config'; missing "
-        f"{sorted(expected - provided)}, extra {sorted(provided - expected)}). lerobot applies that rule "
+        f"{few(sorted(expected - provided))}, extra {few(sorted(provided - expected))}). lerobot applies "
+        "that rule "
         "only where no rename map is given; with one, the first step that reads a missing camera fails"
         + (
             " (lerobot-train: at the first evaluation, after eval_freq steps)"
@@ -334,8 +349,9 @@ def _fps_rows(src: Sources, d: Deployment) -> list[Check]:
         rows.append(
             _row(d, "fps", "control", verdict, message, severity=severity, actual=fps, deployed=d.fps)
         )
+    read = set(_policy_inputs(src))  # a camera the policy never reads runs at whatever rate it likes
     for key, f in d.features.items():
-        if f.fps is None:
+        if f.fps is None or d.rename_map.get(key, key) not in read:
             continue
         same = abs(f.fps - fps) < 1e-6
         message = f"{key}: the dataset's frames at {fps:g} fps, {d.line}'s camera at {f.fps:g} fps"

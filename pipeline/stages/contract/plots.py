@@ -24,6 +24,8 @@ from matplotlib.patches import Patch  # noqa: E402
 from pipeline.storage import atomic_write_bytes  # noqa: E402
 
 BASE, DATA, FLAG = "#3465a4", "#f57900", "#cc0000"
+MAX_DIMS = 96  # rows of one plot (a 4,000-dim state would ask for a figure 100,000 px high): the flagged
+# dims first, then the first others, and the title says how many of how many are shown
 
 
 def _unit(a: dict[str, np.ndarray], c: dict[str, np.ndarray], d: int) -> tuple[float, float]:
@@ -36,7 +38,10 @@ def _unit(a: dict[str, np.ndarray], c: dict[str, np.ndarray], d: int) -> tuple[f
     return float(lo), float(span)
 
 
-def _draw(ax, a: dict[str, np.ndarray], c: dict[str, np.ndarray], flagged: set[int]) -> None:
+def _draw(
+    ax, a: dict[str, np.ndarray], c: dict[str, np.ndarray], flagged: set[int], labels: list[int]
+) -> None:
+    """Row d shows dim `labels[d]`; `flagged` holds row positions."""
     dims = len(a["lo"])
     for d in range(dims):
         lo, span = _unit(a, c, d)
@@ -48,7 +53,7 @@ def _draw(ax, a: dict[str, np.ndarray], c: dict[str, np.ndarray], flagged: set[i
             if np.isfinite(m):
                 ax.plot([m, m], [y - 0.2, y + 0.2], color="black", linewidth=1.2)
     ax.set_yticks(range(dims))
-    ax.set_yticklabels([str(d) for d in range(dims)])
+    ax.set_yticklabels([str(n) for n in labels])
     for d, label in enumerate(ax.get_yticklabels()):
         if d in flagged:
             label.set_color(FLAG)
@@ -67,11 +72,15 @@ def range_plot(
 ) -> Path:
     """`a`/`c`: {lo, hi, mean} per dim, each in its own dim order, so a swap shows as crossed rows."""
     path = Path(path)
-    dims = len(a["lo"])
+    total = len(a["lo"])
+    shown = shown_dims(total, flagged)
+    a, c = ({k: np.asarray(side[k])[shown] for k in ("lo", "hi", "mean")} for side in (a, c))
+    dims = len(shown)
     fig = Figure(figsize=(9, 1.6 + 0.32 * dims), dpi=80)
     ax = fig.add_subplot()
-    _draw(ax, a, c, flagged)
-    ax.set_title(title or f"{path.stem}: base (A) vs dataset (C) range per dim")
+    _draw(ax, a, c, {i for i, d in enumerate(shown) if d in flagged}, shown)
+    note = f"\n{dims} of {total} dims shown: the flagged ones first" if dims < total else ""
+    ax.set_title((title or f"{path.stem}: base (A) vs dataset (C) range per dim") + note)
     ax.set_xlabel("position within the union of both ranges (0 = lower end, 1 = upper end)")
     ax.set_ylabel("dim")
     handles = [
@@ -84,6 +93,13 @@ def range_plot(
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # room for the legend under the axis label
     return save_png(fig, path)
+
+
+def shown_dims(total: int, flagged: set[int]) -> list[int]:
+    """At most `MAX_DIMS` dims, in order: every flagged dim that fits, then the first others."""
+    first = sorted(d for d in flagged if 0 <= d < total)[:MAX_DIMS]
+    rest = (d for d in range(total) if d not in flagged)
+    return sorted(first + [d for _, d in zip(range(MAX_DIMS - len(first)), rest, strict=False)])
 
 
 def save_png(fig: Figure, path: Path) -> Path:

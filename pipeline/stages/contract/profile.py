@@ -16,6 +16,8 @@ from pipeline.stages.contract.rows import Sources
 from pipeline.storage import atomic_write_json
 
 SCHEMA = "preflight.profile/1"
+MAX_WIDTH_IN = 30.0  # 3,000 px at matplotlib's 100 dpi, whatever the number of dims (ticks thin out)
+MAX_BARS = 200  # dims drawn as bars; past that, as one filled step line
 COLOURS = {"continuous": "#3465a4", "discrete": "#f57900", "constant": "#888a85"}
 
 
@@ -50,12 +52,17 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> Path:
 
     from pipeline.stages.contract.plots import save_png  # matplotlib: imported when a plot is drawn
 
-    fig = Figure(figsize=(max(6.0, 0.18 * len(rows) + 2), 3.8))
+    width = min(max(6.0, 0.18 * len(rows) + 2), MAX_WIDTH_IN)  # 4,000 dims: 30 in, not 722 in
+    fig = Figure(figsize=(width, 3.8))
     ax = fig.subplots()
     x = range(len(rows))
     for kind, colour in COLOURS.items():
         at = [r["at_limits"] if r["kind"] == kind else 0 for r in rows]
-        ax.bar(x, at, color=colour, label=f"share of rows at min/max ({kind})")
+        label = f"share of rows at min/max ({kind})"
+        if len(rows) <= MAX_BARS:
+            ax.bar(x, at, color=colour, label=label)
+        else:  # one artist, not one rectangle per dim (4,000 of them took over a minute to lay out)
+            ax.stairs(at, [i - 0.5 for i in range(len(rows) + 1)], fill=True, color=colour, label=label)
     ax.plot(x, [r["held_share_p50"] for r in rows], "k.", label="median share of an episode held still")
     step = max(1, len(rows) // 40)
     ticks = [f"{r['feature'][-12:]}:{r['dim']}" for r in rows]

@@ -112,6 +112,9 @@ def base_relation(src: Sources) -> dict[str, Any]:
         return {"mode": None, "reason": "A's state/action stats do not pair"}
     sm, ss, am, as_ = need
     ai, si = [p[0] for p in pairs], [p[1] for p in pairs]
+    if max(ai) >= min(len(am), len(as_)) or max(si) >= min(len(sm), len(ss)):
+        # stats narrower than the features A declares (a config.json that is another policy's)
+        return {"mode": None, "reason": "A's stats are narrower than its declared state/action features"}
     floor = 1e-9 + 1e-6 * float(np.max(np.abs(ss[si])))
     z = np.abs(am[ai] - sm[si]) / (ss[si] + floor)
     ratio = (as_[ai] + floor) / (ss[si] + floor)

@@ -106,8 +106,12 @@ def test_an_unknown_robot_type_is_soft_and_an_unreadable_line_one_row(so101: Sou
         row = found[f"contract.deploy.robot.{key}"]
         assert row.verdict == "mismatch" and row.severity == "soft" and "my_own_arm" in row.message
     assert not blocking(found)
-    (only,) = rows(so101, ["lerobot-eval", "--policy.path=x"]).values()
+    (only,) = rows(so101, ["python", "serve.py", "--port=1"]).values()  # not a line lerobot reads
     assert only.id == "contract.deploy.eval.read:?" and only.severity == "soft"
+    (only,) = rows(so101, ["lerobot-eval", "--policy.path=x"]).values()  # lerobot-eval itself refuses it
+    assert (
+        only.id == "contract.deploy.eval.read:?" and only.verdict == "error" and "--env.type" in only.message
+    )
 
 
 # --- an env on the training line: a LeRobot finetune whose sources are built as the readers return them
@@ -243,3 +247,24 @@ def test_a_deploy_line_typed_after_its_own_double_dash_is_judged_and_named_in_so
     record = next((tmp_path / "audit_logs").glob("*_audit.md")).read_text()
     assert "- deployed (D): `lerobot-record --robot.type=so101_follower" in record
     assert "| 480x640x3 | 720x1280x3 | mismatch | hard |" in record  # actual (C), deployed (D)
+
+
+def test_a_rate_or_size_lerobot_refuses_is_one_error_row_never_a_crash(so101: Sources):
+    zero_wide = "--robot.cameras={front: {type: opencv, width: 0, height: 480}}"
+    for line in ([*ROBOT, cams(), "--dataset.fps=0"], [*ROBOT, zero_wide]):
+        (only,) = rows(so101, line).values()
+        assert only.verdict == "error" and only.blocking and "lerobot refuses it" in only.message
+
+
+def test_ten_thousand_cameras_give_a_bounded_record(so101: Sources):
+    """Each row names the first cameras and counts the rest; a camera the policy never reads gets no rate
+    row of its own: the rows stay a few kB however many cameras a line types."""
+    import json
+
+    same = {"type": "opencv", "width": 640, "height": 480, "fps": 30}
+    many = {"front": same, "top": same, **{f"cam{i}": {**same, "fps": 15} for i in range(10_000)}}
+    found = rows(so101, [*ROBOT, f"--robot.cameras={json.dumps(many)}"])
+    size = sum(len(json.dumps(c.to_dict(), default=str)) for c in found.values())
+    assert len(found) < 20 and size < 60_000, (len(found), size)
+    source = found["contract.deploy.robot.source:so101_follower"]
+    assert "and 9980 more" in source.message and source.evidence["features_left_out"] == 10_004 - 64

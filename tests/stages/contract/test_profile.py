@@ -52,3 +52,35 @@ def test_the_record_shows_the_profile_apart_from_findings(written: dict[str, str
     assert lines[0] == "## Dataset profile"
     assert any("`state` | 14 (left\\_hand.joint\\_1.pos) | constant" in line for line in lines)
     assert f"![profile_plot]({written['profile_plot']})" in lines
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the PNG's IHDR chunk."""
+    head = Path(path).read_bytes()[16:24]
+    return int.from_bytes(head[:4], "big"), int.from_bytes(head[4:], "big")
+
+
+def test_a_4000_dim_state_gets_plots_of_a_bounded_size(tmp_path: Path) -> None:
+    """The profile plot would ask for a 72,300 px wide figure and the range plot for one 100,000 px high
+    (a MemoryError in the contract stage); both stay bounded, and the range plot says what it shows."""
+    import numpy as np
+
+    from pipeline.stages.contract import plots
+    from pipeline.stages.contract.profile import _plot
+
+    rows = [
+        {
+            "feature": "observation.state",
+            "dim": d,
+            "kind": "continuous",
+            "at_limits": 0.1,
+            "held_share_p50": 0.2,
+        }
+        for d in range(4000)
+    ]
+    width, height = _png_size(_plot(tmp_path / "profile.png", rows))
+    assert width <= 3000 and height <= 400
+    stats = {k: np.linspace(0, 1, 4000) + i for i, k in enumerate(("lo", "mean", "hi"))}
+    assert plots.shown_dims(4000, {3999, 7})[:3] == [0, 1, 2] and 3999 in plots.shown_dims(4000, {3999})
+    width, height = _png_size(plots.range_plot(tmp_path / "r.png", stats, stats, {3999}))
+    assert width <= 800 and height <= 80 * (1.6 + 0.32 * plots.MAX_DIMS) + 1
