@@ -26,7 +26,7 @@ import numpy as np
 
 WINDOW = 8  # rows per hashed window
 SAMPLE = 1  # one window hash in SAMPLE kept (doubles each time the table reaches MAX_KEPT)
-MAX_KEPT = 2_000_000  # window hashes held (~100 MB with the dict's overhead) before SAMPLE doubles
+MAX_KEPT = 2_000_000  # window hashes held (32 MB: a hash and a place each) before SAMPLE doubles
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _BASE = np.uint64(0x100000001B3)
 
@@ -34,13 +34,9 @@ _BASE = np.uint64(0x100000001B3)
 SPAN = 1 << 32  # a place packs (episode, frame) as episode * SPAN + frame (frames of an episode < 2^32)
 
 
-def _places(episodes: list[int], frames: list[int]) -> list[int]:
-    """episode * SPAN + frame for each window, in numpy where that fits in int64, else in Python."""
-    e, f = np.asarray(episodes), np.asarray(frames)
-    small = e.size == 0 or max(abs(int(e.min())), abs(int(e.max()))) < 1 << 30
-    if e.dtype.kind in "iu" and f.dtype.kind in "iu" and small:
-        return (e.astype(np.int64) * SPAN + f.astype(np.int64)).tolist()
-    return [x * SPAN + y for x, y in zip(episodes, frames, strict=True)]
+def _places(episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """episode * SPAN + frame for each window (int64: episode ids below 2^31)."""
+    return np.asarray(episodes, np.int64) * SPAN + np.asarray(frames, np.int64)
 
 
 class RepeatScan:
@@ -52,7 +48,8 @@ class RepeatScan:
             raise ValueError(f"sample must be a power of two, got {sample}")
         self.window, self.sample, self.max_kept = window, sample, max_kept
         self._powers = np.array([_BASE] * window, dtype=np.uint64).cumprod()[::-1].copy()
-        self.first: dict[int, int] = {}  # window hash -> where first seen: episode * SPAN + frame
+        # window hash -> where first seen (episode * SPAN + frame), as two arrays sorted by hash
+        self.keys, self.places = np.empty(0, np.uint64), np.empty(0, np.int64)
         self.groups: dict[tuple[int, int, int], list[int]] = {}  # -> [matches, first frame, last frame]
         self._carry = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
         # an array task's kept windows in order (hash, episode, frame), for the main job to replay; None:
@@ -79,30 +76,53 @@ class RepeatScan:
         keep = np.flatnonzero(inside & moving & ((wh & np.uint64(self.sample - 1)) == 0))
         if self.log is not None:
             self.log.append((wh[keep], e[keep], p[keep]))
-        self._see(wh[keep].tolist(), e[keep].tolist(), p[keep].tolist())
+        self._see(wh[keep], e[keep], p[keep])
 
-    def _see(self, keys: list[int], episodes: list[int], frames: list[int]) -> None:
+    def _see(self, keys: np.ndarray, episodes: np.ndarray, frames: np.ndarray) -> None:
         """Record the first place of each kept window; a window already seen in another episode is a
-        match of its group. Most keys are new: looked up in one pass, inserted in another. A place is
-        one int, episode * 2^32 + frame (a tuple per window cost ~80 B more: 100 MB at 5 M rows)."""
-        first, groups = self.first, self.groups
-        # both tests in C (`isdisjoint` probes the dict per key): a list of `get`s cost ~0.4 us a key
-        if not first.keys().isdisjoint(keys) or len(set(keys)) < len(keys):
-            for key, episode, frame in zip(keys, episodes, frames, strict=True):
-                seen, at = divmod(first.setdefault(key, episode * SPAN + frame), SPAN)
-                if seen != episode:
-                    group = groups.setdefault((episode, seen, frame - at), [0, frame, frame])
-                    group[0] += 1
-                    group[1], group[2] = min(group[1], frame), max(group[2], frame)
-        else:
-            first.update(zip(keys, _places(episodes, frames), strict=True))
-        if len(first) > self.max_kept:
+        match of its group. The table is two sorted arrays (hash, place), searched and merged per block:
+        a dict of Python ints cost ~100 B and ~1 us a window (a third of the health pass at 7 M rows);
+        the arrays cost 16 B and a few ns."""
+        keys = np.asarray(keys, np.uint64)
+        if not len(keys):
+            return
+        places = _places(episodes, frames)
+        order = np.argsort(keys, kind="stable")  # equal hashes in arrival order: the first one leads
+        sk = keys[order]
+        lead = np.r_[True, sk[1:] != sk[:-1]]
+        first_of = order[lead][np.cumsum(lead) - 1]  # per sorted key: its first arrival in the block
+        at = np.searchsorted(self.keys, sk)
+        known = at < len(self.keys)
+        known[known] = self.keys[at[known]] == sk[known]
+        seen = places[first_of]
+        seen[known] = self.places[at[known]]
+        self._group(places[order], seen, order)
+        new = lead & ~known
+        self.keys = np.insert(self.keys, at[new], sk[new])
+        self.places = np.insert(self.places, at[new], places[order][new])
+        if len(self.keys) > self.max_kept:
             self._thin()
 
+    def _group(self, places: np.ndarray, seen: np.ndarray, arrival: np.ndarray) -> None:
+        """Count the windows whose hash was first seen in another episode, per (episode, earlier
+        episode, frame offset), with the group's first and last frame; matches are few (a loop), taken
+        in arrival order so that the groups are listed as a row-by-row scan lists them."""
+        episode, frame = np.divmod(places, SPAN)
+        other, at = np.divmod(seen, SPAN)
+        hit = np.flatnonzero(episode != other)
+        if not len(hit):
+            return
+        hit = hit[np.argsort(arrival[hit], kind="stable")]
+        for e, o, f, a in zip(*(v[hit].tolist() for v in (episode, other, frame, at)), strict=True):
+            group = self.groups.setdefault((e, o, f - a), [0, f, f])
+            group[0] += 1
+            group[1], group[2] = min(group[1], f), max(group[2], f)
+
     def _thin(self) -> None:
-        while len(self.first) > self.max_kept:
+        while len(self.keys) > self.max_kept:
             self.sample *= 2
-            self.first = {k: v for k, v in self.first.items() if k & (self.sample - 1) == 0}
+            kept = (self.keys & np.uint64(self.sample - 1)) == 0
+            self.keys, self.places = self.keys[kept], self.places[kept]
 
     def facts(self) -> dict[str, Any]:
         """Each repeated run (at least two matching windows at one offset) with its frames in both
