@@ -9,7 +9,7 @@ whose hash is 0 modulo `sample` (a power of two, content-defined: the same rows 
 copies) stay, `sample` doubling (and half of the table going) each time the table fills again.
 
 A run is reported once two of its windows are kept at the same offset (by chance, two windows of
-moving rows never agree bit for bit). While every window is kept (datasets up to `max_kept` rows: 2 M)
+moving rows never agree bit for bit). While every window is kept (`max_kept` windows)
 any run of window + 1 = 9 moving rows or more is found. Past that, a run of L rows is missed when
 fewer than two of its m = L - window + 1 windows are kept: (1 - p)^m + m p (1 - p)^(m - 1),
 p = 1/sample: at sample 4 (8 M rows), 1.2 % for 30 rows, 2e-6 for 60. Keeping 1 window in 4 from the
@@ -26,9 +26,12 @@ import numpy as np
 
 WINDOW = 8  # rows per hashed window
 SAMPLE = 1  # one window hash in SAMPLE kept (doubles each time the table reaches MAX_KEPT)
-MAX_KEPT = 2_000_000  # window hashes held (32 MB: a hash and a place each) before SAMPLE doubles
+MAX_KEPT = 4_000_000  # window hashes held (64 MB: a hash and a place each) before SAMPLE doubles
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _BASE = np.uint64(0x100000001B3)
+BUSY_SAMPLE = 4  # a busy stream keeps 1 window in this many more: a 60-row run still missed < 1e-5
+_SALT = np.uint64(0xD6E8FEB86659FD93)  # a stream's window hashes start at stream x this
+_EMPTY = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
 
 
 SPAN = 1 << 32  # a place packs (episode, frame) as episode * SPAN + frame (frames of an episode < 2^32)
@@ -51,29 +54,39 @@ class RepeatScan:
         # window hash -> where first seen (episode * SPAN + frame), as two arrays sorted by hash
         self.keys, self.places = np.empty(0, np.uint64), np.empty(0, np.int64)
         self.groups: dict[tuple[int, int, int], list[int]] = {}  # -> [matches, first frame, last frame]
-        self._carry = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
+        self._carry: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # per stream: its last rows
         # an array task's kept windows in order (hash, episode, frame), for the main job to replay; None:
         # not kept (one pass)
         self.log: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
-    def observe(self, ep: np.ndarray, pos: np.ndarray, rows: np.ndarray) -> None:
-        """One block: its episode ids, each row's frame in its episode and each row's hash."""
+    def observe(
+        self, ep: np.ndarray, pos: np.ndarray, rows: np.ndarray, stream: int = 0, busy: bool = False
+    ) -> None:
+        """One block: its episode ids, each row's frame in its episode and each row's hash. Each
+        `stream` is windowed on its own and its window hashes salted by it: stream 0 hashes every
+        feature of a row, the others one feature each, so that a run one feature repeats while another
+        does not (a state copied, its actions re-recorded) is found too; a run found in several streams
+        is one group. `busy`: keep only windows whose rows change at least every other step (one feature
+        alone, a gripper's command stepping between two levels, repeats across episodes by itself), and
+        1 in BUSY_SAMPLE of them (a copy of one feature is looked for over seconds of rows, not 9)."""
         with np.errstate(over="ignore"):
             rows = (rows ^ (rows >> np.uint64(31))) * _MIX  # mixed, so that the low bits sample well
-        h, e, p = (np.r_[c, x] for c, x in zip(self._carry, (rows, ep, pos), strict=True))
-        self._carry = (h[-(self.window - 1) :], e[-(self.window - 1) :], p[-(self.window - 1) :])
+        carry = self._carry.get(stream, _EMPTY)
+        h, e, p = (np.r_[c, x] for c, x in zip(carry, (rows, ep, pos), strict=True))
+        self._carry[stream] = (h[-(self.window - 1) :], e[-(self.window - 1) :], p[-(self.window - 1) :])
         m = len(h) - self.window + 1
         if m <= 0:
             return
-        wh = np.zeros(m, dtype=np.uint64)
         with np.errstate(over="ignore"):
+            wh = np.full(m, np.uint64(stream) * _SALT, dtype=np.uint64)
             for k, power in enumerate(self._powers):  # a polynomial hash of each window, in W passes
                 wh += h[k : k + m] * power
         last = self.window - 1
         inside = (e[:m] == e[last:]) & (p[last:] - p[:m] == last)
         change = np.r_[0, np.cumsum(h[1:] != h[:-1])]
-        moving = change[last:] - change[:m] > 0
-        keep = np.flatnonzero(inside & moving & ((wh & np.uint64(self.sample - 1)) == 0))
+        moving = change[last:] - change[:m] >= (last + 1) // 2 if busy else change[last:] - change[:m] > 0
+        every = self.sample * (BUSY_SAMPLE if busy else 1)
+        keep = np.flatnonzero(inside & moving & ((wh & np.uint64(every - 1)) == 0))
         if self.log is not None:
             self.log.append((wh[keep], e[keep], p[keep]))
         self._see(wh[keep], e[keep], p[keep])
