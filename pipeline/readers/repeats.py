@@ -100,19 +100,19 @@ class RepeatScan:
         if not len(keys):
             return
         places = _places(episodes, frames)
-        order = np.argsort(keys, kind="stable")  # equal hashes in arrival order: the first one leads
+        order = np.argsort(keys)
         sk = keys[order]
-        lead = np.r_[True, sk[1:] != sk[:-1]]
-        first_of = order[lead][np.cumsum(lead) - 1]  # per sorted key: its first arrival in the block
-        at = np.searchsorted(self.keys, sk)
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        first = np.minimum.reduceat(order, starts)  # per distinct hash: its first arrival in the block
+        at = np.searchsorted(self.keys, sk[starts])
         known = at < len(self.keys)
-        known[known] = self.keys[at[known]] == sk[known]
-        seen = places[first_of]
-        seen[known] = self.places[at[known]]
-        self._group(places[order], seen, order)
-        new = lead & ~known
-        self.keys = np.insert(self.keys, at[new], sk[new])
-        self.places = np.insert(self.places, at[new], places[order][new])
+        known[known] = self.keys[at[known]] == sk[starts][known]
+        lead = places[first]  # where each distinct hash was first seen: the table, else this block
+        lead[known] = self.places[at[known]]
+        self._group(places[order], np.repeat(lead, np.diff(np.r_[starts, len(sk)])), order)
+        new = ~known
+        self.keys = np.insert(self.keys, at[new], sk[starts][new])
+        self.places = np.insert(self.places, at[new], places[first][new])
         if len(self.keys) > self.max_kept:
             self._thin()
 
@@ -120,13 +120,12 @@ class RepeatScan:
         """Count the windows whose hash was first seen in another episode, per (episode, earlier
         episode, frame offset), with the group's first and last frame; matches are few (a loop), taken
         in arrival order so that the groups are listed as a row-by-row scan lists them."""
-        episode, frame = np.divmod(places, SPAN)
-        other, at = np.divmod(seen, SPAN)
-        hit = np.flatnonzero(episode != other)
+        hit = np.flatnonzero((places >> 32) != (seen >> 32))  # another episode's (SPAN is 2^32)
         if not len(hit):
             return
         hit = hit[np.argsort(arrival[hit], kind="stable")]
-        for e, o, f, a in zip(*(v[hit].tolist() for v in (episode, other, frame, at)), strict=True):
+        (episode, frame), (other, at) = np.divmod(places[hit], SPAN), np.divmod(seen[hit], SPAN)
+        for e, o, f, a in zip(*(v.tolist() for v in (episode, other, frame, at)), strict=True):
             group = self.groups.setdefault((e, o, f - a), [0, f, f])
             group[0] += 1
             group[1], group[2] = min(group[1], f), max(group[2], f)
