@@ -19,7 +19,7 @@ from pipeline.readers.health import Extreme, HealthScan, _episodes, _with_digest
 from pipeline.readers.profile import merge_samples
 from pipeline.readers.repeats import RepeatScan
 
-REPLAY = 1 << 16  # windows replayed per call (one pass sees one block's worth at a time)
+REPLAY = 1 << 19  # windows replayed per call (one pass sees one block's worth at a time)
 
 
 def partial(health: HealthScan) -> dict[str, Any]:
@@ -117,9 +117,5 @@ def _replay(parts: Sequence[Mapping[str, Any]], sample: int) -> dict[str, Any]:
         for lo in range(0, len(keys), REPLAY):
             k = keys[lo : lo + REPLAY].astype(np.uint64)
             kept = (k & np.uint64(scan.sample - 1)) == 0
-            scan._see(
-                k[kept].tolist(),
-                eps[lo : lo + REPLAY][kept].tolist(),
-                frames[lo : lo + REPLAY][kept].tolist(),
-            )
+            scan._see(k[kept], eps[lo : lo + REPLAY][kept], frames[lo : lo + REPLAY][kept])
     return scan.facts()

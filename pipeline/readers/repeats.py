@@ -9,7 +9,7 @@ whose hash is 0 modulo `sample` (a power of two, content-defined: the same rows 
 copies) stay, `sample` doubling (and half of the table going) each time the table fills again.
 
 A run is reported once two of its windows are kept at the same offset (by chance, two windows of
-moving rows never agree bit for bit). While every window is kept (datasets up to `max_kept` rows: 2 M)
+moving rows never agree bit for bit). While every window is kept (`max_kept` windows)
 any run of window + 1 = 9 moving rows or more is found. Past that, a run of L rows is missed when
 fewer than two of its m = L - window + 1 windows are kept: (1 - p)^m + m p (1 - p)^(m - 1),
 p = 1/sample: at sample 4 (8 M rows), 1.2 % for 30 rows, 2e-6 for 60. Keeping 1 window in 4 from the
@@ -26,21 +26,20 @@ import numpy as np
 
 WINDOW = 8  # rows per hashed window
 SAMPLE = 1  # one window hash in SAMPLE kept (doubles each time the table reaches MAX_KEPT)
-MAX_KEPT = 2_000_000  # window hashes held (~100 MB with the dict's overhead) before SAMPLE doubles
+MAX_KEPT = 4_000_000  # window hashes held (64 MB: a hash and a place each) before SAMPLE doubles
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _BASE = np.uint64(0x100000001B3)
+BUSY_SAMPLE = 4  # a busy stream keeps 1 window in this many more: a 60-row run still missed < 1e-5
+_SALT = np.uint64(0xD6E8FEB86659FD93)  # a stream's window hashes start at stream x this
+_EMPTY = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
 
 
 SPAN = 1 << 32  # a place packs (episode, frame) as episode * SPAN + frame (frames of an episode < 2^32)
 
 
-def _places(episodes: list[int], frames: list[int]) -> list[int]:
-    """episode * SPAN + frame for each window, in numpy where that fits in int64, else in Python."""
-    e, f = np.asarray(episodes), np.asarray(frames)
-    small = e.size == 0 or max(abs(int(e.min())), abs(int(e.max()))) < 1 << 30
-    if e.dtype.kind in "iu" and f.dtype.kind in "iu" and small:
-        return (e.astype(np.int64) * SPAN + f.astype(np.int64)).tolist()
-    return [x * SPAN + y for x, y in zip(episodes, frames, strict=True)]
+def _places(episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """episode * SPAN + frame for each window (int64: episode ids below 2^31)."""
+    return np.asarray(episodes, np.int64) * SPAN + np.asarray(frames, np.int64)
 
 
 class RepeatScan:
@@ -52,57 +51,90 @@ class RepeatScan:
             raise ValueError(f"sample must be a power of two, got {sample}")
         self.window, self.sample, self.max_kept = window, sample, max_kept
         self._powers = np.array([_BASE] * window, dtype=np.uint64).cumprod()[::-1].copy()
-        self.first: dict[int, int] = {}  # window hash -> where first seen: episode * SPAN + frame
+        # window hash -> where first seen (episode * SPAN + frame), as two arrays sorted by hash
+        self.keys, self.places = np.empty(0, np.uint64), np.empty(0, np.int64)
         self.groups: dict[tuple[int, int, int], list[int]] = {}  # -> [matches, first frame, last frame]
-        self._carry = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64))
+        self._carry: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # per stream: its last rows
         # an array task's kept windows in order (hash, episode, frame), for the main job to replay; None:
         # not kept (one pass)
         self.log: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
-    def observe(self, ep: np.ndarray, pos: np.ndarray, rows: np.ndarray) -> None:
-        """One block: its episode ids, each row's frame in its episode and each row's hash."""
+    def observe(
+        self, ep: np.ndarray, pos: np.ndarray, rows: np.ndarray, stream: int = 0, busy: bool = False
+    ) -> None:
+        """One block: its episode ids, each row's frame in its episode and each row's hash. Each
+        `stream` is windowed on its own and its window hashes salted by it: stream 0 hashes every
+        feature of a row, the others one feature each, so that a run one feature repeats while another
+        does not (a state copied, its actions re-recorded) is found too; a run found in several streams
+        is one group. `busy`: keep only windows whose rows change at least every other step (one feature
+        alone, a gripper's command stepping between two levels, repeats across episodes by itself), and
+        1 in BUSY_SAMPLE of them (a copy of one feature is looked for over seconds of rows, not 9)."""
         with np.errstate(over="ignore"):
             rows = (rows ^ (rows >> np.uint64(31))) * _MIX  # mixed, so that the low bits sample well
-        h, e, p = (np.r_[c, x] for c, x in zip(self._carry, (rows, ep, pos), strict=True))
-        self._carry = (h[-(self.window - 1) :], e[-(self.window - 1) :], p[-(self.window - 1) :])
+        carry = self._carry.get(stream, _EMPTY)
+        h, e, p = (np.r_[c, x] for c, x in zip(carry, (rows, ep, pos), strict=True))
+        self._carry[stream] = (h[-(self.window - 1) :], e[-(self.window - 1) :], p[-(self.window - 1) :])
         m = len(h) - self.window + 1
         if m <= 0:
             return
-        wh = np.zeros(m, dtype=np.uint64)
         with np.errstate(over="ignore"):
+            wh = np.full(m, np.uint64(stream) * _SALT, dtype=np.uint64)
             for k, power in enumerate(self._powers):  # a polynomial hash of each window, in W passes
                 wh += h[k : k + m] * power
         last = self.window - 1
         inside = (e[:m] == e[last:]) & (p[last:] - p[:m] == last)
         change = np.r_[0, np.cumsum(h[1:] != h[:-1])]
-        moving = change[last:] - change[:m] > 0
-        keep = np.flatnonzero(inside & moving & ((wh & np.uint64(self.sample - 1)) == 0))
+        moving = change[last:] - change[:m] >= (last + 1) // 2 if busy else change[last:] - change[:m] > 0
+        every = self.sample * (BUSY_SAMPLE if busy else 1)
+        keep = np.flatnonzero(inside & moving & ((wh & np.uint64(every - 1)) == 0))
         if self.log is not None:
             self.log.append((wh[keep], e[keep], p[keep]))
-        self._see(wh[keep].tolist(), e[keep].tolist(), p[keep].tolist())
+        self._see(wh[keep], e[keep], p[keep])
 
-    def _see(self, keys: list[int], episodes: list[int], frames: list[int]) -> None:
+    def _see(self, keys: np.ndarray, episodes: np.ndarray, frames: np.ndarray) -> None:
         """Record the first place of each kept window; a window already seen in another episode is a
-        match of its group. Most keys are new: looked up in one pass, inserted in another. A place is
-        one int, episode * 2^32 + frame (a tuple per window cost ~80 B more: 100 MB at 5 M rows)."""
-        first, groups = self.first, self.groups
-        # both tests in C (`isdisjoint` probes the dict per key): a list of `get`s cost ~0.4 us a key
-        if not first.keys().isdisjoint(keys) or len(set(keys)) < len(keys):
-            for key, episode, frame in zip(keys, episodes, frames, strict=True):
-                seen, at = divmod(first.setdefault(key, episode * SPAN + frame), SPAN)
-                if seen != episode:
-                    group = groups.setdefault((episode, seen, frame - at), [0, frame, frame])
-                    group[0] += 1
-                    group[1], group[2] = min(group[1], frame), max(group[2], frame)
-        else:
-            first.update(zip(keys, _places(episodes, frames), strict=True))
-        if len(first) > self.max_kept:
+        match of its group. The table is two sorted arrays (hash, place), searched and merged per block:
+        a dict of Python ints cost ~100 B and ~1 us a window (a third of the health pass at 7 M rows);
+        the arrays cost 16 B and a few ns."""
+        keys = np.asarray(keys, np.uint64)
+        if not len(keys):
+            return
+        places = _places(episodes, frames)
+        order = np.argsort(keys)
+        sk = keys[order]
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        first = np.minimum.reduceat(order, starts)  # per distinct hash: its first arrival in the block
+        at = np.searchsorted(self.keys, sk[starts])
+        known = at < len(self.keys)
+        known[known] = self.keys[at[known]] == sk[starts][known]
+        lead = places[first]  # where each distinct hash was first seen: the table, else this block
+        lead[known] = self.places[at[known]]
+        self._group(places[order], np.repeat(lead, np.diff(np.r_[starts, len(sk)])), order)
+        new = ~known
+        self.keys = np.insert(self.keys, at[new], sk[starts][new])
+        self.places = np.insert(self.places, at[new], places[first][new])
+        if len(self.keys) > self.max_kept:
             self._thin()
 
+    def _group(self, places: np.ndarray, seen: np.ndarray, arrival: np.ndarray) -> None:
+        """Count the windows whose hash was first seen in another episode, per (episode, earlier
+        episode, frame offset), with the group's first and last frame; matches are few (a loop), taken
+        in arrival order so that the groups are listed as a row-by-row scan lists them."""
+        hit = np.flatnonzero((places >> 32) != (seen >> 32))  # another episode's (SPAN is 2^32)
+        if not len(hit):
+            return
+        hit = hit[np.argsort(arrival[hit], kind="stable")]
+        (episode, frame), (other, at) = np.divmod(places[hit], SPAN), np.divmod(seen[hit], SPAN)
+        for e, o, f, a in zip(*(v.tolist() for v in (episode, other, frame, at)), strict=True):
+            group = self.groups.setdefault((e, o, f - a), [0, f, f])
+            group[0] += 1
+            group[1], group[2] = min(group[1], f), max(group[2], f)
+
     def _thin(self) -> None:
-        while len(self.first) > self.max_kept:
+        while len(self.keys) > self.max_kept:
             self.sample *= 2
-            self.first = {k: v for k, v in self.first.items() if k & (self.sample - 1) == 0}
+            kept = (self.keys & np.uint64(self.sample - 1)) == 0
+            self.keys, self.places = self.keys[kept], self.places[kept]
 
     def facts(self) -> dict[str, Any]:
         """Each repeated run (at least two matching windows at one offset) with its frames in both

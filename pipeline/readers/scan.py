@@ -212,7 +212,8 @@ def _health(contract: DatasetContract, dims: Mapping[str, int], options: ScanOpt
         return None
     fps = contract.claimed.get("fps")
     rate = float(fps) if isinstance(fps, (int, float)) else None
-    return HealthScan(dims, rate, 1, options.health_gap_factor)
+    measured = [k for k in dims if contract.features[k].role == "state"]
+    return HealthScan(dims, rate, 1, options.health_gap_factor, measured)
 
 
 def image_summary(frames: np.ndarray) -> dict[str, Any]:

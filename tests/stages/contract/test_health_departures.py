@@ -1,7 +1,9 @@
-"""Planted faults on copies of three real LeRobot datasets (SO-101 v3.0, G1 v2.1 with 36-d hand and arm
-joints, open_50 v3.0 bimanual with hands), each named as a departure by its episode and dim, also on the
-dim the clean data profiles as most pinned (a gripper or a hand joint); the clean copies give no motion
-finding. The base is a contract card with the clean data's own stats (a model that reads the state)."""
+"""Planted faults on copies of three real LeRobot datasets (SO-101 v3.0, G1 v2.1 with 26-d hand and arm
+joints, open_50 v3.0 bimanual with hands, 34-d), each named as a departure by its episode and dim, also on
+the dim the clean data profiles as most pinned (a gripper or a hand joint) and on the command whose
+per-episode spread varies most (a stuck actuator); copies of another episode's rows (every vector, or the
+state alone; a prefix or a suffix) named by episode; the clean copies give no motion finding. The base is
+a contract card with the clean data's own stats (a model that reads the state)."""
 
 from __future__ import annotations
 
@@ -66,9 +68,39 @@ def _moving_dim(cols: dict[str, np.ndarray], key: str) -> int:
     return int(np.argmax(np.ptp(x[rows], axis=0) / np.maximum(np.ptp(x, axis=0), 1e-12)))
 
 
+def _varied_dim(cols: dict[str, np.ndarray], key: str, partner: str) -> int:
+    """Among the dims moving in every episode, the one whose per-episode spread varies most (robust
+    spread over median): where a whole-episode hold is hardest to tell from a quiet episode. Only dims
+    whose partner (the same dim of `partner`) moves in EPISODE at least half as much as it typically
+    does: a command held while its joint barely moves either is an operator's choice, not a fault."""
+    ep = cols["episode_index"]
+    ids = list(np.unique(ep))
+    spread, other = (np.array([np.ptp(cols[k][ep == e], axis=0) for e in ids]) for k in (key, partner))
+    median = np.median(spread, axis=0)
+    varied = np.median(np.abs(spread - median), axis=0) / np.maximum(median, 1e-12)
+    moves = other[ids.index(EPISODE)] >= 0.5 * np.median(other, axis=0)
+    return int(np.argmax(np.where(np.all(spread > 0, axis=0) & moves, varied, -1)))
+
+
+def _copy_rows(cols: dict[str, np.ndarray], keys: tuple[str, ...], suffix: bool) -> None:
+    """A later episode's rows over EPISODE's first (or last) half: a re-upload that overwrote part of it."""
+    ep = cols["episode_index"]
+    rows, other = np.flatnonzero(ep == EPISODE), np.flatnonzero(ep == EPISODE + 1)
+    m = min(len(rows), len(other)) // 2
+    for key in keys:
+        cols[key][rows[-m:] if suffix else rows[:m]] = cols[key][other[-m:] if suffix else other[:m]]
+
+
 def _plant(fault: str, which: str, state: str, action: str):  # type: ignore[no-untyped-def]
     def edit(cols: dict[str, np.ndarray]) -> dict[str, Any]:
         x, ep = cols[state], cols["episode_index"]
+        if fault == "stuck_action":  # one command held at its first value all episode
+            d = _varied_dim(cols, action, state)
+            cols[action][ep == EPISODE, d] = cols[action][np.flatnonzero(ep == EPISODE)[0], d]
+            return {"episodes": [EPISODE], "dims": [d]}
+        if fault.startswith("copied_"):  # only the state's rows, or a suffix of every vector
+            _copy_rows(cols, (state,) if fault == "copied_state" else (state, action), fault.endswith("x"))
+            return {"episodes": [EPISODE], "dims": []}
         d = _pinned_dim(cols, state) if which == "pinned" else _moving_dim(cols, state)
         rows = np.flatnonzero(ep == EPISODE)
         n = len(rows)
@@ -167,6 +199,9 @@ FAULTS = [
     ("dead", "moving"),
     ("never_opens", "pinned"),
     ("copied", "moving"),
+    ("copied_state", "moving"),
+    ("copied_suffix", "moving"),
+    ("stuck_action", "varied"),
     ("merged", "moving"),
 ]
 
@@ -184,7 +219,7 @@ def test_a_planted_fault_is_named_by_episode_and_dim(
     rows = _rows(tmp_path / "data", base)
     found = [r for r in rows.values() if r.verdict == "mismatch" and _names(r, expected)]
     assert found, [f"{k}: {r.message}" for k, r in rows.items() if r.verdict not in ("match", "skipped")]
-    if fault in ("dead", "never_opens", "copied"):  # the model is taught something wrong: blocks
+    if fault in ("dead", "never_opens", "stuck_action") or fault.startswith("copied"):  # taught wrong: blocks
         assert any(r.blocking for r in found), [r.message for r in found]
 
 

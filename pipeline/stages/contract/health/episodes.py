@@ -301,7 +301,9 @@ def _repeated(src: Sources, facts: dict[str, Any], groups: list[list[int]]) -> C
         evidence={
             "runs": runs[:50],
             "repeat_windows": least,
-            "episodes": sorted({r["episode"] for r in runs}),
+            # both sides: which of the two holds the copy the rows cannot tell (the later one in file
+            # order is not always it: a re-upload can overwrite an earlier episode)
+            "episodes": sorted({e for r in runs for e in (r["episode"], r["of"])}),
         },
     )
 

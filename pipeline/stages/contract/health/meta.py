@@ -207,6 +207,7 @@ def _videos(src: Any, data: LeRobotData, episodes: list[int]) -> list[Check]:
         return []
     missing: dict[str, list[int]] = {}
     bad: list[str] = []  # locations LeRobot never writes (NaN chunk, a template of unknown fields): named
+    present: dict[Path, bool] = {}  # a v3.0 file holds many episodes: looked at once (20k stats: ~1 s)
     for key in keys:
         for episode in episodes:
             try:
@@ -216,7 +217,9 @@ def _videos(src: Any, data: LeRobotData, episodes: list[int]) -> list[Check]:
                     bad.append(str(exc))
                     continue
                 path = None
-            if path is None or not Path(path).is_file():
+            if path is not None and path not in present:
+                present[path] = Path(path).is_file()
+            if path is None or not present[path]:
                 missing.setdefault(key, []).append(episode)
     if bad:
         message = f"{len(bad)} camera video location(s) LeRobot never writes, the first: {bad[0]}"

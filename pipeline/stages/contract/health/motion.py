@@ -43,6 +43,7 @@ TOGETHER_Z = 2.0  # each of them beyond this robust z (their number at one frame
 TOGETHER = 0.25  # a seam: at least this share of a feature's moving dims jump at the same frame
 HELD_RARE = 0.05  # a held episode departs only where at most this share of the others is held too
 HELD_FLOOR = 0.1  # and of its per-episode spread, as a share of the median spread
+QUANTUM_STEPS = 8  # nonzero steps of a dim in the profile's sample that tell its resolution
 
 
 def motion_rows(src: Sources, facts: dict[str, Any]) -> list[Check]:
@@ -92,6 +93,7 @@ class _View:
         self.step = np.asarray(facts["diff_std"][key], dtype=float)
         unit = np.where(self.discrete, self.span, self.step)  # a step's size: RMS steps, or levels' span
         self.unit = np.where(unit > 0, unit, 1.0)
+        self.quantum = _quantum(facts, key, self.spread.shape[1])
         self.limit = np.where(self.discrete, 1.5, self.cfg.spike_z)
         self.judged = judged[:, None] & self.live[None, :]
         self.names = dim_names(src, key)
@@ -100,18 +102,27 @@ class _View:
 
 
 def _held(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
-    """Exactly one value over a whole episode, against the dim's spread in the episodes: a dim that
-    barely moves anywhere (an arm at rest, a quantized joint that twitches one step) is not held. Where
-    its partner (the joint's command, the command's joint) is still in that episode too (within
-    HELD_FLOOR of its median spread), the operator held it (a hand left unused in one episode):
-    behaviour, not a fault."""
+    """Exactly one value over a whole episode, against the dim's spread in the episodes, on a log scale:
+    a held episode's spread is below the dim's resolution (its smallest recorded step), so the departure
+    is how many of the dim's own spreads (robust, in log units) lie between what the dim moves in a
+    typical episode and one step of it. A dim whose episodes move alike departs far; one that barely
+    moves anywhere (an arm at rest, a quantized joint that twitches one step) or whose spread ranges over
+    orders of magnitude does not. Where its partner (the joint's command, the command's joint) is still
+    in that episode too (within HELD_FLOOR of its median spread), the operator held it (a hand left
+    unused in one episode): behaviour, not a fault."""
     typical = np.median(v.spread, axis=0) if len(v.spread) else v.span
     large = (v.spread == 0) & (v.length >= v.cfg.frozen_frames)[:, None] & (typical > 0)[None, :]
-    others = (np.sum(v.spread == 0, axis=0) - 1) / max(len(v.ids) - 1, 1)
-    large &= (others <= HELD_RARE)[None, :]  # held in more of the other episodes: the dim's habit
+    others = np.sum(v.spread == 0, axis=0) - 1
+    large &= (others / max(len(v.ids) - 1, 1) <= HELD_RARE)[None, :]  # held in more: the dim's habit
     still = other.spread <= HELD_FLOOR * np.median(other.spread, axis=0) if other is not None else None
     large &= ~_partner(v, other, paired, still)
     dep = depart(-v.spread, v.judged, typical * HELD_FLOOR, v.cfg.departure_alpha, large)
+    # the log scale, where no other episode holds the dim: one step of it against its typical spread
+    quantum = np.where(np.isnan(v.quantum), typical, v.quantum)  # unknown: a typical spread, no departure
+    spread = np.log(np.maximum(v.spread, np.maximum(quantum, 1e-300)[None, :]))
+    logged = depart(-spread, v.judged, LOG_FLOOR, v.cfg.departure_alpha, large & (others == 0)[None, :])
+    dep.z = np.where(logged.flagged, logged.z, dep.z)
+    dep.flagged |= logged.flagged
     found = {
         (v.ids[r], int(d)): {
             "frames": [0, int(v.length[r]) - 1],
@@ -123,7 +134,8 @@ def _held(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
     }
     rule = (
         f"one value for a whole episode (>= {v.cfg.frozen_frames} frames) where the dim's spread over the "
-        f"episodes says it moves (robust z, BH q < {v.cfg.departure_alpha:g} over the episodes x dims judged)"
+        "episodes says it moves (robust z of the log spread, a held one at the dim's smallest step; "
+        f"BH q < {v.cfg.departure_alpha:g} over the episodes x dims judged)"
     )
     shown = [
         f"episode {e} dim {labels(v.names, [d])[0]} at {x['value']:.4g} (median spread "
@@ -137,6 +149,17 @@ def _held(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
         else f"{v.key}: no dim held ({rule})"
     )
     return _row("held", v, found, message, "hard" if v.used else "soft")
+
+
+def _quantum(facts: dict[str, Any], key: str, dims: int) -> np.ndarray:
+    """Per dim, its resolution: the smallest nonzero step in the profile's sample of steps; NaN where the
+    sample holds fewer than QUANTUM_STEPS of them (a dim that barely moves: no resolution to judge by)."""
+    steps = np.abs(np.asarray(((facts.get("sample") or {}).get(key) or {}).get("steps", np.empty(0))))
+    if steps.ndim != 2 or steps.shape[1] != dims:
+        return np.full(dims, np.nan)
+    moved = np.isfinite(steps) & (steps > 0)
+    smallest = np.where(moved, steps, np.inf).min(axis=0) if len(steps) else np.full(dims, np.inf)
+    return np.where(moved.sum(axis=0) >= QUANTUM_STEPS, smallest, np.nan)
 
 
 def _frozen(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
