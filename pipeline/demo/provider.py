@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,25 +52,36 @@ def provide(cfg: DictConfig, registry: Mapping[str, Stage]) -> bool:
         return False
     chosen = selected_stages(cfg, registry)
     names = {s.name for s in chosen}
+    read = {i.key.split(".")[0] for s in chosen for i in s.declared_inputs}
+    wanted = [k for k in SECTIONS if k in read]
+    worker = _render_cache_worker(cfg) if "render_cache" in names and wanted else None
     with open_dict(cfg):
+        try:
+            if wanted:
+                _main_demo(cfg, names, wanted)
+        except BaseException:
+            if worker is not None:
+                worker.stop()
+            raise
         if "render_cache" in names:
-            _render_cache(cfg)
-        read = {i.key.split(".")[0] for s in chosen for i in s.declared_inputs}
-        wanted = [k for k in SECTIONS if k in read]
-        if wanted:
-            from pipeline import demo
-
-            built = demo.ensure(cfg.demo, demo_dir(cfg.output_root))
-            for key in wanted:
-                cfg[key].path, cfg[key].name = str(built[key]), NAME
-            if NAME_CONTRACT in names and not (cfg.get("deploy") or {}).get("command"):
-                _deploy(cfg)
-            if "teacher_forced" in names:
-                _teacher_forced(cfg, Path(built["dataset"]).parent)
-            if "determinism" in names:
-                _determinism(cfg)
+            _render_cache(cfg, worker)
         pin_image(cfg)
     return True
+
+
+def _main_demo(cfg: DictConfig, names: set[str], wanted: list[str]) -> None:
+    """The demo's model, dataset and training config, and what the selected stages read beside them."""
+    from pipeline import demo
+
+    built = demo.ensure(cfg.demo, demo_dir(cfg.output_root))
+    for key in wanted:
+        cfg[key].path, cfg[key].name = str(built[key]), NAME
+    if NAME_CONTRACT in names and not (cfg.get("deploy") or {}).get("command"):
+        _deploy(cfg)
+    if "teacher_forced" in names:
+        _teacher_forced(cfg, Path(built["dataset"]).parent)
+    if "determinism" in names:
+        _determinism(cfg)
 
 
 def _deploy(cfg: DictConfig) -> None:
@@ -81,12 +95,54 @@ def _deploy(cfg: DictConfig) -> None:
     cfg.deploy.path = str(deploy_env.write(demo, demo_dir(cfg.output_root)))
 
 
-def _render_cache(cfg: DictConfig) -> None:
+def _render_cache_settings(cfg: DictConfig) -> dict[str, Any]:
+    section = OmegaConf.to_container(cfg.demo.get("render_cache") or OmegaConf.create({}), resolve=True)
+    assert isinstance(section, dict)
+    return {**section, "variant": cfg.demo.get("variant", "default")}
+
+
+class _Worker:
+    """The render_cache demo built by `python -m pipeline.demo.render_cache` while this process builds
+    the main demo: the two builds share nothing and each is mostly one core's work (oracle rollouts, GL
+    rendering), so on two cores they overlap instead of adding up. Its output goes to a file (two rich
+    bars on one terminal garble each other); `wait` returns it when the worker failed, and the build is
+    then redone in this process, where its error is raised as before."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def wait(self) -> str:
+        try:
+            code = self.proc.wait()
+            self.log.seek(0)
+            return "" if code == 0 else self.log.read()[-2000:].decode(errors="replace")
+        finally:
+            self.log.close()
+
+
+def _render_cache_worker(cfg: DictConfig) -> _Worker | None:
+    from pipeline.demo import render_cache as render_demo
+
+    settings, root = _render_cache_settings(cfg), demo_dir(cfg.output_root)
+    if render_demo.built(settings, root):
+        return None
+    print("building the render_cache demo (once) in a process of its own, beside the demo", flush=True)
+    return _Worker([sys.executable, "-m", "pipeline.demo.render_cache", json.dumps(settings), str(root)])
+
+
+def _render_cache(cfg: DictConfig, worker: _Worker | None = None) -> None:
     """The render_cache demo's release and cache, and its budgets and sizes in stages.render_cache."""
     from pipeline.demo import render_cache as render_demo
 
-    section = OmegaConf.to_container(cfg.demo.get("render_cache") or OmegaConf.create({}), resolve=True)
-    settings = {**section, "variant": cfg.demo.get("variant", "default")}
+    settings = _render_cache_settings(cfg)
+    if worker is not None and (failed := worker.wait()):
+        print(f"render_cache demo worker failed, building it here:\n{failed}", file=sys.stderr, flush=True)
     built = render_demo.ensure(settings, demo_dir(cfg.output_root))
     for key in ("release", "cache"):
         cfg[key] = {"path": str(built[key])}

@@ -325,3 +325,15 @@ def _current(target: Path, cfg: Mapping[str, Any]) -> bool:
         return json.loads((target / MARKER).read_text()).get("digest") == digest(cfg)
     except (OSError, ValueError):
         return False
+
+
+def built(raw_cfg: Any, root: Path) -> bool:
+    """Whether `ensure(raw_cfg, root)` would find the variant built (nothing to do)."""
+    cfg = settings(raw_cfg)
+    return _current(Path(root) / f"render_cache-{cfg['variant']}", cfg)
+
+
+if __name__ == "__main__":  # `python -m pipeline.demo.render_cache SETTINGS_JSON ROOT`: the provider's worker
+    import sys
+
+    ensure(json.loads(sys.argv[1]), Path(sys.argv[2]))

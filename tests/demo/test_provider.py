@@ -175,3 +175,24 @@ def test_model_path_is_scored_with_the_loader_its_config_names(tmp_path):
         )
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "model.path" in proc.stdout and "['lerobot']" in proc.stdout, proc.stdout
+
+
+def test_the_render_cache_worker_reports_its_failure_and_is_skipped_once_built(tmp_path):
+    """The render_cache demo's build in a process of its own: a worker that fails hands back its output
+    (the provider then builds in-process, where the error is raised as before), and a built variant
+    starts no worker."""
+    from pipeline.demo import provider
+    from pipeline.demo import render_cache as render_demo
+
+    failing = provider._Worker(
+        [sys.executable, "-c", "import sys; print('planted worker failure'); sys.exit(3)"]
+    )
+    assert "planted worker failure" in failing.wait()
+    assert provider._Worker([sys.executable, "-c", "pass"]).wait() == ""
+    settings = {"variant": "default"}
+    folder = tmp_path / "render_cache-default"
+    folder.mkdir()
+    assert not render_demo.built(settings, tmp_path)
+    digest = render_demo.digest(render_demo.settings(settings))
+    (folder / render_demo.MARKER).write_text(json.dumps({"digest": digest}))
+    assert render_demo.built(settings, tmp_path)

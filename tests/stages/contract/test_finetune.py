@@ -1,7 +1,9 @@
 """The finetune contract as a user launches it (`launcher=local`): a base whose input_features the dataset
 cannot fill after the rename map blocks with one hard row naming the feature and both specs, a matching
 base clears, a training config with no base (`--policy.type=act`) is judged against the dataset with the
-base's rows skipped, and a dataset alone is a check of its own."""
+base's rows skipped, and a dataset alone is a check of its own. The `stage=contract` launches run the
+stage and the gate's merge in this process (tests/stages/contract/in_process.py): what is tested is the
+contract's rows and the gate they make, not the launch; `stage=full` with a dataset alone launches."""
 
 from __future__ import annotations
 
@@ -14,9 +16,8 @@ import yaml
 
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
 from tests.stages.contract.helpers import copy_with, edit_stats
+from tests.stages.contract.in_process import contract_run
 from tests.stages.contract.lerobot_pack import policy_folder
-
-CONTRACT_ONLY = ("launcher=local", "launcher.poll_s=0.2", "stage=contract")
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +38,7 @@ def _training(demo: Path, out: Path, **extra: object) -> Path:
 
 
 def _contract_run(cwd: Path, *overrides: str) -> tuple[int, dict, dict[str, dict]]:
-    cwd.mkdir(parents=True, exist_ok=True)
-    proc = launch(cwd, *CONTRACT_ONLY, *overrides)
-    run_dir = run_dir_of(cwd, proc)
-    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
-    checks = json.loads((run_dir / "stages" / "contract.json").read_text())["checks"]
-    return proc.returncode, gate_of(run_dir), {c["id"]: c for c in checks}
+    return contract_run(cwd, *overrides)
 
 
 def _blocking(checks: dict[str, dict]) -> dict[str, dict]:

@@ -1,6 +1,11 @@
 """The contract stage run as a user runs it: `python -m pipeline.launch stage=contract ...` in a scratch
 directory, on the embedded demo (default clears, faulty blocks with one hard row per planted fault), on
-real files, and on malformed inputs (an error row and a gate record, never only a traceback)."""
+real files, and on malformed inputs (an error row and a gate record, never only a traceback).
+
+The faulty demo's rows are read from the session's full faulty launch (tests/conftest.py `faulty_full`,
+which runs this stage on the same demo), and the real files' rows from the stage and the gate's merge run
+in this process (tests/stages/contract/in_process.py): neither tests the launch, and a launch of their
+own cost ~17 s each."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import FAULTY_FULL_GROUP, FAULTY_WAIVED, DemoCache, Launched, gate_of, launch, run_dir_of
+from tests.stages.contract.in_process import contract_run
 
 PLANTED = {
     "contract.layout.permutation:observation.state": ("observation.state", "[3]", "cycles"),
@@ -44,10 +50,9 @@ PLANTED = {
 
 @pytest.fixture(scope="module")
 def cwd(tmp_path_factory: pytest.TempPathFactory, demo_cache: DemoCache) -> Path:
-    """One scratch folder for the module, the session's built demos already in it (both variants)."""
+    """One scratch folder for the module, the session's built default demo already in it."""
     folder = tmp_path_factory.mktemp("launch")
     demo_cache.seed(folder)
-    demo_cache.seed(folder, "demo=faulty")
     return folder
 
 
@@ -73,9 +78,11 @@ def test_demo_default_clears(cwd: Path) -> None:
     assert "## Dataset profile" in record and "profile_plot" in record
 
 
-def test_demo_faulty_blocks_with_one_row_per_fault(cwd: Path) -> None:
-    proc = launch(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract", "demo=faulty")
-    run_dir = run_dir_of(cwd, proc)
+@pytest.mark.xdist_group(FAULTY_FULL_GROUP)
+def test_demo_faulty_blocks_with_one_row_per_fault(faulty_full: Launched) -> None:
+    """The stage's own result (`stages/contract.json`, before the gate applies the launch's waiver)."""
+    proc = faulty_full.proc
+    run_dir = run_dir_of(faulty_full.cwd, proc)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     gate = gate_of(run_dir)
     assert gate["gate"] == "blocked"
@@ -98,23 +105,22 @@ def test_demo_faulty_blocks_with_one_row_per_fault(cwd: Path) -> None:
         front: wrist,
         wrist: front,
     }
-    assert all(any(check_id in reason for reason in gate["reasons"]) for check_id in PLANTED)
+    # every planted fault blocks the gate, but the one the faulty launch waives: the gate records it waived
+    blocking = set(PLANTED) - {FAULTY_WAIVED}
+    assert all(any(check_id in reason for reason in gate["reasons"]) for check_id in blocking)
+    waived = [c for s in gate["stages"] for c in s["checks"] if c["verdict"] == "waived"]
+    assert [c["id"] for c in waived] == [FAULTY_WAIVED]
 
 
-def test_real_files(cwd: Path, real_data: Path) -> None:
+def test_real_files(tmp_path: Path, real_data: Path) -> None:
     pour = real_data / "Bestpart-Irene__RoboPour"
-    proc = launch(
-        cwd,
-        "launcher=local",
-        "launcher.poll_s=0.2",
-        "stage=contract",
+    code, _, checks = contract_run(
+        tmp_path,
         f"model.path={pour}",
         f"training.path={pour / 'train_config.json'}",
         f"dataset.path={real_data / 'SamueleSandrini__record-test'}",
     )
-    run_dir = run_dir_of(cwd, proc)
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    checks = {c["id"]: c for c in _contract(run_dir)["checks"]}
+    assert code == 3, sorted(checks)
     wrist = checks[
         "contract.layout.key:observation.images.wrist"
     ]  # ACT wants a wrist camera; record has front/top
