@@ -5,8 +5,9 @@ tests/conftest.py `faulty_full`, shared with the stage tests that read its rows)
 row: the planted faults (mismatch), a waiver for one of them (waived), `require_quota` on a node without a
 quota tool (unverifiable), a stage that crashes (error), and the rows that match. Its markdown record, with
 what changes from run to run normalized (times, run id, host, job ids, wall times, the scratch path, digests,
-long decimals, the software and disk of the machine), must equal the golden file; a rendering change fails
-with a diff.
+long decimals, the software and disk of the machine, and the numbers the CPU's floating point computes:
+the trained models' probes, the physics in the Dataset profile), must equal the golden file; a rendering
+change fails with a diff.
 
 After an intended change:
 `PREFLIGHT_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/record/test_record_golden.py`
