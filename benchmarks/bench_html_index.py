@@ -5,7 +5,11 @@ Prints one JSON line.
 
     python benchmarks/bench_html_index.py [--records 500] [--loads 7]
 
-Also times `preflight-status --html` (every page and the index rendered again). The records are JSON
+Also times `preflight-status --html` (every page and the index rendered again), and a launch's update
+of the index (a gate's `write_html` after its record: the index from each record's kept summary, only
+the new twin read) against the whole index built from every twin, as a gate built it before the
+summaries were kept, both in the same run after the gate's own record write (which has verified the
+history, as in a gate job). The records are JSON
 twins written as the gate writes them (sealed and chained), without their markdown: the index is built
 from the twins alone. Timings on a shared machine are noisy; the load average is
 printed beside them, and the ratio is the number to compare.
@@ -22,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.record import history
+from pipeline.record import audit, history
 from pipeline.record.audit import record_stem
-from pipeline.record.html import INDEX, rebuild_html
+from pipeline.record.html import INDEX, rebuild_html, write_html
 from pipeline.record.html.write import write_index
 from pipeline.storage import atomic_write_json
 from tests.record.html_support import make_record, missing_browser, start_browser
@@ -50,6 +54,25 @@ def write_twins(audit_dir: Path, count: int) -> None:
         twin = history.seal({**record.to_dict(), history.FILES: {}}, previous, None)
         atomic_write_json(audit_dir / f"{record_stem(record)}.json", twin)
         previous = twin[history.INTEGRITY]["digest"]
+
+
+def launch_update(audit_dir: Path, count: int) -> dict[str, float]:
+    """One gate's index update, incremental against whole, each after its own record write."""
+    created = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=17 * count)
+    audit.write_record(audit_dir, make_record("run-whole", created.isoformat(timespec="seconds")))
+    started = time.perf_counter()
+    write_index(audit_dir)  # every twin read and summarized: what each gate did before
+    whole_s = time.perf_counter() - started
+    later = (created + dt.timedelta(hours=17)).isoformat(timespec="seconds")
+    markdown = audit.write_record(audit_dir, make_record("run-update", later))
+    started = time.perf_counter()
+    write_html(audit_dir, markdown)  # the record's page and the index from the kept summaries
+    update_s = time.perf_counter() - started
+    return {
+        "launch_index_whole_s": round(whole_s, 3),
+        "launch_index_update_s": round(update_s, 3),
+        "launch_update_speedup": round(whole_s / update_s, 1),
+    }
 
 
 def load_ms(driver, url: str) -> float:
@@ -94,6 +117,7 @@ def main() -> None:
             "build_s": round(build_s, 3),
             "rebuild_all_pages_s": round(rebuild_s, 3),
             "pages": pages,
+            **launch_update(audit_dir, args.records),
         }
         if why is None:
             driver = start_browser(Path(tmp) / "profile")
