@@ -28,10 +28,10 @@ def runs(audit_dir: Path) -> list[str]:
     return re.findall(r'data-run="([^"]+)"', (audit_dir / INDEX).read_text())
 
 
-def plant(audit_dir: Path, twin: Path, model: str) -> None:
-    """Rewrite one kept summary's model cell (its stamp untouched): shown only if the summary is used."""
+def plant(audit_dir: Path, twin: Path, model: str, **cells: str) -> None:
+    """Rewrite one kept summary's cells (its stamp untouched): shown only if the summary is used."""
     kept = json.loads((audit_dir / SUMMARIES).read_text())
-    kept["rows"][twin.name]["row"]["model"] = model
+    kept["rows"][twin.name]["row"].update(model=model, **cells)
     (audit_dir / SUMMARIES).write_text(json.dumps(kept))
 
 
@@ -78,3 +78,12 @@ def test_an_unreadable_record_stays_one_line_and_status_rebuilds_every_summary(t
     pages, index = rebuild_html(tmp_path)
     assert pages == 3 and "kept_summary_model" not in index.read_text()  # every twin summarized again
     assert bad.name in index.read_text().split("Unreadable records", 1)[1]
+
+
+def test_a_summary_that_says_another_verdict_than_its_record_is_redone(tmp_path):
+    blocked = gate(tmp_path, "r1", 1, mismatched=2)
+    plant(tmp_path, blocked.with_suffix(".json"), "forged_model", verdict="pass", gate="clear")
+    gate(tmp_path, "r2", 2)
+    index = (tmp_path / INDEX).read_text()
+    assert "forged_model" not in index  # summarized again from the twin the history verified
+    assert re.search(r'data-run="r1"[^>]*data-verdict="mismatch" data-gate="blocked"', index)

@@ -1,13 +1,15 @@
 """Each record's index row kept beside the index (`index.rows.json`), so a gate updates the index per
-record instead of reading every twin of the history again (at a thousand records that read was most of
-a launch's record-writing time).
+record instead of reading every twin of the history again (at a thousand records that read was about
+half of a launch's record-writing time).
 
-A summary is keyed by its twin's file stamp (inode, size, mtime, ctime): a twin written, edited or
-replaced since is summarized again, once; a twin that is gone drops its summary. What a summary holds
-is only what the index shows (escaped like any other value when rendered); whether the twin can be
-trusted is never cached: it comes from `history.verify` at each update (a chain gap appears without its
-twin changing), and each row's link is chosen afresh. A summaries file that is missing, unreadable or of
-another shape is simply rebuilt from the twins. `preflight-status --html` rebuilds it whole.
+A summary is keyed by its twin's file stamp (inode, size, mtime, ctime) and the digest `history.verify`
+found for it: a twin written, edited or replaced since is summarized again, once; a twin that is gone
+drops its summary; a summary whose verdict, gate, run or date is not its parsed record's is redone.
+What a summary holds is only what the index shows (escaped like any other value when rendered); whether
+the twin can be trusted is never cached: it comes from `history.verify` at each update (a chain gap
+appears without its twin changing), and each row's link is chosen afresh. A summaries file that is
+missing, unreadable or of another shape is simply rebuilt from the twins. `preflight-status --html`
+rebuilds it whole.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pipeline.storage import atomic_write_text
 
 SUMMARIES = "index.rows.json"
 VERSION = 1
-MAX_BYTES = 256 * 1024 * 1024  # a row is under a kilobyte; far more than any history's summaries
+MAX_BYTES = 64 * 1024 * 1024  # a row is under a kilobyte: far more than any history's summaries
 
 
 def stamp(path: Path) -> list[int] | None:
@@ -39,15 +41,20 @@ def summarize(entry: Entry, row_of: Any) -> dict[str, Any]:
     """The cached part of an entry's index row: its cells, order and lineage; or why it has none."""
     found = stamp(entry.path)
     if entry.data is None:
-        return {"stamp": found, "unreadable": str(entry.problem or "not a gate record")}
+        return {
+            "stamp": found,
+            "digest": entry.twin.digest,
+            "unreadable": str(entry.problem or "not a gate record"),
+        }
     try:
         row = row_of(entry)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a shape no gate writes
         why = f"skipped: not a record the index can read ({type(exc).__name__}: {exc})"
-        return {"stamp": found, "unreadable": why}
+        return {"stamp": found, "digest": entry.twin.digest, "unreadable": why}
     changed = entry.problem if entry.problem != entry.twin.problem else None
     return {
         "stamp": found,
+        "digest": entry.twin.digest,
         "row": row,
         "order": list(entry.order()),
         "lineage": list(entry.lineage()),
@@ -93,13 +100,26 @@ def current(
     for twin in twins:
         name = twin.path.name
         old = kept.get(name)
-        if old is not None and old["stamp"] == stamp(twin.path) and old["stamp"] is not None:
+        if old is not None and _still(twin, old):
             summaries[name] = old
             continue
         entry = Entry(twin)
         read[name] = entry
         summaries[name] = summarize(entry, row_of)
     return summaries, read
+
+
+def _still(twin: history.Twin, old: dict[str, Any]) -> bool:
+    """A kept summary still describes its twin: the same file (stamp), the same content as verified
+    (digest), and, for a record the history parsed, the cells that decide how a row reads (verdict, gate,
+    run, date) the record's own: a summaries file edited by hand cannot show a blocked record as clear."""
+    if old["stamp"] is None or old["stamp"] != stamp(twin.path) or old.get("digest") != twin.digest:
+        return False
+    record, row = twin.record, old.get("row")
+    if record is None or not isinstance(row, dict):
+        return True
+    said = (row.get("verdict"), row.get("gate"), row.get("run_id"), row.get("created"))
+    return said == (str(record.verdict), str(record.gate), str(record.run_id), str(record.created))
 
 
 def save(audit_dir: Path, summaries: dict[str, dict[str, Any]], mode: int | None = None) -> Path:
