@@ -5,7 +5,10 @@ Prints one JSON line.
 
     python benchmarks/bench_html_index.py [--records 500] [--loads 7]
 
-Also times `preflight-status --html` (every page and the index rendered again). The records are JSON
+Also times `preflight-status --html` (every page and the index rendered again), and a launch's update
+of the index (a gate's `write_html` after its record: the index from each record's kept summary, only
+the new twin read) against the page and index made from every twin, as a gate made them before the
+summaries were kept, interleaved in the same run, each after the gate's own record write. The records are JSON
 twins written as the gate writes them (sealed and chained), without their markdown: the index is built
 from the twins alone. Timings on a shared machine are noisy; the load average is
 printed beside them, and the ratio is the number to compare.
@@ -22,11 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.record import history
-from pipeline.record.audit import record_stem
-from pipeline.record.html import INDEX, rebuild_html
-from pipeline.record.html.write import write_index
-from pipeline.storage import atomic_write_json
+from pipeline.record import audit, history
+from pipeline.record.audit import LOCK, record_stem
+from pipeline.record.html import INDEX, page_path, rebuild_html, write_html
+from pipeline.record.html.entries import entries, previous
+from pipeline.record.html.write import render_page, write_index
+from pipeline.storage import atomic_write_json, atomic_write_text, file_lock
 from tests.record.html_support import make_record, missing_browser, start_browser
 
 MODELS = ("act_so101", "smolvla_libero", "pi05_droid", "diffusion_pusht")
@@ -50,6 +54,37 @@ def write_twins(audit_dir: Path, count: int) -> None:
         twin = history.seal({**record.to_dict(), history.FILES: {}}, previous, None)
         atomic_write_json(audit_dir / f"{record_stem(record)}.json", twin)
         previous = twin[history.INTEGRITY]["digest"]
+
+
+def whole_update(audit_dir: Path, markdown: Path) -> None:
+    """A gate's page and index as they were made before the summaries were kept: every twin read."""
+    with file_lock(audit_dir / LOCK):
+        found = entries(audit_dir)
+        current = next(e for e in found if e.path == markdown.with_suffix(".json"))
+        atomic_write_text(page_path(markdown), render_page(current, previous(found, current), audit_dir))
+        write_index(audit_dir, found=found)
+
+
+def launch_update(audit_dir: Path, count: int, rounds: int = 3) -> dict[str, float]:
+    """A gate's page and index update, from the kept summaries against every twin read (as before),
+    each after its own record write (which verifies the history, as in a gate job), interleaved over
+    `rounds` launches after one of each that compiles the templates; medians."""
+    times: dict[str, list[float]] = {"whole": [], "update": []}
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=17 * count)
+    for i in range(2 * (rounds + 1)):
+        created = (start + dt.timedelta(hours=17 * i)).isoformat(timespec="seconds")
+        markdown = audit.write_record(audit_dir, make_record(f"run-launch-{i}", created))
+        way = "whole" if i % 2 == 0 else "update"
+        started = time.perf_counter()
+        whole_update(audit_dir, markdown) if way == "whole" else write_html(audit_dir, markdown)
+        if i >= 2:
+            times[way].append(time.perf_counter() - started)
+    whole_s, update_s = statistics.median(times["whole"]), statistics.median(times["update"])
+    return {
+        "launch_index_whole_s": round(whole_s, 3),
+        "launch_index_update_s": round(update_s, 3),
+        "launch_update_speedup": round(whole_s / update_s, 1),
+    }
 
 
 def load_ms(driver, url: str) -> float:
@@ -94,6 +129,7 @@ def main() -> None:
             "build_s": round(build_s, 3),
             "rebuild_all_pages_s": round(rebuild_s, 3),
             "pages": pages,
+            **launch_update(audit_dir, args.records),
         }
         if why is None:
             driver = start_browser(Path(tmp) / "profile")

@@ -40,7 +40,7 @@ from pipeline.readers.base import (
     stats_block,
 )
 from pipeline.readers.lerobot_paths import chunks_size, fill, location, span
-from pipeline.readers.parquet_columns import read_columns, stream
+from pipeline.readers.parquet_columns import counts, read_columns, stream
 from pipeline.storage.files import regular_file
 
 Stats = dict[str, dict[str, np.ndarray]]
@@ -157,8 +157,8 @@ class LeRobotData:
         for path in files:
             table = _episodes_table(path)
             names = table.column_names
-            index.append(table.column("episode_index").to_numpy() if "episode_index" in names else None)
-            length.append(table.column("length").to_numpy() if "length" in names else None)
+            index.append(counts(table, "episode_index", path) if "episode_index" in names else None)
+            length.append(counts(table, "length", path) if "length" in names else None)
         lengths = None if any(v is None for v in length) else np.concatenate(length).astype(np.int64)
         if any(v is None for v in index):
             return Episodes(np.arange(len(lengths) if lengths is not None else 0), lengths)

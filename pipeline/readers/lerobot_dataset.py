@@ -10,12 +10,14 @@ while this one is reduced where a core is left for it, `parquet_columns.read_ahe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.errors import InputError
 from pipeline.readers.base import DatasetContract, Feature, require, role_of
 from pipeline.readers.lerobot_data import LeRobotData, aggregate_episode_stats, count, shape_of
 from pipeline.readers.parquet_columns import column_2d
@@ -63,12 +65,24 @@ def _claimed(data: LeRobotData) -> dict[str, Any]:
     totals = {k: count(info[k], path, k) if info.get(k) is not None else None for k in TOTALS}
     return {
         **totals,
-        "fps": info.get("fps"),
+        "fps": None if info.get("fps") is None else rate(info["fps"], path),
         "codebase_version": data.version,
         "robot_type": info.get("robot_type"),
         "episode_lengths_total": episodes.total if episodes is not None else None,
         "tasks": data.tasks(),
     }
+
+
+def rate(value: Any, path: Path) -> float:
+    """info.json's `fps`: a finite number > 0 (a rate of -30 or NaN is no rate, not one to judge)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or value <= 0:
+        raise InputError(
+            f"{path}: field 'fps' must be a number of frames per second > 0, got {value!r}",
+            path=path,
+            field="fps",
+        )
+    return float(value)
 
 
 def read(root: Path, options: ScanOptions) -> DatasetContract:

@@ -238,3 +238,29 @@ def _arrays(block: Mapping[str, Any], dims: Mapping[str, int], path: Path) -> di
         if key not in dims and numeric and column.null_count == 0:
             out[key] = column.to_numpy()
     return out
+
+
+def counts(table: pa.Table, column: str, path: Path) -> np.ndarray:
+    """A v3.0 episodes column of counts or indices: whole numbers >= 0 (as a v2.x line's counts must be),
+    else an InputError naming the file, the column and the first bad row; never a length of -5 judged
+    as an episode's length."""
+    values = table.column(column).to_numpy(zero_copy_only=False)
+    number = values.dtype.kind in "iu" or values.dtype.kind == "f"
+    if not number:
+        raise InputError(
+            f"{path}: column '{column}' must hold non-negative integers, got {values.dtype}",
+            path=path,
+            field=column,
+        )
+    as_float = values.astype(np.float64)
+    bad = ~np.isfinite(as_float) | (as_float < 0) | (as_float != np.round(as_float))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        got = values[row].item()
+        raise InputError(
+            f"{path}: column '{column}' must hold non-negative integers, got {got!r} in row {row} "
+            f"({int(bad.sum())} such row(s))",
+            path=path,
+            field=f"{column}[{row}]",
+        )
+    return values.astype(np.int64)

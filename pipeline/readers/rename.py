@@ -10,7 +10,7 @@ else the training config's (`training.path`, B: lerobot saves `rename_map` in tr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pipeline.errors import InputError
@@ -44,3 +44,16 @@ def sources(rename: Mapping[str, str]) -> dict[str, str]:
 def said(key: str, source: Mapping[str, str]) -> str:
     """`policy key` or `policy key (the dataset's <key>, by the rename map)` for a row's message."""
     return f"{key} (the dataset's {source[key]}, by the rename map)" if key in source else key
+
+
+def unnormalized(
+    rename: Mapping[str, str], has_stats: Callable[[str], bool], inputs: Iterable[str]
+) -> dict[str, str]:
+    """Policy input -> the dataset key renamed onto it, for each renamed input the normalizer finds no
+    stats for under its own (policy) name. lerobot-train normalizes with the dataset's stats keyed as
+    the dataset names them, while the rename map has already renamed the inputs (its preprocessor's
+    first step), so such an input passes the normalizer unnormalized, at training as at inference."""
+    wanted = set(inputs)
+    return {
+        policy: data for policy, data in sources(rename).items() if policy in wanted and not has_stats(policy)
+    }

@@ -211,3 +211,33 @@ def test_a_relaunch_after_a_swap_still_blocks_on_the_users_own_rename_map(tmp_pa
     assert gate["gate"] == "blocked"
     assert Path(gate["sources"]["training"]["path"]).resolve().is_relative_to(tmp_path.resolve())
     assert not written.is_symlink()
+
+
+@pytest.mark.parametrize("swap", ["symlink", "regular file"])
+def test_our_own_composition_swapped_after_the_launch_is_not_judged(tmp_path, swap):
+    """The same race where neither the launch nor the job can import lerobot: B is our reader's
+    composition, and the job judges it only as the launch wrote it (its digest), never the swapped file."""
+    try:
+        import lerobot  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("lerobot is importable here: the job composes B with it, the path under test is without")
+    cfg, path = _job_cfg(tmp_path, {"policy": {"type": "act"}, "rename_map": {"a": "b"}})
+    cfg.training.composed_by = "hpc-preflight"
+    cfg.training.command = ["lerobot-train", "--policy.type=act", "--dataset.root=x"]
+    cfg.dataset = {"path": str(tmp_path / "dataset")}
+    judged, rows = composed.training_config(cfg)  # untouched: the run folder's copy of what was written
+    assert Path(judged).read_text() == path.read_text() and rows[0].severity == "soft"
+    clean = tmp_path / "elsewhere" / "train_config.json"
+    clean.parent.mkdir()
+    clean.write_text(json.dumps({"policy": {"type": "act"}}))
+    path.unlink()
+    if swap == "symlink":
+        path.symlink_to(clean)
+    else:
+        shutil.copyfile(clean, path)
+    with pytest.raises(InputError) as err:
+        composed.training_config(cfg)
+    assert str(path) in str(err.value)
+    assert ("symbolic link" if swap == "symlink" else "changed since it was written") in str(err.value)

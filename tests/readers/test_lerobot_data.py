@@ -126,3 +126,45 @@ def test_scan_options_come_from_the_caller() -> None:
         dynamics_rows = 5
 
     assert ScanOptions.of(Config()) == ScanOptions(0.002, 5)
+
+
+def _meta_copy(real_data: Path, name: str, out: Path) -> Path:
+    """The dataset's metadata alone (what these readers look at), copied to edit."""
+    shutil.copytree(real_data / name / "meta", out / "meta")
+    return out
+
+
+def test_a_negative_episode_length_is_named_not_judged(real_data: Path, tmp_path: Path) -> None:
+    """-5 frames is no episode length: the v3.0 episodes parquet and the v2.x episodes.jsonl are refused
+    naming the file and the field, before any check compares it with the data."""
+    v30 = _meta_copy(real_data, RECORD, tmp_path / "v30")
+    path = v30 / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    lengths = table.column("length").to_pylist()
+    lengths[2] = -5
+    index = table.column_names.index("length")
+    pq.write_table(
+        table.set_column(index, "length", pa.array(lengths, table.schema.field("length").type)), path
+    )
+    with pytest.raises(InputError, match=r"file-000\.parquet: column 'length' .* got -5 in row 2") as err:
+        LeRobotData(v30).episodes()
+    assert err.value.field == "length[2]"
+    v21 = _meta_copy(real_data, APPLE + "/v21_apple_storage", tmp_path / "v21")
+    lines = (v21 / "meta/episodes.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    (v21 / "meta/episodes.jsonl").write_text("\n".join([json.dumps({**first, "length": -5}), *lines[1:]]))
+    with pytest.raises(InputError, match=r"episodes\.jsonl: field 'line 1\.length' .* got -5"):
+        LeRobotData(v21).episodes()
+
+
+@pytest.mark.parametrize("fps", [-30, float("nan"), "fast", 0])
+def test_an_info_fps_that_is_no_rate_is_named(real_data: Path, tmp_path: Path, fps: object) -> None:
+    from pipeline.readers.lerobot_dataset import prepare
+
+    root = _meta_copy(real_data, RECORD, tmp_path / "d")
+    info = json.loads((root / "meta/info.json").read_text())
+    (root / "meta/info.json").write_text(json.dumps({**info, "fps": fps}))
+    with pytest.raises(
+        InputError, match=r"info\.json: field 'fps' must be a number of frames per second > 0"
+    ):
+        prepare(root)

@@ -18,10 +18,12 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateError, select_autoescape
 from markupsafe import Markup
 
+from pipeline.record import history
 from pipeline.record.audit import LOCK
+from pipeline.record.html import summaries
 from pipeline.record.html.diff import diff
 from pipeline.record.html.entries import Entry, entries, previous
-from pipeline.record.html.index import index_context
+from pipeline.record.html.index import row_cells, summary_context
 from pipeline.record.html.page import page_context
 from pipeline.storage import atomic_write_text, file_lock
 
@@ -87,39 +89,63 @@ def render_page(entry: Entry, before: Entry | None, audit_dir: Path) -> str:
         return render("broken.html.j2", "none.js", stem=entry.stem, why=why)
 
 
-def render_index(all_entries: list[Entry], audit_dir: Path) -> str:
-    return render("index.html.j2", "index.js", **index_context(all_entries, audit_dir, page_name))
-
-
 def write_html(
     audit_dir: Path, markdown: Path, mode: int | None = None, key: bytes | None = None
 ) -> list[Path]:
-    """The gate's call after its record: this record's page, then the index rebuilt under the audit lock
-    (so two gates finishing together each leave an index that lists both). Returns the files written."""
+    """The gate's call after its record, under the audit lock (so two gates finishing together each leave
+    an index that lists both): this record's page, then the index updated from each record's summary,
+    reading only the twins that are new or changed since. Returns the files written."""
     audit_dir = Path(audit_dir)
-    found = entries(audit_dir, key)
-    twin = Path(markdown).with_suffix(".json")
-    current = next((e for e in found if e.path == twin), None)
     written = []
-    if current is not None and current.data is not None:
-        page = page_path(markdown)
-        written.append(
-            atomic_write_text(page, render_page(current, previous(found, current), audit_dir), mode)
-        )
-    written.append(write_index(audit_dir, mode, key))
+    with file_lock(audit_dir / LOCK):
+        twins = history.verify(audit_dir, key)
+        found, read = summaries.current(twins, summaries.load(audit_dir), row_cells)
+        twin = Path(markdown).with_suffix(".json")
+        mine = next((t for t in twins if t.path == twin), None)
+        current = read.get(twin.name) or (Entry(mine) if mine is not None else None)
+        if current is not None and current.data is not None:
+            before = _previous(twins, found, current)
+            page = render_page(current, before, audit_dir)
+            written.append(atomic_write_text(page_path(markdown), page, mode))
+        summaries.save(audit_dir, found, mode)
+        text = render("index.html.j2", "index.js", **summary_context(twins, found, audit_dir, page_name))
+        written.append(atomic_write_text(audit_dir / INDEX, text, mode))
     return written
+
+
+def _previous(twins: list[history.Twin], found: dict[str, Any], current: Entry) -> Entry | None:
+    """`entries.previous` from the summaries: the newest trusted record before `current` of the same
+    lineage, only that twin read (and checked to be the content its verify proved)."""
+    lineage, order = list(current.lineage()), current.order()
+    earlier = [
+        (tuple(found[t.path.name]["order"]), t)
+        for t in twins
+        if t.problem is None
+        and t.record is not None
+        and t.path != current.path
+        and found[t.path.name].get("lineage") == lineage
+        and tuple(found[t.path.name]["order"]) < order
+    ]
+    for _, twin in sorted(earlier, key=lambda pair: pair[0], reverse=True):
+        entry = Entry(twin)
+        if entry.trusted:
+            return entry
+    return None
 
 
 def write_index(
     audit_dir: Path, mode: int | None = None, key: bytes | None = None, found: list[Entry] | None = None
 ) -> Path:
-    """index.html from every twin, listed afresh under the audit lock (or from `found`, listed by a
-    caller that holds the lock)."""
-    if found is not None:
-        return atomic_write_text(Path(audit_dir) / INDEX, render_index(found, audit_dir), mode)
-    with file_lock(Path(audit_dir) / LOCK):
-        text = render_index(entries(audit_dir, key), audit_dir)
-        return atomic_write_text(Path(audit_dir) / INDEX, text, mode)
+    """index.html from every twin, each summarized afresh, listed under the audit lock (or from `found`,
+    listed by a caller that holds the lock); the summaries kept for the gates' updates."""
+    if found is None:
+        with file_lock(Path(audit_dir) / LOCK):
+            return write_index(audit_dir, mode, key, entries(audit_dir, key))
+    twins = sorted((e.twin for e in found), key=lambda t: t.path.name)
+    fresh = {e.path.name: summaries.summarize(e, row_cells) for e in found}
+    summaries.save(audit_dir, fresh, mode)
+    text = render("index.html.j2", "index.js", **summary_context(twins, fresh, audit_dir, page_name))
+    return atomic_write_text(Path(audit_dir) / INDEX, text, mode)
 
 
 def rebuild_html(audit_dir: Path, mode: int | None = None, key: bytes | None = None) -> tuple[int, Path]:

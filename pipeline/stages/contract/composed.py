@@ -4,7 +4,10 @@ The launch composes B once (`training.composed_by`): with lerobot's own parser w
 importable there, else with our reader from the base's config and the flags (a login node). A job that
 runs in the training image usually has lerobot: there B is composed again by lerobot from the same
 argv, written over the run folder's `train_config.json`, and that is what the contract judges. Where
-the job has no lerobot either, one soft row says that lerobot did not compose B, never a silent guess.
+the job has no lerobot either, one soft row says that lerobot did not compose B, never a silent guess,
+and what is judged is the launch's own composition as it wrote it: the shared file read only where its
+sha256 is still the digest the launch kept (`training.composed_sha256`), else an InputError (the job's
+`error` row) naming the file, never a composition swapped in since.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ def training_config(cfg: DictConfig) -> tuple[str | None, list[Check]]:
         return judged, [_row(by, judged, argv)]
     dataset = (cfg.get("dataset") or {}).get("path")
     composed = lerobot_command.compose_with_lerobot(command, Path(str(dataset))) if dataset else None
-    if composed is None:
-        return str(path), [_row(by, path, argv)]
+    if composed is None:  # our own composition, judged only as the launch wrote it (its digest)
+        judged = _as_written(cfg)
+        return judged, [_row(by, judged, argv)]
     target = RunFolder(Path(str(cfg.run_dir))).train_config_file if cfg.get("run_dir") else Path(str(path))
     atomic_write_text(target, json.dumps(composed, indent=2, sort_keys=True, default=str) + "\n")
     return str(target), [_row("lerobot (in the job)", str(target), argv)]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.normalization import NEEDS, SCALE_PAIR
+from pipeline.readers.rename import unnormalized
 from pipeline.record.records import Check, Rows
 from pipeline.stages.contract.rows import (
     NAME,
@@ -243,3 +244,42 @@ def _degenerate_message(
     )
     tail = "" if from_data else " [from the stats' min/max: no data files to recompute from]"
     return f"{c_key}: {ZERO_SCALE[mode]} in dim(s) {dims_text(tiny, names)}; {where}{tail}"
+
+
+def renamed_rows(src: Sources) -> list[Check]:
+    """Each model input the training's rename map feeds from another dataset key, where the stats
+    lerobot-train normalizes with (the dataset's, keyed as the dataset names them) hold nothing under
+    the input's own name: the normalizer passes it through unnormalized at training as at inference.
+    Hard where the declared mode reads stats (not IDENTITY); the same finding the determinism reload
+    makes on a saved checkpoint, here from the inputs alone (so a run that skips determinism hears it)."""
+    mapping = src.b.hints.get("rename_map") or {}
+    inputs = {k: f for k, f in src.b_features().items() if f.role != "other"}
+    given = {d: p for d, p in mapping.items() if d in src.c.features}
+    lost = unnormalized(given, lambda key: key in src.c.stats, inputs)
+    rows = []
+    for key, data_key in lost.items():
+        mode = src.b_mode_of(inputs[key].type)
+        where = (
+            f"its stats are held under the dataset's name {data_key}"
+            if data_key in src.c.stats
+            else f"the dataset ships no stats for {data_key} either"
+        )
+        said = (
+            f"{key} is read from the dataset's {data_key} by the rename map, and the dataset's stats "
+            f"(which lerobot-train normalizes with, keyed as the dataset names them) hold nothing under "
+            f"{key}: {where}"
+        )
+        fields: dict[str, Any] = {
+            "expected": f"{mode} stats under {key}",
+            "configured": mode,
+            "actual": "none under the renamed name",
+            "evidence": {"dataset_key": data_key, "stats_keys": sorted(src.c.stats)[:50], "mode": mode},
+        }
+        check_id = f"normalization.renamed:{key}"
+        if mode in (None, "IDENTITY"):
+            message = f"{said}; {mode or 'no mode'} reads no stats, so it trains as declared"
+            rows.append(ROWS(check_id, key, "match", message, **fields))
+        else:
+            message = f"{said}; so it trains and runs unnormalized though {mode} is declared"
+            rows.append(ROWS(check_id, key, "mismatch", message, **fields))
+    return rows

@@ -72,6 +72,7 @@ PER_PAIR = (
 )
 GLOBAL = (
     (normalization.mode_rows, A),
+    (normalization.renamed_rows, B),  # renamed inputs lerobot finds no stats for: trained unnormalized
     (layout.frames_rows, C),
     (layout.image_rows, B),
     (inputs.camera_rows, B),  # which dataset key provides each camera of the policy (finetune contract)

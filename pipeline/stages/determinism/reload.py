@@ -27,6 +27,7 @@ from pipeline.normalization import nonfinite_counts, placeholder_problems
 from pipeline.readers import LeRobotData
 from pipeline.readers.base import read_safetensors
 from pipeline.readers.frames import FrameReader, processor_view
+from pipeline.readers.rename import unnormalized
 from pipeline.record.records import Check, Rows
 from pipeline.stages.config import resolve_callable as resolve
 from pipeline.trainlog.spec import INTENT_FILE, Reloaded
@@ -150,8 +151,12 @@ def _absent_said(reloaded: Reloaded, absent: list[str], trained: set[str] | None
             else ", though training normalized them (its intent holds their stats): train and inference "
             "differ"
         )
-    renamed = {f: d for d, f in (reloaded.renames or {}).items() if f in bare}
-    held = {f: d for f, d in renamed.items() if any(k.startswith(f"{d}.") for k in reloaded.stats)}
+
+    def has_stats(feature: str) -> bool:
+        return any(k.startswith(f"{feature}.") for k in reloaded.stats)
+
+    renamed = unnormalized(reloaded.renames or {}, has_stats, bare)
+    held = {f: d for f, d in renamed.items() if has_stats(d)}
     if held:
         said += (
             f"; their stats are held under the dataset's names {sorted(held.values())}, which the rename map "

@@ -216,3 +216,33 @@ def test_a_rename_that_sends_the_state_elsewhere_leaves_the_base_state_unfed(dem
     row = next(c for c in checks if c.id == "contract.layout.key:observation.state")
     assert row.blocking and row.evidence["renamed_away"] == b.hints["rename_map"]
     assert "observation.state_ee" in row.message and "rename_map in force" in row.message
+
+
+def test_a_renamed_input_the_dataset_stats_do_not_name_trains_unnormalized(demo: Path) -> None:
+    """lerobot-train normalizes with the dataset's stats keyed as the dataset names them, after the
+    rename map renamed the inputs: a model input fed from another dataset key has no stats under its own
+    name and passes through unnormalized. The contract says so without the determinism reload (hard
+    where the mode reads stats), and says IDENTITY loses nothing."""
+    from dataclasses import replace
+
+    from pipeline.readers import read_dataset, read_model
+    from pipeline.readers.base import Contract
+    from pipeline.stages.contract import reconcile
+    from tests.stages.contract.helpers import OPTIONS, STAGE_CFG
+
+    a, c = read_model(demo / "model"), read_dataset(demo / "dataset", OPTIONS)
+    b = Contract("B", "lerobot_train_config", "train_config.json")
+    b.features = {k: f for k, f in a.features.items() if k != "observation.state"}
+    b.features["observation.joints"] = replace(a.features["observation.state"], key="observation.joints")
+    b.hints["rename_map"] = {"observation.state": "observation.joints"}
+    checks, _ = reconcile(a, b, c, STAGE_CFG)
+    row = next(ch for ch in checks if ch.id == "contract.normalization.renamed:observation.joints")
+    assert row.blocking and row.evidence["dataset_key"] == "observation.state"
+    assert "unnormalized" in row.message and "held under the dataset's name observation.state" in row.message
+    b.norm_map = {**a.norm_map, "STATE": "IDENTITY"}
+    checks, _ = reconcile(a, b, c, STAGE_CFG)
+    row = next(ch for ch in checks if ch.id == "contract.normalization.renamed:observation.joints")
+    assert row.verdict == "match" and "IDENTITY reads no stats" in row.message
+    plain = Contract("B", "lerobot_train_config", "train_config.json")
+    checks, _ = reconcile(a, plain, c, STAGE_CFG)
+    assert not [ch for ch in checks if ch.id.startswith("contract.normalization.renamed:")]

@@ -1,9 +1,10 @@
 """A camera ACT that real `lerobot-train` trained on the demo data, kept in a local Hugging Face cache as
 `local/act_cam`, finetuned onto the same data with its cameras renamed (front -> top, wrist -> hand):
 with the right `--rename_map`, `stage=full` feeds every stage the renamed cameras and blocks only on the
-row that says what lerobot 0.4.4 does with the cameras' stats (kept under the dataset's names, so its
-normalizer passes the cameras through unnormalized, at training as at inference); with the map crossed
-the record never clears silently. Optional: only where `lerobot` is importable (scripts/test_lerobot.sh)."""
+rows that say what lerobot 0.4.4 does with the cameras' stats, the reload's and the contract's (kept
+under the dataset's names, so its normalizer passes the cameras through unnormalized, at training as at
+inference); with the map crossed the record never clears silently. Optional: only where `lerobot` is
+importable (scripts/test_lerobot.sh)."""
 
 from __future__ import annotations
 
@@ -71,7 +72,10 @@ def test_the_right_map_blocks_only_on_what_lerobot_does_with_the_renamed_cameras
                     "stages.determinism.job_pair=false")  # fmt: skip
     found = rows(gate)
     blocking = {r.partition(": ")[0] for r in gate["reasons"]} - environment_rows()
-    assert blocking <= {STATS_ROW}, gate["reasons"]
+    renamed = {f"contract.normalization.renamed:{key}": data for data, key in RIGHT.items()}
+    assert blocking <= {STATS_ROW, *renamed}, gate["reasons"]
+    for row_id, data in renamed.items():  # the contract says it from the inputs, without the reload
+        assert found[row_id]["verdict"] == "mismatch" and found[row_id]["evidence"]["dataset_key"] == data
     assert "teacher_forced.input.model" not in found  # fed the renamed cameras
     assert found["container_check.training_runtime"]["verdict"] == "match"  # pyav typed: it decodes
     assert found["determinism.reload.forward"]["verdict"] == "match", found["determinism.reload.forward"]
