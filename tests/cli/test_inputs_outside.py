@@ -136,18 +136,7 @@ def test_a_composed_config_swapped_after_the_launch_is_not_judged(tmp_path, swap
     """The race: the launch wrote B and kept its digest; another writer changes the shared file before
     the contract job reads it."""
     cfg, path = _job_cfg(tmp_path, {"policy": {"type": "act"}, "rename_map": {"a": "b"}})
-    clean = tmp_path / "elsewhere" / "train_config.json"
-    clean.parent.mkdir()
-    clean.write_text(json.dumps({"policy": {"type": "act"}}))
-    path.unlink()
-    if swap == "symlink":
-        path.symlink_to(clean)
-    else:
-        shutil.copyfile(clean, path)
-    with pytest.raises(InputError) as err:
-        composed.training_config(cfg)
-    assert str(path) in str(err.value)
-    assert ("symbolic link" if swap == "symlink" else "changed since it was written") in str(err.value)
+    _swap_and_expect_refusal(tmp_path, cfg, path, swap)
 
 
 def test_the_job_judges_the_run_folders_copy_of_what_the_launch_wrote(tmp_path):
@@ -229,6 +218,12 @@ def test_our_own_composition_swapped_after_the_launch_is_not_judged(tmp_path, sw
     cfg.dataset = {"path": str(tmp_path / "dataset")}
     judged, rows = composed.training_config(cfg)  # untouched: the run folder's copy of what was written
     assert Path(judged).read_text() == path.read_text() and rows[0].severity == "soft"
+    _swap_and_expect_refusal(tmp_path, cfg, path, swap)
+
+
+def _swap_and_expect_refusal(tmp_path: Path, cfg, path: Path, swap: str) -> None:
+    """Replace the composed B by a clean one (a link to it, or its bytes copied over) and expect the
+    contract job to refuse it, naming the file and how it changed."""
     clean = tmp_path / "elsewhere" / "train_config.json"
     clean.parent.mkdir()
     clean.write_text(json.dumps({"policy": {"type": "act"}}))
