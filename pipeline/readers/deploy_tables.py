@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# Every `--env.type` lerobot 0.4.4 registers (`EnvConfig.register_subclass` in `lerobot/envs/configs.py`;
+# its plugin discovery registers robots, cameras, teleoperators and policies, never envs): any other name
+# is an "invalid choice" to its parser.
+ENV_TYPES = ("aloha", "pusht", "gym_manipulator", "libero", "metaworld", "isaaclab_arena")
+
 # lerobot 0.4.4's env features with obs_type=pixels_agent_pos (its default), in the keys the policy gets
 # (features_map applied, images channel-first, LIBERO's state folded by its env processor): type ->
 # (fps, {key: (role, shape or a (height flag, width flag) pair)}, {size flag: default})

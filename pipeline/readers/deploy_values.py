@@ -9,12 +9,14 @@ a job given one, as an `error` row. Nothing here imports lerobot: the launch che
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.readers import lerobot_command
+from pipeline.readers.deploy_tables import ENV_TYPES
 
 FIELD = "deploy.command"
 SIZE_FLAGS = ("observation_height", "observation_width")  # an env's image size flags (lerobot 0.4.4)
@@ -70,10 +72,18 @@ def key_map(raw: Any, what: str, field: str) -> dict[str, str]:
 
 
 def env_type(raw: Any, what: str, field: str) -> str:
-    """An env type as typed: a non-empty name (draccus refuses `--env.type=` as an invalid choice)."""
+    """An env type as typed: a name lerobot's parser takes (draccus refuses `--env.type=` and an unknown
+    name as an invalid choice). Where lerobot is installed its own registry answers, in the job (a newer
+    lerobot knows more envs); where it is not, lerobot 0.4.4's registered names do."""
     if not isinstance(raw, str) or not raw.strip():
         raise InputError(
             f"{field}: {what}={shown(raw)} names no env type; lerobot's parser refuses it", field=field
+        )
+    if raw not in ENV_TYPES and importlib.util.find_spec("lerobot") is None:
+        raise InputError(
+            f"{field}: {what}={shown(raw)} is no env type lerobot 0.4.4 knows ({', '.join(ENV_TYPES)}); "
+            "its parser refuses it as an invalid choice (lerobot is not installed here to ask a newer one)",
+            field=field,
         )
     return raw
 

@@ -216,6 +216,26 @@ def test_an_env_value_lerobot_refuses_is_named_on_either_line(flags, named):
         deploy.check_values(cfg(training=train))
 
 
+@pytest.mark.skipif(LEROBOT, reason="lerobot is installed: its own registry judges the env type, in the job")
+@pytest.mark.parametrize("flags", [["--env.type=nonexistent"], ["--env.type=pusht2", "--env.fps=30"]])
+def test_an_env_type_lerobot_does_not_register_is_refused_at_launch_without_lerobot(flags):
+    name = flags[0].split("=", 1)[1]
+    named = f"--env.type={name!r} is no env type lerobot 0.4.4 knows (aloha, pusht"
+    assert named in read_line(["lerobot-eval", "--policy.path=x", *flags]).problem
+    train = ["lerobot-train", "--policy.path=base", "--dataset.repo_id=u/d", *flags]
+    (on_train,) = read_deployments(cfg(training=train))
+    assert on_train.invalid and named in on_train.problem
+    for line in (cfg(training=train), cfg(command=["lerobot-eval", *flags])):
+        with pytest.raises(deploy.InputError, match="is no env type lerobot 0.4.4 knows"):
+            deploy.check_values(line)
+
+
+def test_an_env_type_lerobot_registers_without_a_table_entry_is_one_soft_problem():
+    d = read_line(["lerobot-eval", "--policy.path=x", "--env.type=gym_manipulator"])
+    assert not d.invalid and d.features == {}
+    assert d.problem is not None and "gym_manipulator" in d.problem
+
+
 @pytest.mark.parametrize(
     "body, named",
     [
