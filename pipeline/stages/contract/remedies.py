@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -249,13 +250,18 @@ def _short(values: list[int]) -> str:
 
 
 def _delete_command(plan: Plan, episodes: list[int]) -> list[str]:
-    """lerobot 0.4.4's `lerobot-edit-dataset` (draccus flags; without `--new_repo_id` it moves the
-    original to `<root>_old` and writes the edited dataset in its place)."""
-    repo = repo_id(plan)
+    """lerobot 0.4.4's `lerobot-edit-dataset`, pointed at this folder through `HF_LEROBOT_HOME`: its
+    `--root` is the dataset folder where it loads but the parent of `<repo_id>` where it writes, so with
+    a `--root` the edited copy lands inside the original. Without one it loads and writes
+    `$HF_LEROBOT_HOME/<repo_id>`: the folder's own `<parent>/<name>` under its grandparent is this folder.
+    It moves the original to `<folder>_old` and writes the edited dataset in its place."""
+    folder = Path(str(plan.src.c.path)).absolute()
     return [
+        "env",
+        f"HF_LEROBOT_HOME={folder.parent.parent}",
+        "HF_HUB_OFFLINE=1",
         EDIT_DATASET,
-        f"--repo_id={repo}",
-        f"--root={plan.src.c.path}",
+        f"--repo_id={folder.parent.name}/{folder.name}",
         "--operation.type=delete_episodes",
         f"--operation.episode_indices={json.dumps(episodes)}",
     ]

@@ -131,10 +131,12 @@ def test_broken_episodes_leave_the_line_and_lerobots_delete_is_the_data_mend() -
     checks = remedies.attach([back, dup], src, LINE)
     kept = [e for e in range(10) if e not in (7, 9)]
     assert all(json.loads(c.remedy["set"]["dataset.episodes"]) == kept for c in checks)
-    assert checks[0].remedy["command"] == [
+    assert checks[0].remedy["command"] == [  # lerobot finds the folder as $HF_LEROBOT_HOME/<repo_id>
+        "env",
+        "HF_LEROBOT_HOME=/data",
+        "HF_HUB_OFFLINE=1",
         "lerobot-edit-dataset",
         "--repo_id=acme/data",
-        "--root=/data/acme/data",
         "--operation.type=delete_episodes",
         "--operation.episode_indices=[7]",
     ]
