@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from pipeline.readers import lerobot_command
