@@ -38,5 +38,5 @@ fi
 HF_HUB_OFFLINE=1 PYTHONPATH="$ROOT" "$VENV/bin/python" -m pytest -q -ra -m lerobot -p no:cacheprovider \
     tests/stages/teacher_forced tests/trainers tests/cli tests/readers/test_deploy.py \
     tests/stages/contract/test_deploy_rows.py tests/stages/contract/test_video_grid_lerobot.py \
-    tests/stages/contract/test_remedies_lerobot.py tests/cli/test_remedy_line_lerobot.py \
+    tests/stages/contract/test_remedies_lerobot.py \
     tests/stages/test_training_runtime_lerobot.py "$@"
