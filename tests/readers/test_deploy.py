@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from pipeline.readers import deploy
 from pipeline.readers.deploy import ARM, ENV_TABLE, read_deployments, read_line
+from pipeline.readers.deploy_tables import ENV_TYPES
 
 LEROBOT = importlib.util.find_spec("lerobot") is not None
 CAMERAS = (
@@ -133,11 +134,21 @@ def test_the_table_agrees_with_lerobots_own_env_configs(env_type):
     )
     flags = {"observation_height": "200", "observation_width": "300"} if ENV_TABLE[env_type][2] else {}
     ours, our_fps = deploy._env_from_table(env_type, flags)
-    theirs, their_fps = deploy._env_with_lerobot(env_type, flags)
+    theirs, their_fps = deploy._env_with_lerobot(env_type, flags, deploy.FIELD)
     assert our_fps == their_fps
     assert {k: (f.role, f.shape) for k, f in ours.items()} == {
         k: (f.role, f.shape) for k, f in theirs.items()
     }
+
+
+@pytest.mark.lerobot
+def test_the_env_types_known_without_lerobot_are_the_ones_it_registers():
+    pytest.importorskip(
+        "lerobot", reason="lerobot is not installed (scripts/test_lerobot.sh builds its venv)"
+    )
+    from lerobot.envs.configs import EnvConfig
+
+    assert sorted(EnvConfig.get_known_choices()) == sorted(ENV_TYPES)
 
 
 @pytest.mark.lerobot
