@@ -2,9 +2,13 @@
 camera ACT that `lerobot-train` trained on the demo dataset, named by Hub id, finetuned by a line that
 overrides the normalization modes it was built with. The gate blocks on the override and prints a
 corrected line; that line, launched through the gate as printed (B composed by lerobot again), clears
-the contract. With the dataset's cameras renamed and no `--rename_map`, the map is offered because the
-frames decide which camera is which (the demo's front and wrist views differ), and the corrected line
-that carries it clears too."""
+the contract. With the dataset's cameras renamed and no `--rename_map`, the map is offered where the
+base's own camera stats decide which camera is which (trained with `--dataset.use_imagenet_stats=false`:
+the demo's front and wrist views differ), and the corrected line that carries it clears every row the
+first gate said it would; what remains (the renamed cameras' stats, which lerobot-train looks up under
+the policy's names) is exactly what it predicted, each row with its data remedy; where the
+base holds ImageNet's stats for every camera (lerobot's default) nothing decides it without the
+teacher-forced probe, and the row says so instead of guessing a map."""
 
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ from tests.trainers.helpers import LEROBOT_ONLY, OFFLINE
 from tests.trainers.test_lerobot_camera_act import lerobot_train
 
 pytestmark = LEROBOT_ONLY
-BASE_ID, DATA_ID, RENAMED_ID = "acme/cam_act", "acme/demo_cams", "acme/demo_renamed"
+BASE_ID, IMAGENET_ID = "acme/cam_act", "acme/cam_act_imagenet"
+DATA_ID, RENAMED_ID = "acme/demo_cams", "acme/demo_renamed"
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"
 OVERRIDE = '--policy.normalization_mapping={"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"}'
 TAIL = ["--steps=5", "--policy.device=cpu", "--policy.push_to_hub=false"]
@@ -37,7 +42,10 @@ def hub(tmp_path_factory: pytest.TempPathFactory, demo_cache: DemoCache) -> Path
     DATA_ID and, renamed top/hand, as RENAMED_ID."""
     root = tmp_path_factory.mktemp("hub")
     dataset = demo_cache.seed(root / "seed") / "dataset"
-    hub_snapshot(root / "hub", BASE_ID, lerobot_train(dataset, root / "train"))
+    hub_snapshot(
+        root / "hub", BASE_ID, lerobot_train(dataset, root / "train", "--dataset.use_imagenet_stats=false")
+    )
+    hub_snapshot(root / "hub", IMAGENET_ID, lerobot_train(dataset, root / "train_imagenet"))
     home = root / "lerobot"
     shutil.copytree(dataset, home / DATA_ID)
     shutil.copytree(dataset, home / RENAMED_ID)
@@ -80,4 +88,22 @@ def test_the_corrected_line_of_a_hub_base_camera_finetune_clears(hub: Path, tmp_
             "observation.images.hand": WRIST,
         }
     second, again = gate_line(tmp_path / "corrected", hub, line)
-    assert second.returncode == 0 and not blocking(again), sorted(blocking(again))
+    remaining = {r["id"] for r in rows[CORRECTED]["evidence"]["remaining"]}
+    assert blocking(again) == remaining and not set(rows[CORRECTED]["evidence"]["cleared"]) & remaining
+    if data_id == DATA_ID:
+        assert second.returncode == 0 and not remaining
+    else:  # lerobot-train normalizes with the dataset's stats looked up by the policy's (renamed) name
+        assert remaining == {f"contract.normalization.renamed:{k}" for k in (FRONT, WRIST)}
+        assert all(again[k]["remedy"]["kind"] == "data" for k in remaining), [again[k] for k in remaining]
+
+
+def test_renamed_cameras_a_base_with_imagenet_stats_cannot_tell_apart_get_no_map(hub: Path, tmp_path: Path):
+    typed = ["lerobot-train", f"--policy.path={IMAGENET_ID}", f"--dataset.repo_id={RENAMED_ID}", *TAIL]
+    first, rows = gate_line(tmp_path / "typed", hub, typed)
+    assert first.returncode == 3
+    renamed = [rows[k] for k in blocking(rows) if k.startswith("contract.layout.key:observation.images.")]
+    assert renamed and all(r["remedy"]["kind"] == "undecided" for r in renamed), [
+        r.get("remedy") for r in renamed
+    ]
+    assert all("probe" in r["remedy"]["decide"] for r in renamed)
+    assert not any(a.startswith("--rename_map") for a in rows[CORRECTED]["evidence"].get("argv") or [])

@@ -23,11 +23,12 @@ SMALL = [  # a small ACT (one layer each way, no downloaded backbone weights) on
 ]  # fmt: skip
 
 
-def lerobot_train(dataset: Path, out: Path) -> Path:
-    """`lerobot-train` (the venv's console script) on the dataset; its last `pretrained_model/`."""
+def lerobot_train(dataset: Path, out: Path, *extra: str) -> Path:
+    """`lerobot-train` (the venv's console script) on the dataset, with `extra` flags; its last
+    `pretrained_model/`."""
     script = Path(sys.executable).parent / "lerobot-train"
     argv = [str(script), "--dataset.repo_id=local/demo", f"--dataset.root={dataset}",
-            "--dataset.video_backend=pyav", f"--output_dir={out}", *SMALL]  # fmt: skip
+            "--dataset.video_backend=pyav", f"--output_dir={out}", *SMALL, *extra]  # fmt: skip
     proc = subprocess.run(argv, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out / "checkpoints" / "last" / "pretrained_model"

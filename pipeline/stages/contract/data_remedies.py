@@ -95,6 +95,20 @@ def stats(check: Check, src: Sources, repo: str) -> dict[str, Any] | None:
     )
 
 
+def renamed(check: Check, src: Sources) -> dict[str, Any]:
+    """An input the rename map feeds from another dataset key: lerobot-train looks its stats up under the
+    policy's name, after the rename; the dataset's stats.json holds them under its own. The same stats
+    under the policy's name as well mend it (the data files and the map stay as they are)."""
+    data_key = check.evidence.get("dataset_key")
+    held = data_key in src.c.stats
+    what = f"a copy of its {data_key} entry" if held else f"its stats computed from {data_key}'s data"
+    return data(
+        f"meta/stats.json: add {check.feature} ({what}), so lerobot-train finds stats under the name the "
+        f"rename map gives {data_key}; no lerobot-train flag renames the stats it normalizes with",
+        file=f"{src.c.path}/meta/stats.json",
+    )
+
+
 def passthrough(check: Check, src: Sources) -> dict[str, Any]:
     similar = check.evidence.get("similar_keys") or []
     return data(

@@ -286,6 +286,7 @@ BUILDERS: dict[str, Any] = {
     "units.scale": _on_data("units"),
     "normalization.stats": lambda check, plan: data_remedies.stats(check, plan.src, repo_id(plan)),
     "normalization.passthrough": _on_data("passthrough"),
+    "normalization.renamed": _on_data("renamed"),
     "frames.channels": _on_data("channels"),
     "frames.lag": _on_data("lag"),
 }

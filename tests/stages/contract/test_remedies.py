@@ -196,3 +196,16 @@ def test_renamed_cameras_the_frames_cannot_tell_apart_get_no_map() -> None:
     rows = renamed_cameras({"observation.images.high": mid, "observation.images.left": mid}, base)
     assert rows and all(r.remedy["kind"] == "undecided" for r in rows)
     assert "against" in rows[0].remedy["decide"] and "probe" in rows[0].remedy["decide"]
+
+
+def test_a_renamed_input_without_stats_under_its_name_gets_the_stats_copied_as_a_data_remedy() -> None:
+    top, front = "observation.images.top", "observation.images.front"
+    src = sources({})
+    src.c.stats[top] = {"mean": np.zeros((3, 1, 1)), "std": np.ones((3, 1, 1))}
+    rows = Rows("contract", "normalization")
+    row = rows(
+        f"normalization.renamed:{front}", front, "mismatch", "unnormalized", evidence={"dataset_key": top}
+    )
+    (row,) = remedies.attach([row], src, LINE)
+    assert row.remedy["kind"] == "data" and row.remedy["file"] == "/data/acme/data/meta/stats.json"
+    assert f"add {front} (a copy of its {top} entry)" in row.remedy["summary"]
