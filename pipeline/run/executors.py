@@ -72,6 +72,22 @@ class ArrayJobs:
             job.cancel(check=check)
 
 
+def current_states(submitted: dict[str, Any]) -> dict[str, str]:
+    """Every submitted job's state from one `sacct` call made now, for a follower that polls at its own
+    interval (`launcher.poll_s`). submitit's `job.state` asks sacct itself only when its cache is older
+    than half the time since the last submission (2 s, 4 s, 8 s ... up to 10 min), so a follower that
+    read it saw a job end up to half the run's age late: ~10 s on a 20 s launch."""
+    watchers = {id(w): w for w in (_watcher(job) for job in submitted.values()) if w is not None}
+    for watcher in watchers.values():
+        watcher.update()  # one sacct for every job it follows; `job.state` then reads that answer
+    return {name: str(job.state) for name, job in submitted.items()}
+
+
+def _watcher(job: Any) -> Any:
+    first = job.jobs[0] if isinstance(job, ArrayJobs) else job
+    return getattr(first, "watcher", None)
+
+
 def submit_array(executor: submitit.Executor, spec: JobSpec, run_dir: Path) -> ArrayJobs:
     """One `sbatch --array=0-<n-1>` (submitit's map_array); locally, n processes of the same tasks."""
     task = ArrayTaskJob(str(run_dir), str(spec.stage), str(spec.part))
