@@ -39,6 +39,22 @@ TERMINAL = {
 }
 
 
+JOB_MAIN = "pipeline.run.job_main"  # a job's entry point: submitit's, with a quick exit (see that module)
+
+
+def job_command(python: str, folder: Path) -> str:
+    """The command a job's srun step runs: `python -u -m pipeline.run.job_main <submitit folder>`."""
+    return " ".join([python, f"-u -m {JOB_MAIN}", shlex.quote(str(folder))])
+
+
+class SlurmExecutor(submitit.SlurmExecutor):
+    """submitit's Slurm executor whose jobs start through `job_main` instead of `submitit.core._submit`."""
+
+    @property
+    def _submitit_command_str(self) -> str:
+        return job_command(self.python, Path(self.folder))
+
+
 def job_callable(spec: JobSpec, folder: RunFolder) -> Any:
     if spec.kind == "gate":
         return GateJob(str(folder.root))
@@ -170,7 +186,7 @@ def submit_slurm(
             continue
         ids = {name: job.job_id for name, job in submitted.items()}
         # one executor per job: update_parameters accumulates, and a dependency must not leak
-        executor = submitit.SlurmExecutor(
+        executor = SlurmExecutor(
             folder=folder.submitit_dir,
             max_num_timeout=int(cfg.launcher.requeue_max),
             python=shlex.join(python_argv(cfg)),
@@ -199,9 +215,7 @@ def sbatch_preview(spec: JobSpec, cfg: DictConfig, folder: RunFolder, ids: dict[
     """The sbatch script `submit_slurm` would write for this job (dry_run), without needing `srun`."""
     from submitit.slurm.slurm import _make_sbatch_string  # submitit's own renderer, as it submits
 
-    command = " ".join(
-        [shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder.submitit_dir))]
-    )
+    command = job_command(shlex.join(python_argv(cfg)), folder.submitit_dir)
     params = slurm_parameters(spec, cfg, dependency_clause(spec, ids))
     if spec.array:
         params["map_count"] = spec.array  # renders #SBATCH --array=0-<n-1>%<parallelism>, as map_array does
