@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from pipeline.cli.runguard import validate_run_folders
 from pipeline.errors import ConfigError
 from pipeline.record.runfolder import RunFolder
-from tests.conftest import launch, other_stages
+from tests.conftest import launch, other_stages, slurm_launch
 from tests.storage.conftest import fill
 from tests.storage.conftest import tmpfs as mounted_tmpfs
 
@@ -142,7 +142,7 @@ def test_on_slurm_a_gate_without_its_audit_record_fails_so_afterok_never_fires(t
     from tests.test_slurm import final
 
     audit = tmpfs("audit", 2048)
-    proc = launch(
+    proc = slurm_launch(
         tmp_path,
         "launcher=slurm",
         "wait=true",

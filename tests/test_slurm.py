@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.conftest import gate_of, launch, other_stages, run_dir_of, slurm_launch
 from tests.test_launch import summary
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
@@ -74,7 +74,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
         f"dataset.path={watched(cwd)}",
         other_stages("container_check"),
     )
-    proc = launch(cwd, *args)
+    proc = slurm_launch(cwd, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = run_dir_of(cwd, proc)
     return FirstRun(cwd, args, proc, run_dir, jobs_of(run_dir), gate_of(run_dir))
@@ -107,27 +107,45 @@ def _dependency(job_id: str) -> str:
     return found.group(1) if found else ""
 
 
-def test_crashed_stage_blocks_exit_3_and_the_chained_job_never_runs(tmp_path):
-    marker = tmp_path / "trained"
-    script = tmp_path / "train.sbatch"
+@dataclass(frozen=True)
+class BlockedRun:
+    """One Slurm launch of the watch stage and a stage that crashes, a training job chained on its gate."""
+
+    cwd: Path
+    common: tuple[str, ...]
+    proc: subprocess.CompletedProcess[str]
+    marker: Path
+
+
+@pytest.fixture(scope="module")
+def blocked_run(tmp_path_factory: pytest.TempPathFactory) -> BlockedRun:
+    """The crash test reads its jobs and the chained job's fate; the local-mode test compares its gate
+    record with a local launch of the same stages (a chained job is no part of the gate record)."""
+    cwd = tmp_path_factory.mktemp("blocked_run")
+    marker, script = cwd / "trained", cwd / "train.sbatch"
     script.write_text(f"#!/bin/bash\n#SBATCH --time=2\ntouch {marker}\n")
-    proc = launch(
-        tmp_path,
-        *BASE,
-        "wait=true",
-        "plugins=[preflight_crash_stage]",
+    common = (
+        "~demo",
+        "plugins=[preflight_watch_stage,preflight_crash_stage]",
+        f"dataset.path={watched(cwd)}",
         other_stages("container_check"),
-        f"+chain.sbatch={script}",
     )
+    (cwd / "s").mkdir()
+    proc = slurm_launch(cwd / "s", "launcher=slurm", "wait=true", *common, f"+chain.sbatch={script}")
+    return BlockedRun(cwd, common, proc, marker)
+
+
+def test_crashed_stage_blocks_exit_3_and_the_chained_job_never_runs(blocked_run: BlockedRun):
+    proc = blocked_run.proc
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    run_dir = run_dir_of(tmp_path, proc)
+    run_dir = run_dir_of(blocked_run.cwd / "s", proc)
     ids = jobs_of(run_dir)
     assert final(ids["crash"])["State"] == "FAILED"
     assert final(ids["gate"])["ExitCode"] == "3:0"
     chained = re.search(r"chained job: (\d+) \(afterok:(\d+)\)", proc.stdout)
     assert chained and chained.group(2) == ids["gate"]
     assert final(chained.group(1))["State"].startswith("CANCELLED")
-    assert not marker.exists()
+    assert not blocked_run.marker.exists()
     crash = next(s for s in gate_of(run_dir)["stages"] if s["stage"] == "crash")
     assert crash["status"] == "error" and crash["provenance"]["slurm_job_id"] == ids["crash"]
 
@@ -136,7 +154,7 @@ def test_chained_job_runs_after_a_clear_gate(tmp_path):
     marker = tmp_path / "trained"
     script = tmp_path / "train.sbatch"
     script.write_text(f"#!/bin/bash\n#SBATCH --time=2\necho $SLURM_JOB_ID > {marker}\n")
-    proc = launch(tmp_path, *BASE, other_stages("container_check"), f"+chain.sbatch={script}")
+    proc = slurm_launch(tmp_path, *BASE, other_stages("container_check"), f"+chain.sbatch={script}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     chained = re.search(r"chained job: (\d+)", proc.stdout).group(1)
     gate_row, train_row = final(jobs_of(run_dir_of(tmp_path, proc))["gate"]), final(chained)
@@ -146,7 +164,7 @@ def test_chained_job_runs_after_a_clear_gate(tmp_path):
 
 def test_requeued_stage_resumes_from_its_saved_state(tmp_path, monkeypatch):
     monkeypatch.setenv("PREFLIGHT_TEST_RESUME_STEPS", "12")
-    proc = launch(tmp_path, *BASE, "plugins=[preflight_resume_stage]", other_stages("container_check"))
+    proc = slurm_launch(tmp_path, *BASE, "plugins=[preflight_resume_stage]", other_stages("container_check"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     ids = jobs_of(run_dir)
@@ -169,10 +187,10 @@ def test_requeued_stage_resumes_from_its_saved_state(tmp_path, monkeypatch):
 def test_relaunch_with_the_same_run_id_reruns_only_what_changed(first_run: FirstRun):
     cwd, args, run_dir = first_run.cwd, first_run.args, first_run.run_dir
     assert set(first_run.ids) == {"container_check", "watch", "gate"}
-    second = launch(cwd, *args)
+    second = slurm_launch(cwd, *args)
     assert second.returncode == 0 and set(jobs_of(run_dir)) == {"gate"}, second.stdout
     (cwd / "dataset.txt").write_text("v2")
-    third = launch(cwd, *args)
+    third = slurm_launch(cwd, *args)
     assert third.returncode == 0 and set(jobs_of(run_dir)) == {"watch", "gate"}, third.stdout
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["jobs"]["container_check"]["reused"] and not plan["jobs"]["watch"]["reused"]
@@ -180,28 +198,21 @@ def test_relaunch_with_the_same_run_id_reruns_only_what_changed(first_run: First
     assert watch["checks"][0]["actual"] == "v2"
 
 
-def test_local_mode_gives_the_same_gate_record_as_slurm(tmp_path):
-    data = watched(tmp_path)
-    common = (
-        "~demo",
-        "plugins=[preflight_watch_stage,preflight_crash_stage]",
-        f"dataset.path={data}",
-        other_stages("container_check"),
-    )
-    (tmp_path / "s").mkdir()
-    (tmp_path / "l").mkdir()
-    on_slurm = launch(tmp_path / "s", "launcher=slurm", "wait=true", *common)
-    local = launch(tmp_path / "l", "launcher=local", "launcher.poll_s=0.2", *common)
+def test_local_mode_gives_the_same_gate_record_as_slurm(blocked_run: BlockedRun):
+    cwd = blocked_run.cwd
+    (cwd / "l").mkdir()
+    on_slurm = blocked_run.proc
+    local = launch(cwd / "l", "launcher=local", "launcher.poll_s=0.2", *blocked_run.common)
     assert on_slurm.returncode == local.returncode == 3
     slurm_gate, local_gate = (
-        gate_of(run_dir_of(tmp_path / "s", on_slurm)),
-        gate_of(run_dir_of(tmp_path / "l", local)),
+        gate_of(run_dir_of(cwd / "s", on_slurm)),
+        gate_of(run_dir_of(cwd / "l", local)),
     )
     assert summary(slurm_gate) == summary(local_gate)
 
 
 def test_refused_submission_cancels_what_was_queued_and_names_the_job(tmp_path):
-    proc = launch(
+    proc = slurm_launch(
         tmp_path, *BASE, other_stages("container_check"), "stages.gate.resources.partition=nosuchpart"
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -39,6 +39,22 @@ TERMINAL = {
 }
 
 
+JOB_MAIN = "pipeline.run.job_main"  # a job's entry point: submitit's, with a quick exit (see that module)
+
+
+def job_command(python: str, folder: Path) -> str:
+    """The command a job's srun step runs: `python -u -m pipeline.run.job_main <submitit folder>`."""
+    return " ".join([python, f"-u -m {JOB_MAIN}", shlex.quote(str(folder))])
+
+
+class SlurmExecutor(submitit.SlurmExecutor):
+    """submitit's Slurm executor whose jobs start through `job_main` instead of `submitit.core._submit`."""
+
+    @property
+    def _submitit_command_str(self) -> str:
+        return job_command(self.python, Path(self.folder))
+
+
 def job_callable(spec: JobSpec, folder: RunFolder) -> Any:
     if spec.kind == "gate":
         return GateJob(str(folder.root))
@@ -70,6 +86,22 @@ class ArrayJobs:
     def cancel(self, check: bool = False) -> None:
         for job in self.jobs:
             job.cancel(check=check)
+
+
+def current_states(submitted: dict[str, Any]) -> dict[str, str]:
+    """Every submitted job's state from one `sacct` call made now, for a follower that polls at its own
+    interval (`launcher.poll_s`). submitit's `job.state` asks sacct itself only when its cache is older
+    than half the time since the last submission (2 s, 4 s, 8 s ... up to 10 min), so a follower that
+    read it saw a job end up to half the run's age late: ~10 s on a 20 s launch."""
+    watchers = {id(w): w for w in (_watcher(job) for job in submitted.values()) if w is not None}
+    for watcher in watchers.values():
+        watcher.update()  # one sacct for every job it follows; `job.state` then reads that answer
+    return {name: str(job.state) for name, job in submitted.items()}
+
+
+def _watcher(job: Any) -> Any:
+    first = job.jobs[0] if isinstance(job, ArrayJobs) else job
+    return getattr(first, "watcher", None)
 
 
 def submit_array(executor: submitit.Executor, spec: JobSpec, run_dir: Path) -> ArrayJobs:
@@ -154,7 +186,7 @@ def submit_slurm(
             continue
         ids = {name: job.job_id for name, job in submitted.items()}
         # one executor per job: update_parameters accumulates, and a dependency must not leak
-        executor = submitit.SlurmExecutor(
+        executor = SlurmExecutor(
             folder=folder.submitit_dir,
             max_num_timeout=int(cfg.launcher.requeue_max),
             python=shlex.join(python_argv(cfg)),
@@ -183,9 +215,7 @@ def sbatch_preview(spec: JobSpec, cfg: DictConfig, folder: RunFolder, ids: dict[
     """The sbatch script `submit_slurm` would write for this job (dry_run), without needing `srun`."""
     from submitit.slurm.slurm import _make_sbatch_string  # submitit's own renderer, as it submits
 
-    command = " ".join(
-        [shlex.join(python_argv(cfg)), "-u -m submitit.core._submit", shlex.quote(str(folder.submitit_dir))]
-    )
+    command = job_command(shlex.join(python_argv(cfg)), folder.submitit_dir)
     params = slurm_parameters(spec, cfg, dependency_clause(spec, ids))
     if spec.array:
         params["map_count"] = spec.array  # renders #SBATCH --array=0-<n-1>%<parallelism>, as map_array does

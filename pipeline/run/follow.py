@@ -21,7 +21,7 @@ from rich.table import Table
 
 from pipeline.progress import make_console
 from pipeline.record.runfolder import RunFolder
-from pipeline.run.executors import TERMINAL
+from pipeline.run.executors import TERMINAL, current_states
 from pipeline.run.local_runner import run_dag
 from pipeline.run.plan import JobSpec
 from pipeline.run.status import build_table, stage_status, table_rows
@@ -108,8 +108,8 @@ def follow_slurm(
     """Poll the submitted jobs' states until every one has ended, then report the gate."""
     with Follower(jobs, folder, f"run {cfg.run_id}") as view:
         while True:
-            for name, job in submitted.items():
-                rows[name]["state"] = job.state
+            for name, state in current_states(submitted).items():
+                rows[name]["state"] = state
             view.update(rows)
             if all(rows[name]["state"].split()[0] in TERMINAL for name in submitted):  # not the chained
                 break

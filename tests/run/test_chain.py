@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from pipeline.errors import ConfigError
 from pipeline.run import chain
 from pipeline.run.executors import chain_argv
-from tests.conftest import launch, other_stages, run_dir_of
+from tests.conftest import launch, other_stages, run_dir_of, slurm_launch
 
 # items a shell would split, expand, run or re-quote; JSON as `--rename_map` takes it
 TRICKY = [
@@ -131,7 +131,7 @@ def test_on_slurm_the_chained_job_waits_on_the_gate_then_gets_the_typed_argv(tmp
     code = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
     command = [sys.executable, "-c", code, str(marker), *TRICKY]
     args = ("launcher=slurm", "~demo", other_stages("container_check"))
-    proc = launch(tmp_path, *args, "+chain.args=['--job-name=chained-argv-test']", "--", *command)
+    proc = slurm_launch(tmp_path, *args, "+chain.args=['--job-name=chained-argv-test']", "--", *command)
     chained = re.search(r"chained job: (\d+) \(afterok:(\d+)\)", proc.stdout)
     ids = [str(job["job_id"]) for name, job in _jobs(tmp_path, proc).items() if name != "chained"]
     try:

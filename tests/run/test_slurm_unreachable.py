@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 from pathlib import Path
 
@@ -22,7 +23,17 @@ from pipeline.run.plan import build_plan
 from tests.conftest import launch as run_launch
 from tests.conftest import other_stages
 
-pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
+
+@pytest.fixture
+def slurm_client() -> Path:
+    """The Slurm client and the local cluster's slurm.conf, not the cluster: nothing here reaches a
+    controller or queues a job, so these tests run beside the Slurm scope, not in it."""
+    conf = os.environ.get("SLURM_CONF")
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        pytest.skip("Slurm client (sinfo, sbatch) not on PATH (scripts/install_system.sh)")
+    if not conf or not Path(conf).is_file():
+        pytest.skip('SLURM_CONF unset or not a file (eval "$(scripts/slurm_local.sh env)")')
+    return Path(conf)
 
 
 def free_port() -> int:
@@ -33,11 +44,11 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def dead_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def dead_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slurm_client: Path) -> Path:
     """The local cluster's slurm.conf with the controller moved to a closed port, as SLURM_CONF. The
     clients retry a refused connection once a second for MessageTimeout seconds (10 by default): 2 here,
     so each sinfo/sbatch gives up after ~1 s instead of ~9 with the same message."""
-    text = Path(os.environ["SLURM_CONF"]).read_text()
+    text = slurm_client.read_text()
     assert re.search(r"^SlurmctldPort=", text, flags=re.M), "the local slurm.conf sets SlurmctldPort"
     conf = tmp_path / "dead" / "slurm.conf"
     conf.parent.mkdir()

@@ -22,6 +22,7 @@ def test_twins_are_separate_overlapping_jobs_and_the_gate_is_clear(tmp_path, tin
         f"dataset.path={tiny_dataset}",
         *reference_overrides(),
         "stages.determinism.steps=3",
+        "stages.determinism.job_pair=false",  # the pair under the job's conditions: tested locally
         "launcher.poll_s=0.5",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
