@@ -69,13 +69,22 @@ def _as_a_process(cwd: Path, overrides: tuple[str, ...]) -> Iterator[None]:
 
     registry, modules = dict(stages.load()), set(sys.modules)
     saved_argv, saved_path, saved_cwd = list(sys.argv), list(sys.path), os.getcwd()
+    saved_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "COLUMNS")}
     sys.argv = ["pipeline.launch", *overrides]
     sys.path[:0] = [str(cwd), str(PLUGINS)]
+    # what conftest's `launch` gives its process, for the job processes this launch starts
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(PLUGINS), saved_env["PYTHONPATH"] or ""])
+    os.environ["COLUMNS"] = "200"
     os.chdir(cwd)
     try:
         yield
     finally:
         os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         sys.argv, sys.path[:] = saved_argv, saved_path
         for name in set(sys.modules) - modules:
             if _imported_from(sys.modules[name], (cwd, PLUGINS)):
