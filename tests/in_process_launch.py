@@ -9,7 +9,8 @@ process boundary itself: a test of `python -m` as a user types it, of a killed l
 fresh interpreter imports still launches a subprocess (tests/conftest.py `launch`).
 
 What a subprocess gave for free is restored here after each call: the working directory, `sys.argv`,
-`sys.path`, the stage registry and Hydra's `stages/registered` node (a plugin registered by one launch
+`sys.path`, the environment its jobs inherit, a Hydra initialization the test holds (set aside during
+the launch), the stage registry and Hydra's `stages/registered` node (a plugin registered by one launch
 is not there for the next), and the plugin modules the launch imported (so a later launch imports and
 registers them again, as its own process would).
 """
@@ -38,7 +39,7 @@ def launch_here(cwd: Path, *overrides: str, seed_demo: bool = True) -> subproces
         cache.seed(cwd, *overrides)
     before = build_ledger.markers(cwd / "preflight")
     out, err = io.StringIO(), io.StringIO()
-    with _as_a_process(cwd, overrides):
+    with _as_a_process(cwd, overrides), _hydra_set_aside():
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = _exit_code()
     for digest, variant in build_ledger.launch_builds(cwd / "preflight", before):
@@ -92,6 +93,22 @@ def _as_a_process(cwd: Path, overrides: tuple[str, ...]) -> Iterator[None]:
         stages._REGISTRY.clear()
         stages._REGISTRY.update(registry)
         store_registered({n: s.config for n, s in registry.items() if s.config is not None})
+
+
+@contextlib.contextmanager
+def _hydra_set_aside() -> Iterator[None]:
+    """A test's own Hydra initialization (a module fixture composing configs) set aside while the launch
+    composes its command line, as a fresh process has none, and put back after."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.singleton import Singleton
+
+    held = Singleton._instances.pop(GlobalHydra, None)
+    try:
+        yield
+    finally:
+        Singleton._instances.pop(GlobalHydra, None)
+        if held is not None:
+            Singleton._instances[GlobalHydra] = held
 
 
 def _imported_from(module: object, folders: tuple[Path, ...]) -> bool:
