@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--stage", action="append", default=None, help="contract (default), full, ...")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--demo", type=Path, default=None, help="a built `preflight/demo` folder to copy")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed launch of each")
     parser.add_argument("extra", nargs="*", help="more overrides for every launch")
     args = parser.parse_args()
     roots = {"root": args.root.resolve()}
@@ -76,7 +77,7 @@ def main() -> None:
         scratch = Path(tmp)
         demo = args.demo or prepared_demo(scratch, roots["root"])
         for stage in args.stage or ["contract"]:
-            for root in roots.values():  # untimed: each checkout's bytecode compiled, its caches warm
+            for root in roots.values() if not args.no_warmup else ():  # untimed: bytecode compiled
                 one(root, demo, scratch, stage, args.extra)
             times: dict[str, list[tuple[float, float, int]]] = {k: [] for k in roots}
             for _ in range(args.runs):
