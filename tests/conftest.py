@@ -325,6 +325,24 @@ def _session_demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoCac
     build_ledger.SESSION_DEMOS = None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One container_check probe cache for the session's launches (`$PREFLIGHT_PROBE_CACHE`), each in a
+    fresh folder: torch and the GL probe are measured once per session, not once per launch (~2-3 s of
+    CPU each); the xdist workers share it, as jobs on many nodes share one (it is written under a lock).
+    Tests of the cache itself unset it."""
+    from pipeline.record.runfolder import PROBE_CACHE_ENV
+
+    base = tmp_path_factory.getbasetemp()
+    shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    path = (base.parent if shared else base) / "probe_cache.json"
+    before = os.environ.get(PROBE_CACHE_ENV)
+    os.environ[PROBE_CACHE_ENV] = before or str(path)
+    yield Path(os.environ[PROBE_CACHE_ENV])
+    if before is None:
+        os.environ.pop(PROBE_CACHE_ENV, None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before any fixture of the test is set up: its builds (module fixtures' too) are its own."""
     LEDGER.current = item.nodeid

@@ -1,5 +1,6 @@
 """Every error a user can cause at an entry point is one line naming the key or file, exit 2, no
-traceback, and no run folder left behind (`launch`, `status`, `python -m pipeline.demo`)."""
+traceback, and no run folder left behind (`launch`, `status`, `python -m pipeline.demo`). A launch
+refused before any job runs is the launcher's entry run in this process (tests/in_process_launch.py)."""
 
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pipeline.errors import ConfigError, InputError, one_line
 from pipeline.record.fingerprint import digest_path
 from pipeline.record.runfolder import RunFolder
 from tests.conftest import launch, other_stages
+from tests.in_process_launch import launch_here
 
 
 def assert_one_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -30,23 +32,23 @@ def python_m(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_plugin_raising_at_import_is_one_line_exit_2(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "~demo", "plugins=[preflight_import_fails_stage]")
+    proc = launch_here(tmp_path, "launcher=local", "~demo", "plugins=[preflight_import_fails_stage]")
     assert_one_line(proc, "plugins", "preflight_import_fails_stage", "planted import-time failure")
     assert not (tmp_path / "preflight").exists()
 
 
 def test_stage_dependency_cycle_is_a_config_error(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "~demo", "plugins=[preflight_cycle_stages]")
+    proc = launch_here(tmp_path, "launcher=local", "~demo", "plugins=[preflight_cycle_stages]")
     assert_one_line(proc, "stages: dependency cycle", "chicken", "egg")
     assert not (tmp_path / "preflight").exists()
 
 
 def test_typed_stage_config_is_validated_at_launch_naming_the_key(tmp_path):
-    proc = launch(
+    proc = launch_here(
         tmp_path, "launcher=local", "~demo", "plugins=[preflight_typed_stage]", "+stages.typed.limit=-1"
     )
     assert_one_line(proc, "stages.typed.limit", "expected a number > 0")
-    proc = launch(
+    proc = launch_here(
         tmp_path, "launcher=local", "~demo", "plugins=[preflight_typed_stage]", "+stages.typed.limit=lots"
     )
     assert_one_line(proc, "stages.typed.limit")
@@ -65,7 +67,7 @@ def test_unreadable_input_is_named_by_its_path(tmp_path):
 
     t = make_triple(tmp_path / "triple")  # a model and training config, so the contract stage runs
     paths = (f"model.path={t.model}", f"training.path={t.training}", f"dataset.path={data}")
-    proc = launch(tmp_path, "launcher=local", "~demo", other_stages("contract"), *paths)
+    proc = launch_here(tmp_path, "launcher=local", "~demo", other_stages("contract"), *paths)
     assert_one_line(proc, str(data / "gone.parquet"))
     assert not (tmp_path / "preflight").exists()
 

@@ -283,3 +283,10 @@ def test_a_job_imports_its_own_stage_and_nothing_else():
         modules = _modules_after(code.format(name=name))
         assert _stages_imported(modules) == {name}
         assert not [m for m in ("matplotlib", "scipy", "torch", "mujoco", "jinja2", "h5py") if m in modules]
+
+
+def test_the_demo_provider_on_a_built_demo_imports_no_build_library():
+    """A launch on an already built demo writes only its D file (`deploy_env`): torch, the encoders and
+    MuJoCo are the build's, and cost seconds of every such launch when imported anyway."""
+    modules = _modules_after("import pipeline.demo.provider, pipeline.demo.deploy_env, pipeline.demo.marker")
+    assert not [m for m in (*HEAVY, "pyarrow") if m in modules]

@@ -13,6 +13,7 @@ import pytest
 from pipeline.record import audit
 from pipeline.record.records import SCHEMA_PATH
 from tests.conftest import Launched, gate_of, launch, other_stages, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.sif_images import build_image
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -93,14 +94,15 @@ def summary(gate: dict) -> tuple:
     ],
 )
 def test_bad_config_fails_before_anything_is_submitted(tmp_path, override, key):
-    proc = launch(tmp_path, "launcher=local", "~demo", override)
+    proc = launch_here(tmp_path, "launcher=local", "~demo", override)
     assert proc.returncode != 0
     assert key in proc.stdout + proc.stderr
     assert not (tmp_path / "preflight").exists()
 
 
 def test_missing_image_is_named(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "~demo", "container=apptainer", "container.image=/no/such.sif")
+    overrides = ("container=apptainer", "container.image=/no/such.sif")
+    proc = launch_here(tmp_path, "launcher=local", "~demo", *overrides)
     assert proc.returncode == 2 and "container.image: /no/such.sif does not exist" in proc.stdout
 
 
@@ -108,12 +110,12 @@ def test_bad_waiver_file_is_named(tmp_path):
     (tmp_path / "w.yaml").write_text(
         "waivers:\n  - check: a.b\n    justification: fine\n    date: 2026-12-01\n"
     )
-    proc = launch(tmp_path, "launcher=local", "~demo", "waivers_file=w.yaml")
+    proc = launch_here(tmp_path, "launcher=local", "~demo", "waivers_file=w.yaml")
     assert proc.returncode == 2 and "waivers[0]: missing who" in proc.stdout
 
 
 def test_dry_run_prints_sbatch_scripts_with_dependencies_and_submits_nothing(tmp_path):
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=slurm",
         "~demo",
@@ -196,14 +198,14 @@ def test_an_image_that_is_not_a_sif_is_named_at_launch(tmp_path):
     fake.write_bytes(b"#!/bin/sh\necho this is a shell script, not an image\n" * 4)
     shim = fake_apptainer(tmp_path)
     overrides = ("container=apptainer", f"container.binary={shim}", f"container.image={fake}")
-    proc = launch(tmp_path, "launcher=local", "~demo", *overrides)
+    proc = launch_here(tmp_path, "launcher=local", "~demo", *overrides)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"container.image: {fake}: not a SIF file: expected 'SIF_MAGIC' at offset 32" in proc.stdout
     assert not (tmp_path / "preflight" / "runs").exists()  # nothing queued, no run folder
 
 
 def test_a_missing_input_fails_before_the_demo_is_built(tmp_path):
-    proc = launch(tmp_path, "stage=full", "launcher=local", "model.path=/nonexistent")
+    proc = launch_here(tmp_path, "stage=full", "launcher=local", "model.path=/nonexistent")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "model.path: /nonexistent: model path does not exist" in proc.stdout
     assert not (tmp_path / "preflight").exists()  # no demo built for the inputs left at their default

@@ -5,9 +5,10 @@ a YAML training config (B), a LeRobot v2.1 dataset (C)), breaks one thing (tests
 and runs the reader, the waiver loader, the fingerprint or the launch validation on it in-process, under
 a SIGALRM timeout (a FIFO or `/dev/zero` must not hang). An error must be an `InputError` /
 `ConfigError` naming the file (or key) and a field, on one line, with no traceback text; a bad value in
-the data must become a hard row naming the feature. A few representative cases go through
-`python -m pipeline.launch` as a user would (at the end of this file): exit 2 with one line, or exit 3
-with an `error` row naming file and field, and nothing half-written left behind.
+the data must become a hard row naming the feature. A few representative cases go through the
+launcher's own entry as a user's command line would (at the end of this file, in this process:
+tests/in_process_launch.py): exit 2 with one line, or exit 3 with an `error` row naming file and field,
+and nothing half-written left behind.
 """
 
 from __future__ import annotations
@@ -204,12 +205,15 @@ LAUNCH_TIMEOUT_S = 300
 
 
 def _launch(t: Triple, *overrides: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    from tests.conftest import launch
+    """The launch's own entry (`launch.cli`) run in this process (tests/in_process_launch.py: the same
+    command line, run folder and exit code, without an interpreter and the contract's imports each)."""
+    from tests.in_process_launch import launch_here
 
     paths = [
         f"{k}.path={getattr(t, k) if k != 'model' else t.model}" for k in ("model", "training", "dataset")
     ]
-    proc = launch(t.root, "stage=contract", "launcher=local", *paths, *overrides, timeout=LAUNCH_TIMEOUT_S)
+    with deadline(LAUNCH_TIMEOUT_S):
+        proc = launch_here(t.root, "stage=contract", "launcher=local", *paths, *overrides)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     leftovers = [p for p in t.root.rglob("*") if "tmp" in p.name and p.suffix != ".sif" and p.is_file()]
     assert not leftovers, f"half-written files left: {leftovers}"

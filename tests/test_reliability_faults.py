@@ -1,6 +1,7 @@
 """Faults on real filesystems (a small tmpfs, filled or remounted read-only; needs root to mount): the
 launcher ends in one line with a documented exit code, never says "clear" without the whole record,
-and leaves nothing half-written."""
+and leaves nothing half-written. A launch refused before any job starts runs the launcher's entry in
+this process (tests/in_process_launch.py); one whose jobs run is a real `python -m pipeline.launch`."""
 
 import contextlib
 import json
@@ -14,6 +15,7 @@ from pipeline.cli.runguard import validate_run_folders
 from pipeline.errors import ConfigError
 from pipeline.record.runfolder import RunFolder
 from tests.conftest import launch, other_stages, slurm_launch
+from tests.in_process_launch import launch_here
 from tests.storage.conftest import fill
 from tests.storage.conftest import tmpfs as mounted_tmpfs
 
@@ -51,7 +53,7 @@ def test_a_run_id_is_a_name_not_a_path(tmp_path, run_id):
 
 
 def test_a_run_id_with_dots_is_refused_at_launch_and_writes_nothing(tmp_path):
-    proc = launch(tmp_path, *BASE, "run_id=../../escaped", other_stages("container_check"))
+    proc = launch_here(tmp_path, *BASE, "run_id=../../escaped", other_stages("container_check"))
     text = one_line_error(proc)
     assert proc.returncode == 2 and "config error: run_id: '../../escaped' is not a run id" in text
     assert not (tmp_path / "preflight").exists() and not (tmp_path.parent / "escaped").exists()
@@ -60,7 +62,7 @@ def test_a_run_id_with_dots_is_refused_at_launch_and_writes_nothing(tmp_path):
 def test_full_output_root_is_refused_at_launch(tmp_path, tmpfs):
     root = tmpfs("out", 512)
     fill(root)
-    proc = launch(tmp_path, *BASE, f"output_root={root}", other_stages("container_check"))
+    proc = launch_here(tmp_path, *BASE, f"output_root={root}", other_stages("container_check"))
     text = one_line_error(proc)
     assert proc.returncode == 2 and f"config error: output_root: {root} has 0.0 MiB free" in text
     assert sorted(p.name for p in root.iterdir()) == ["filler.bin"]
@@ -69,7 +71,8 @@ def test_full_output_root_is_refused_at_launch(tmp_path, tmpfs):
 def test_output_root_that_fills_before_the_first_write_is_one_line_and_leaves_nothing(tmp_path, tmpfs):
     root = tmpfs("out", 512)
     fill(root)
-    proc = launch(tmp_path, *BASE, "min_free_mb=0", f"output_root={root}", other_stages("container_check"))
+    only = other_stages("container_check")
+    proc = launch_here(tmp_path, *BASE, "min_free_mb=0", f"output_root={root}", only)
     text = one_line_error(proc)
     assert proc.returncode == 2 and ": filesystem full (needed size unknown, " in text, text
     assert " bytes free); nothing was queued and " in text and "was removed (nothing was submitted)" in text
@@ -80,7 +83,7 @@ def test_read_only_output_root_and_audit_dir_are_refused_at_launch(tmp_path, tmp
     for key in ("output_root", "audit_dir"):
         folder = tmpfs(key, 1024)
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
-        proc = launch(tmp_path, *BASE, f"{key}={folder}", other_stages("container_check"))
+        proc = launch_here(tmp_path, *BASE, f"{key}={folder}", other_stages("container_check"))
         text = one_line_error(proc)
         assert proc.returncode == 2 and f"config error: {key}: {folder} is on a read-only filesystem" in text
         assert list(folder.iterdir()) == []

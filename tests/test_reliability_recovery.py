@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pipeline.storage import LockHeld, exclusive_lock
 from tests.conftest import PLUGINS, launch, other_stages
+from tests.in_process_launch import launch_here
 
 BASE = ("launcher=local", "~demo", "min_free_mb=1")
 
@@ -27,8 +28,10 @@ def status(cwd: Path, run_id: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_truncated_stage_result_and_gate_record_are_redone(tmp_path):
+    """The launcher's entry in this process (tests/in_process_launch.py): `launcher=debug` runs the jobs
+    in the launcher, so no job process is started either way."""
     args = ("launcher=debug", "~demo", "min_free_mb=1", "run_id=r1", other_stages("container_check"))
-    assert launch(tmp_path, *args).returncode == 0
+    assert launch_here(tmp_path, *args).returncode == 0
     run = tmp_path / "preflight" / "runs" / "r1"
     result, gate = run / "stages" / "container_check.json", run / "gate.json"
     result.write_text(result.read_text()[:100])
@@ -36,7 +39,7 @@ def test_truncated_stage_result_and_gate_record_are_redone(tmp_path):
     shown = status(tmp_path, "r1")
     assert shown.returncode == 0 and "Traceback" not in shown.stdout + shown.stderr
     assert "corrupt" in shown.stdout and f"gate: unreadable record {gate}" in shown.stdout
-    proc = launch(tmp_path, *args)
+    proc = launch_here(tmp_path, *args)
     assert proc.returncode == 0 and "gate: clear" in proc.stdout, proc.stdout + proc.stderr
     rows = json.loads((run / "jobs.json").read_text())
     assert rows["container_check"]["state"] == "COMPLETED"  # rerun, not reused

@@ -36,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "image":
         return _image(Path(args.out))
-    from pipeline.demo.build import build as run_build
-
     started = time.time()
     try:
-        cfg = _variant_cfg(args.variant)
+        cfg = _variant_cfg(args.variant)  # a typo is answered before the build's torch and MuJoCo load
+        from pipeline.demo.build import build as run_build
+
         out = Path(args.out or Path("preflight") / "demo" / args.variant)
         paths = run_build(cfg, out)
     except PreflightError as exc:

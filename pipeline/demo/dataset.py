@@ -25,7 +25,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.demo.cameras import CAMERAS
-from pipeline.demo.policy import ACTION_KEY, ENV_KEY, STATE_KEY
+from pipeline.demo.features import (  # noqa: F401  (re-exported: the dataset's stable API)
+    ACTION_KEY,
+    ACTION_NAMES,
+    ENV_KEY,
+    ENV_NAMES,
+    FPS,
+    STATE_KEY,
+    STATE_NAMES,
+)
 from pipeline.demo.videos import write_cameras
 from pipeline.progress import track
 from pipeline.readers import LeRobotData
@@ -33,23 +41,7 @@ from pipeline.readers.frames import FrameReader
 from pipeline.readers.stats import compute_stats, iter_array_blocks
 
 ENV_ID = "cube-single-v0"
-FPS = 10
 TASK = "Pick up the cube and place it at the target."
-STATE_NAMES = [
-    "shoulder_pan.pos",
-    "shoulder_lift.pos",
-    "elbow.pos",
-    "wrist_1.pos",
-    "wrist_2.pos",
-    "wrist_3.pos",
-    "effector.x",
-    "effector.y",
-    "effector.z",
-    "effector.yaw",
-    "gripper.opening",
-]
-ENV_NAMES = ["cube.x", "cube.y", "cube.z", "cube.yaw"]
-ACTION_NAMES = ["effector.dx", "effector.dy", "effector.dz", "effector.dyaw", "gripper.cmd"]
 NAMES = {STATE_KEY: STATE_NAMES, ENV_KEY: ENV_NAMES, ACTION_KEY: ACTION_NAMES}
 VECTOR_KEYS = (STATE_KEY, ENV_KEY, ACTION_KEY)
 ROW_KEYS = ("state", "env_state", "action")

@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.demo import dataset
 from pipeline.demo.cameras import CAMERAS, ENV_ID
+from pipeline.demo.features import ACTION_NAMES, ENV_NAMES, FPS, STATE_NAMES
 from pipeline.storage import atomic_write_json
 
 # what the env gives each step is what the demo reads from its info to record (demo/dataset.py `_state`,
 # `_env_state`) at its control rate: one reader of the env, so the D of the clean demo is the env itself
-FPS, STATE, CUBE, ACTION = dataset.FPS, dataset.STATE_NAMES, dataset.ENV_NAMES, dataset.ACTION_NAMES
+STATE, CUBE, ACTION = STATE_NAMES, ENV_NAMES, ACTION_NAMES
 FOLDER = "deploy"
 
 

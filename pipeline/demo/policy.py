@@ -23,15 +23,13 @@ import torch
 from safetensors.numpy import save_file as save_numpy
 from torch import nn
 
+from pipeline.demo.features import ACTION_KEY, ENV_KEY, STATE_KEY
 from pipeline.errors import InputError
 from pipeline.normalization import AFFINE, flat_stats, unflatten_stats
 from pipeline.readers.base import read_json, read_safetensors
 from pipeline.storage import save_checkpoint
 
-STATE_KEY = "observation.state"
 CAMERA_FEATURES = 32  # each camera encoder's output width
-ENV_KEY = "observation.environment_state"
-ACTION_KEY = "action"
 POLICY_TYPE = "demo_mlp"
 EPS = 1e-8
 DEFAULT_NORM_MAP = {"VISUAL": "MEAN_STD", "STATE": "QUANTILES", "ENV": "QUANTILES", "ACTION": "QUANTILES"}

@@ -56,10 +56,17 @@ def demo_dir(output_root: str | Path) -> Path:
     return Path(output_root) / "demo"
 
 
+PROBE_CACHE_ENV = "PREFLIGHT_PROBE_CACHE"
+
+
 def probe_cache_file(output_root: str | Path) -> Path:
     """Where container_check keeps its node measurements (torch, CUDA, GL) for every run under this output
-    root, each under the digest of the host, image and software it measured (`stages/probe_cache.py`)."""
-    return Path(output_root) / "probe_cache.json"
+    root, each under the digest of the host, image and software it measured (`stages/probe_cache.py`).
+    `$PREFLIGHT_PROBE_CACHE` names one file for every output root instead (a CI runner's fresh checkouts,
+    a test session's launches, each in a new folder): the digest, not the folder, says what was measured,
+    so a new folder need not import torch and open a GL context again to learn the same facts."""
+    shared = os.environ.get(PROBE_CACHE_ENV)
+    return Path(shared) if shared else Path(output_root) / "probe_cache.json"
 
 
 def composed_text(cfg: DictConfig) -> str:

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from pipeline.record.remedy import CORRECTED
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 
 MODES = '{"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ENV": "QUANTILES", "ACTION": "MEAN_STD"}'
 CLAIMED = {
@@ -49,7 +50,7 @@ def test_the_corrected_line_clears_what_it_claims_and_the_rest_hold_data_remedie
     first_cwd, second_cwd = tmp_path / "typed", tmp_path / "corrected"
     first_cwd.mkdir(), second_cwd.mkdir()
     common = ("stage=contract", "launcher=local", "wait=true", "--")
-    first = launch(first_cwd, *common, *typed, seed_demo=False)
+    first = launch_here(first_cwd, *common, *typed, seed_demo=False)
     assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-2000:]
     lines = first.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("corrected line (not run"))
@@ -62,7 +63,7 @@ def test_the_corrected_line_clears_what_it_claims_and_the_rest_hold_data_remedie
     assert all(c in blocking(rows) for c in CLAIMED)  # the line as typed still blocks on them
     assert all(blocking(rows)[c]["remedy"]["kind"] == "line" for c in CLAIMED)
 
-    second = launch(second_cwd, *common, *corrected, seed_demo=False)
+    second = launch_here(second_cwd, *common, *corrected, seed_demo=False)
     assert second.returncode == 3, second.stdout[-3000:] + second.stderr[-2000:]
     again = blocking(contract_rows(second_cwd, second))
     assert not CLAIMED & set(again), sorted(CLAIMED & set(again))

@@ -22,7 +22,8 @@ from omegaconf import OmegaConf
 from pipeline import stages
 from pipeline.demo.provider import named_inputs
 from pipeline.record.audit import path_name
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pipeline"
 # what reading the demo looks like in code: its package, its config section, its variant or its files
@@ -86,7 +87,7 @@ def test_a_record_is_named_after_the_paths_it_judged():
 
 def test_a_stage_alone_without_its_inputs_is_exit_2_naming_the_keys(tmp_path, demo_cache: DemoCache):
     model = demo_cache.seed(tmp_path / "seed") / "model"
-    proc = launch(tmp_path, "stage=render_cache", "launcher=local", f"model.path={model}")
+    proc = launch_here(tmp_path, "stage=render_cache", "launcher=local", f"model.path={model}")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert "release.path" in out and "cache.path" in out and len(out.strip().splitlines()) == 1, out
@@ -100,7 +101,7 @@ def test_a_users_inputs_get_skipped_rows_and_no_demo_anywhere(tmp_path, demo_cac
     shutil.copytree(demo_cache.seed(tmp_path / "seed"), mine)
     cwd = tmp_path / "run"
     cwd.mkdir()
-    proc = launch(
+    proc = launch_here(
         cwd,
         "stage=full",
         "launcher=local",
@@ -170,7 +171,7 @@ def test_model_path_is_scored_with_the_loader_its_config_names(tmp_path):
         from tests.malformed.triple import make_triple
 
         data = make_triple(tmp_path / "triple").dataset
-        proc = launch(
+        proc = launch_here(
             tmp_path, "stage=teacher_forced", "launcher=local", f"model.path={act}", f"dataset.path={data}"
         )
         assert proc.returncode == 2, proc.stdout + proc.stderr

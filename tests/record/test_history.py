@@ -1,7 +1,8 @@
 """The history that remembers: a stage's result taken from an earlier clear gate record in audit_dir.
 
-The planner cases use constructed JSON twins; the launch case runs the real launcher (local executor)
-three times on one audit_dir with a cheap plugin stage that counts its runs.
+The planner cases use constructed JSON twins; the launch case runs the real launcher (local executor; its
+entry in this process, tests/in_process_launch.py, its jobs as processes) three times on one audit_dir
+with a cheap plugin stage that counts its runs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pipeline.record.runfolder import RunFolder
 from pipeline.run.plan import build_plan, write_reused
 from pipeline.stages import Stage
 from pipeline.storage import atomic_write_json
-from tests.conftest import gate_of, launch, other_stages
+from tests.conftest import gate_of, other_stages
+from tests.in_process_launch import launch_here
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,9 +148,9 @@ def test_a_second_launch_reuses_the_first_runs_result_and_reuse_none_runs_it_aga
         f"+stages.counted.counter={counter}",
     )
     runs = tmp_path / "preflight" / "runs"
-    first = launch(tmp_path, *common, "run_id=one")
+    first = launch_here(tmp_path, *common, "run_id=one")
     assert first.returncode == 0, first.stdout + first.stderr
-    second = launch(tmp_path, *common, "run_id=two")
+    second = launch_here(tmp_path, *common, "run_id=two")
     assert second.returncode == 0, second.stdout + second.stderr
     assert counter.read_text().split() == ["one"]  # the stage did not run in `two`
     assert "REUSED from one" in second.stdout, second.stdout  # the job table names the run
@@ -162,8 +164,8 @@ def test_a_second_launch_reuses_the_first_runs_result_and_reuse_none_runs_it_aga
     assert stage["checks"][0]["message"].endswith("ran in one")
     twins = sorted((tmp_path / "audit_logs").glob("*_two_audit.json"))
     assert json.loads(twins[0].read_text())["stages"][0]["provenance"]["reused_from"] == "one"
-    dry = launch(tmp_path, *common, "run_id=dry", "dry_run=true")
+    dry = launch_here(tmp_path, *common, "run_id=dry", "dry_run=true")
     assert "# counted: result reused from run one (inputs unchanged), not submitted" in dry.stdout, dry.stdout
-    third = launch(tmp_path, *common, "run_id=three", "reuse=none")
+    third = launch_here(tmp_path, *common, "run_id=three", "reuse=none")
     assert third.returncode == 0, third.stdout + third.stderr
     assert counter.read_text().split() == ["one", "three"]

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipeline.record.fingerprint import environment_digest
-from pipeline.record.runfolder import RunFolder, probe_cache_file
+from pipeline.record.runfolder import PROBE_CACHE_ENV, RunFolder, probe_cache_file
 from pipeline.run.plan import from_history
 from pipeline.stages import StageContext, probe_cache
 from pipeline.stages.config import typed
@@ -102,7 +102,8 @@ def _run(tmp_path, image: str):
 
 
 @pytest.mark.render
-def test_container_check_reuses_its_probes_until_the_image_changes(tmp_path):
+def test_container_check_reuses_its_probes_until_the_image_changes(tmp_path, monkeypatch):
+    monkeypatch.delenv(PROBE_CACHE_ENV, raising=False)  # the output root's own file (the suite shares one)
     first = _run(tmp_path, "sha256:image-1")
     again = _run(tmp_path, "sha256:image-1")
     other = _run(tmp_path, "sha256:image-2")
@@ -112,6 +113,7 @@ def test_container_check_reuses_its_probes_until_the_image_changes(tmp_path):
         assert again[row].evidence["probe"]["measured_at"] == first[row].evidence["probe"]["measured_at"]
         assert again[row].verdict == first[row].verdict and again[row].actual == first[row].actual
         assert not other[row].evidence["probe"]["reused"]
+    assert probe_cache_file(tmp_path) == tmp_path / "probe_cache.json"
     assert probe_cache_file(tmp_path).is_file()
     assert not any("probe" in c.evidence for name, c in again.items() if name not in ("cuda", "gl_renderer"))
 
@@ -121,3 +123,8 @@ def test_container_check_is_never_taken_from_the_audit_history(tmp_path):
     the history never stands in for them, whatever its fingerprints say."""
     cfg = OmegaConf.create({"audit_dir": str(tmp_path), "run_id": "r1", "reuse": "history"})
     assert from_history(cfg, "container_check", {"config": "sha256:x"}) is None
+
+
+def test_one_probe_cache_for_every_output_root_where_the_environment_names_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(PROBE_CACHE_ENV, str(tmp_path / "shared.json"))
+    assert probe_cache_file(tmp_path / "a") == probe_cache_file(tmp_path / "b") == tmp_path / "shared.json"

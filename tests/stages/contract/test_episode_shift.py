@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.demo import memo
 from pipeline.demo.build import plant_faults
 from pipeline.demo.cameras import FRONT, WRIST, render_episodes
 from pipeline.demo.dataset import generate_episodes, write_dataset
@@ -28,7 +29,10 @@ EPISODES, STEPS, SEED = 6, 120, 0
 
 @pytest.fixture(scope="module")
 def recorded() -> list[dict[str, np.ndarray]]:
-    episodes = generate_episodes(EPISODES, STEPS, SEED)
+    """The oracle's episodes through the demo build's own cache (`memo.episodes`: what a rollout of these
+    settings gives, kept under their key), rendered through the frames' cache: the MuJoCo rollouts cost
+    ~5 s of CPU each session otherwise."""
+    episodes = memo.episodes(EPISODES, STEPS, SEED, lambda: generate_episodes(EPISODES, STEPS, SEED))
     for episode, frames in zip(episodes, render_episodes(episodes, 64), strict=True):
         episode.update(frames)
     return episodes

@@ -18,6 +18,7 @@ import pytest
 from benchmarks.make_large_dataset import Shape, make
 from pipeline.record.records import StageResult
 from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.stages.contract.helpers import null_action
 
 SHAPE = Shape(episodes=40, length=30, state_dim=4, action_dim=3, cameras=0, episodes_per_file=7)
@@ -104,7 +105,7 @@ def unsharded(inputs: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_dry_run_shows_the_array_and_its_dependency(tmp_path: Path, inputs: tuple[str, ...]) -> None:
-    proc = launch(tmp_path, "launcher=slurm", "dry_run=true", SHARDED, *inputs)
+    proc = launch_here(tmp_path, "launcher=slurm", "dry_run=true", SHARDED, *inputs)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "# ---- contract.task (depends on: afterok:container_check) ----" in proc.stdout
     assert "#SBATCH --array=0-3%4" in proc.stdout
