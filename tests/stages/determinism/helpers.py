@@ -115,9 +115,10 @@ def stage_cfg(dataset: Path | None = None, extra: dict | None = None, **changes:
     return cfg
 
 
-def run_stage(run_dir: Path, cfg, parts: tuple[str, ...]):
+def run_stage(run_dir: Path, cfg, parts: tuple[str, ...], fingerprints: dict[str, str] | None = None):
     """Run the named parts side by side (each writes done.json only when it succeeds, as the part job
-    does), then the stage's merge; returns the StageResult and its checks by short id."""
+    does), then the stage's merge (with the plan's `fingerprints` of the stage, where a test needs them);
+    returns the StageResult and its checks by short id."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pipeline.stages import StageContext, determinism
@@ -133,5 +134,12 @@ def run_stage(run_dir: Path, cfg, parts: tuple[str, ...]):
 
     with ThreadPoolExecutor(max_workers=len(parts)) as pool:
         list(pool.map(one, parts))
-    result = determinism.run(cfg, StageContext(run_dir=run_dir, stage="determinism"))
+    ctx = StageContext(run_dir=run_dir, stage="determinism", fingerprints=dict(fingerprints or {}))
+    result = determinism.run(cfg, ctx)
     return result, {c.id.removeprefix("determinism."): c for c in result.checks}
+
+
+def gate_reasons(result) -> list[str]:
+    """The ids of the rows that block the gate under the default `gate.unverifiable: block`
+    (`pipeline.run.gate.merge`): what a launch's gate.json `reasons` start with."""
+    return [c.id for c in result.checks if c.blocking or c.verdict == "unverifiable"]

@@ -1,7 +1,7 @@
 """The loss envelope: this smoke run's loss curve against earlier clear runs of the same training config.
 
 Earlier runs are JSON twins written into a tmp audit_dir (the shape the gate writes); this run's curve
-is a real `pipeline.trainlog` stream. One case runs the determinism stage for real through the launcher.
+is a real `pipeline.trainlog` stream. One case runs the determinism stage for real (its parts in-process).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from pipeline.stages.determinism import compare, envelope
 from pipeline.stages.determinism.config import DeterminismConfig
 from pipeline.storage import atomic_write_json
 from pipeline.trainlog import MetricsLog
-from tests.conftest import gate_of, launch, run_dir_of
-from tests.stages.determinism.helpers import reference_overrides
+from tests.stages.determinism.helpers import gate_reasons, run_stage, stage_cfg
 
 PRINTS = {"training": "sha256:train", "model": "sha256:model", "config": "sha256:c", "container": "sha256:e"}
 BASE = [1.0, 0.8, 0.65, 0.55, 0.5]
@@ -129,27 +128,26 @@ def test_envelope_settings_are_checked_at_launch(key, value):
 
 
 def test_the_real_stage_finds_its_curve_outside_earlier_runs_and_keeps_it(tmp_path, tiny_dataset):
-    """Two earlier clear runs on the same dataset with a loss near 1000: the tiny run is far outside."""
+    """Two earlier clear runs on the same dataset with a loss near 1000: the tiny run is far outside.
+
+    The stage runs for real (reference-trainer twins, in-process as the part jobs run them), reading the
+    audit_dir a launch passes it and the dataset fingerprint the plan gives it."""
     audit = tmp_path / "audit_logs"
     for name, shift in (("e1", 0.0), ("e2", 1.0)):
         earlier(audit, name, [1000.0 + shift] * 3, dataset=digest_path(tiny_dataset))
-    proc = launch(
-        tmp_path,
-        "launcher=local",
-        "stage=determinism",
-        "~demo",
-        "launcher.poll_s=0.2",
-        f"dataset.path={tiny_dataset}",
-        *reference_overrides(),
-        "stages.determinism.steps=3",
-        "stages.determinism.job_pair=false",
-        "stages.determinism.reload.enabled=false",
-        "stages.determinism.envelope_match=[dataset]",
+    cfg = stage_cfg(
+        tiny_dataset,
+        extra={"run_id": "now", "audit_dir": str(audit)},
+        steps=3,
+        job_pair=False,
+        envelope_match=["dataset"],
+        **{"reload.enabled": False},
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr  # soft: the gate stays clear
-    stage = next(s for s in gate_of(run_dir_of(tmp_path, proc))["stages"] if s["stage"] == "determinism")
-    row = next(c for c in stage["checks"] if c["id"] == "determinism.envelope")
-    assert row["verdict"] == "mismatch" and row["severity"] == "soft"
-    assert row["evidence"]["earlier_runs"] == ["e2", "e1"]
-    assert row["evidence"]["curve"]["steps"] == [1, 2, 3] and len(row["evidence"]["outside"]) == 3
-    assert Path(stage["artifacts"]["loss_envelope"]).exists()
+    prints = {"dataset": digest_path(tiny_dataset)}
+    result, found = run_stage(tmp_path / "run", cfg, ("twin_a", "twin_b", "control"), fingerprints=prints)
+    assert not gate_reasons(result), result.checks  # soft: the gate stays clear (a launch exits 0)
+    row = found["envelope"]
+    assert row.verdict == "mismatch" and row.severity == "soft"
+    assert row.evidence["earlier_runs"] == ["e2", "e1"]
+    assert row.evidence["curve"]["steps"] == [1, 2, 3] and len(row.evidence["outside"]) == 3
+    assert Path(result.artifacts["loss_envelope"]).exists()

@@ -17,7 +17,16 @@ from pipeline.errors import InputError
 from pipeline.stages import StageContext, determinism
 from pipeline.stages.determinism.config import DeterminismConfig
 from tests.conftest import FAULTY_FULL_GROUP, Launched, gate_of, launch, run_dir_of
-from tests.stages.determinism.helpers import REFERENCE_CMD, REFERENCE_LOADER, reference_overrides, tiny_cmd
+from tests.stages.determinism.helpers import (
+    REFERENCE_CMD,
+    REFERENCE_LOADER,
+    TINY_TRAINER,
+    gate_reasons,
+    reference_overrides,
+    run_stage,
+    stage_cfg,
+    trainer_cmd,
+)
 
 BASE = (
     "launcher=local",
@@ -27,6 +36,8 @@ BASE = (
     "launcher.poll_s=0.2",
     *reference_overrides(),
 )
+# the parts a launch with the default job_pair plans (ddp_procs=1: no ddp part)
+LAUNCHED_PARTS = ("twin_a", "twin_b", "control", "bare_a", "bare_b")
 
 
 def checks(run_dir: Path) -> dict[str, dict]:
@@ -97,28 +108,26 @@ def test_demo_faulty_is_blocked_at_its_first_divergent_step(faulty_full: Launche
 
 
 def test_crashed_twin_is_an_error_a_seed_blind_control_unverifiable_and_warn_only_lists_ops(tmp_path):
-    """One launch, three findings: twin_b exits 1, the control reuses the twins' seed, and the user's
-    trainer hits an op with no deterministic CPU implementation under warn_only."""
-    proc = launch(
-        tmp_path,
-        *BASE,
-        tiny_cmd("--crash-if-out-contains", "twin_b", "--nondet-op"),
-        "stages.determinism.control_seed=0",
-        "stages.determinism.warn_only=true",
-        "stages.determinism.reload.enabled=false",
+    """One run of the stage's parts (in-process, as the part jobs run them: what is tested is the merge,
+    not the launch, which the twins test above covers), three findings: twin_b exits 1, the control
+    reuses the twins' seed, and the user's trainer hits an op with no deterministic CPU implementation
+    under warn_only."""
+    cfg = stage_cfg(
+        train_cmd=trainer_cmd(TINY_TRAINER, "--crash-if-out-contains", "twin_b", "--nondet-op"),
+        steps=3,
+        control_seed=0,
+        warn_only=True,
+        **{"reload.enabled": False},
     )
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    run_dir = run_dir_of(tmp_path, proc)
-    found = checks(run_dir)
-    assert found["twins"]["verdict"] == "error" and "twin_b exited 1" in found["twins"]["message"]
-    assert "planted crash" in found["twins"]["evidence"]["twin_b"]["log_tail"]
-    assert found["control"]["verdict"] == "unverifiable"  # twin_a vs a control with the same seed
+    result, found = run_stage(tmp_path, cfg, LAUNCHED_PARTS)
+    assert found["twins"].verdict == "error" and "twin_b exited 1" in found["twins"].message
+    assert "planted crash" in found["twins"].evidence["twin_b"]["log_tail"]
+    assert found["control"].verdict == "unverifiable"  # twin_a vs a control with the same seed
     ops = found["nondeterministic_ops"]
-    assert ops["verdict"] == "mismatch" and ops["severity"] == "soft"
-    assert found["nondeterministic_ops"]["actual"] == ["put_"]
-    gate = gate_of(run_dir)
-    assert gate["gate"] == "blocked"
-    assert {r.split(":")[0] for r in gate["reasons"]} == {"determinism.twins", "determinism.control"}
+    assert ops.verdict == "mismatch" and ops.severity == "soft"
+    assert found["nondeterministic_ops"].actual == ["put_"]
+    # the gate a launch writes: blocked (exit 3), by these two rows only
+    assert set(gate_reasons(result)) == {"determinism.twins", "determinism.control"}
 
 
 def stage_config(tmp_path: Path, dataset: Path, **changes) -> DictConfig:

@@ -8,7 +8,6 @@ MuJoCo rendering (64 px).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +20,6 @@ from pipeline.stages.render_cache.tolerance import compare
 from tests.stages.render_cache.helpers import config
 
 FRAMES, GOALS = "pix_b0002_frames.npy", "pix_b0002_goals.npy"
-
-
-@pytest.fixture(scope="module")
-def rs(gl: None) -> Iterator[Renderers]:
-    renderers = Renderers(config(budgets=[2]))
-    yield renderers
-    renderers.close()
 
 
 def _run(root: Path, rs: Renderers, **overrides: object) -> dict[str, Check]:

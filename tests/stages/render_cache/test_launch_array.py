@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from pipeline.record.records import StageResult
 from pipeline.stages.render_cache import check
@@ -105,8 +106,6 @@ def test_sharded_run_is_one_job_array_and_equals_unsharded(
     assert gate_start >= max(r[3] for r in rows)  # ISO times: the gate started after every task ended
     merged = StageResult.from_dict(json.loads((run_dir / "stages" / "render_cache.json").read_text()))
     cfg_yaml = (run_dir / "config.yaml").read_text()
-    from omegaconf import OmegaConf
-
     rcfg = OmegaConf.create(cfg_yaml)
     scfg = config(budgets=[1, 2])
     whole, _ = check(scfg, Path(rcfg.release.path), Path(rcfg.cache.path), None, tmp_path / "unsharded")
@@ -115,8 +114,10 @@ def test_sharded_run_is_one_job_array_and_equals_unsharded(
 
 @pytest.mark.render
 def test_local_executor_runs_the_same_array_tasks(
-    gl: None, tmp_path: Path, demo_cache: DemoCache, clean_demo: Path
+    gl: None, tmp_path: Path, demo_cache: DemoCache, clean_demo: Path, clean_checks: list
 ) -> None:
+    """Four array tasks, each in its own process and renderer, merged by the stage's job: the merged
+    rows equal the unsharded check's (conftest `clean_checks`, the same demo checked in one go)."""
     seed(tmp_path, demo_cache, clean_demo, *TINY)
     proc = launch(
         tmp_path,
@@ -134,3 +135,8 @@ def test_local_executor_runs_the_same_array_tasks(
     plan = json.loads((run_dir / "plan.json").read_text())["jobs"]
     assert plan["render_cache.task"]["array"] == 4
     assert plan["render_cache"]["deps"] == [["render_cache.task", "afterany"]]
+    merged = StageResult.from_dict(json.loads((run_dir / "stages" / "render_cache.json").read_text()))
+    seeded = tmp_path / "preflight" / "demo" / "render_cache-default"  # `seed`'s copy of clean_demo
+    assert Path(OmegaConf.create((run_dir / "config.yaml").read_text()).release.path) == seeded / "release"
+    unsharded = json.dumps([c.to_dict() for c in clean_checks]).replace(str(clean_demo), str(seeded))
+    assert [c.to_dict() for c in merged.checks] == json.loads(unsharded)  # the same rows, paths aside

@@ -20,15 +20,6 @@ def _by_id(checks: list) -> dict:
     return {c.id.removeprefix("render_cache."): c for c in checks}
 
 
-@pytest.fixture(scope="module")
-def clean_checks(clean_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> list:
-    """The clean demo checked unsharded, once for the module: its rows are asserted one by one below and
-    are what the sharded merge must equal (one check instead of two: an env, a renderer, ~12 renders)."""
-    out = tmp_path_factory.mktemp("rc_unsharded")
-    checks, _ = check(config(budgets=[1, 2]), clean_demo / "release", clean_demo / "cache", None, out)
-    return checks
-
-
 def test_clean_demo_passes_every_check(clean_checks: list) -> None:
     checks = clean_checks
     got = _by_id(checks)
@@ -76,30 +67,25 @@ def test_faulty_demo_each_fault_caught_by_its_own_row(faulty_demo: Path, tmp_pat
 
 
 def test_live_step_frames_are_reported_as_pairing_not_nondeterminism(
-    clean_demo: Path, tmp_path: Path
+    clean_demo: Path, tmp_path: Path, rs: Renderers
 ) -> None:
     """Frames as env.step returned them, claimed as state renders: the pairing row says so."""
     shutil.copytree(clean_demo, tmp_path / "d")
     root = tmp_path / "d"
     cfg = config(budgets=[1])
-    rs = Renderers(cfg)
-    try:
-        with np.load(root / "release" / "data" / "episode-0000.npz") as ep:
-            live = [
-                rs.at(64).live_step(ep["qpos"][t - 1], ep["qvel"][t - 1], ep["control"][t - 1])
-                for t in (1, 2, 3)
-            ]
-        frames = np.load(root / "cache" / "pix_b0001_frames.npy")
-        frames[1:4] = np.stack(live)
-        np.save(root / "cache" / "pix_b0001_frames.npy", frames)
-        claimed_state = episode_range(cfg, root / "release", root / "cache", 1, (0, 1), rs)
-        every = len(claimed_state["frames"])  # the whole budget was re-rendered: exhaustive, exact verdicts
-        rows_state = _by_id(rows.frame_rows(cfg, "frames.b1", "b1", claimed_state["frames"], 64, every))
-        live_cfg = config(budgets=[1], pairing="live_step")
-        claimed_live = episode_range(live_cfg, root / "release", root / "cache", 1, (0, 1), rs)
-        rows_live = _by_id(rows.frame_rows(live_cfg, "frames.b1", "b1", claimed_live["frames"], 64, every))
-    finally:
-        rs.close()
+    with np.load(root / "release" / "data" / "episode-0000.npz") as ep:
+        live = [
+            rs.at(64).live_step(ep["qpos"][t - 1], ep["qvel"][t - 1], ep["control"][t - 1]) for t in (1, 2, 3)
+        ]
+    frames = np.load(root / "cache" / "pix_b0001_frames.npy")
+    frames[1:4] = np.stack(live)
+    np.save(root / "cache" / "pix_b0001_frames.npy", frames)
+    claimed_state = episode_range(cfg, root / "release", root / "cache", 1, (0, 1), rs)
+    every = len(claimed_state["frames"])  # the whole budget was re-rendered: exhaustive, exact verdicts
+    rows_state = _by_id(rows.frame_rows(cfg, "frames.b1", "b1", claimed_state["frames"], 64, every))
+    live_cfg = config(budgets=[1], pairing="live_step")
+    claimed_live = episode_range(live_cfg, root / "release", root / "cache", 1, (0, 1), rs)
+    rows_live = _by_id(rows.frame_rows(live_cfg, "frames.b1", "b1", claimed_live["frames"], 64, every))
     assert rows_state["frames.b1.pairing"].verdict == "mismatch"
     assert (
         rows_state["frames.b1.pairing"].actual == "live_step"
@@ -123,7 +109,7 @@ def _broken(clean_demo: Path, tmp_path: Path) -> Path:
     ["missing_goals", "truncated_frames", "outside_manifest", "wrong_shape", "garbage_header", "overcount"],
 )
 def test_bad_inputs_give_error_rows_naming_file_and_field(
-    clean_demo: Path, tmp_path: Path, fault: str
+    clean_demo: Path, tmp_path: Path, rs: Renderers, fault: str
 ) -> None:
     root = _broken(clean_demo, tmp_path)
     cache_dir, cfg = root / "cache", config(budgets=[1])
@@ -146,21 +132,15 @@ def test_bad_inputs_give_error_rows_naming_file_and_field(
         )
     else:
         np.save(cache_dir / "pix_b0001_frames.npy", np.zeros((4, 32, 32, 3), np.uint8))
-    rs = Renderers(cfg)
-    try:
-        got = (
-            episode_range(cfg, root / "release", cache_dir, 1, (0, 1), rs) if fault != "wrong_shape" else None
+    got = episode_range(cfg, root / "release", cache_dir, 1, (0, 1), rs) if fault != "wrong_shape" else None
+    facts = budget.facts(cfg, root / "release", cache_dir, 1)
+    if fault == "wrong_shape":
+        found = _by_id(
+            rows.budget_rows(cfg, 1, facts, rows.merge([{"budget": 1, "part": [0, 1], "episodes": []}]))
         )
-        facts = budget.facts(cfg, root / "release", cache_dir, 1)
-        if fault == "wrong_shape":
-            found = _by_id(
-                rows.budget_rows(cfg, 1, facts, rows.merge([{"budget": 1, "part": [0, 1], "episodes": []}]))
-            )
-            assert found["shapes.b1"].verdict == "mismatch" and "[4, 32, 32, 3]" in found["shapes.b1"].message
-            return
-        found = _by_id(rows.budget_rows(cfg, 1, facts, rows.merge([got])))
-    finally:
-        rs.close()
+        assert found["shapes.b1"].verdict == "mismatch" and "[4, 32, 32, 3]" in found["shapes.b1"].message
+        return
+    found = _by_id(rows.budget_rows(cfg, 1, facts, rows.merge([got])))
     errors = [c for c in found.values() if c.verdict == "error"]
     assert errors and all(c.blocking for c in errors)
     field = {
@@ -173,25 +153,7 @@ def test_bad_inputs_give_error_rows_naming_file_and_field(
     assert any(c.evidence.get("field") == field and c.evidence.get("path") for c in errors), errors
 
 
-def test_sharded_merge_equals_unsharded(clean_demo: Path, clean_checks: list, tmp_path: Path) -> None:
-    cfg = config(budgets=[1, 2])
-    rel, cache_dir = clean_demo / "release", clean_demo / "cache"
-    whole = clean_checks  # check(cfg, rel, cache_dir, None, ...): the unsharded rows, computed once
-    parts = []
-    for b in cfg.budgets:
-        for k in range(2):  # each task in its own renderer, as array tasks are
-            rs = Renderers(cfg)
-            try:
-                part = episode_range(cfg, rel, cache_dir, b, (k, 2), rs)
-                part["gl"] = rs.gl()
-            finally:
-                rs.close()
-            parts.append(part)
-    sharded, _ = check(cfg, rel, cache_dir, parts, tmp_path)
-    assert [c.to_dict() for c in sharded] == [c.to_dict() for c in whole]
-
-
-def test_domain_gap_png_side_by_side(clean_demo: Path, tmp_path: Path) -> None:
+def test_domain_gap_png_side_by_side(clean_demo: Path, tmp_path: Path, rs: Renderers) -> None:
     root = _broken(clean_demo, tmp_path)
     path = root / "release" / "data" / "episode-0000.npz"
     with np.load(path) as z:
@@ -201,11 +163,7 @@ def test_domain_gap_png_side_by_side(clean_demo: Path, tmp_path: Path) -> None:
     )  # a black "collection" render
     np.savez(path, **arrays)
     cfg = config(budgets=[1])
-    rs = Renderers(cfg)
-    try:
-        row, artifacts = gap_row(cfg, root / "release", rs, tmp_path)
-    finally:
-        rs.close()
+    row, artifacts = gap_row(cfg, root / "release", rs, tmp_path)
     assert row.verdict == "mismatch" and row.severity == "soft" and row.actual > cfg.gap_max_mean_diff
     assert Path(artifacts["domain_gap_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

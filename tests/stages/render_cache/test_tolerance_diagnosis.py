@@ -2,13 +2,13 @@
 GPU asked for when the cache was rendered on one.
 
 Faults are planted by editing cached frames with numpy; the re-render side is real MuJoCo rendering of
-the clean demo (64 px). One Renderers serves the module: its memo renders each state once across tests.
+the clean demo (64 px). One Renderers serves the session (conftest `rs`): its memo renders each state
+once across tests.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +21,6 @@ from pipeline.stages.render_cache.tolerance import compare, resize, within
 from tests.stages.render_cache.helpers import config
 
 FRAMES, META = "pix_b0002_frames.npy", "pix_b0002_meta.npz"
-
-
-@pytest.fixture(scope="module")
-def rs(gl: None) -> Iterator[Renderers]:
-    renderers = Renderers(config(budgets=[2]))
-    yield renderers
-    renderers.close()
 
 
 def _copy(demo: Path, tmp_path: Path) -> Path:
