@@ -24,7 +24,8 @@ MAD_SCALE = 1.4826  # MAD -> standard deviation under a normal distribution
 
 @dataclass
 class Departure:
-    """Per (episode, dim): the robust z, the BH q-value and whether it departs (q < alpha and large)."""
+    """Per (episode, dim): the robust z, the BH q-value (1 everywhere where no tested cell is large: not
+    computed, nothing can depart) and whether it departs (q < alpha and large)."""
 
     z: np.ndarray
     q: np.ndarray
@@ -55,7 +56,9 @@ def depart(
     z = np.where(finite, (masked - centre) / scale, 0.0)
     tested = judged & finite
     q = np.ones_like(z)
-    if tested.any():
+    # the q-values matter only where a tested cell is also large: where none is, nothing departs whatever
+    # they are, and they are left at 1 (on clean data, most rows: no tail probabilities, no BH sort)
+    if (tested if large is None else tested & large).any():
         q[tested] = bh_adjusted(normal_sf(z[tested]))
     flagged = tested & (q < alpha) & (z > 0)
     if large is not None:
