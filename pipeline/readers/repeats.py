@@ -46,7 +46,8 @@ def _places(episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
 
 class RepeatScan:
     """Matches between sampled windows of different episodes, grouped by (episode, earlier episode,
-    frame offset): a repeated run is a group whose matches span many frames."""
+    frame offset): a repeated run is a group whose matches span many frames. `expected_rows` (the rows
+    the metadata claims) only sizes the compiled table up front: what it finds is the same."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class RepeatScan:
         sample: int = SAMPLE,
         max_kept: int = MAX_KEPT,
         compiled: bool | None = None,
+        expected_rows: int | None = None,
     ):
         if sample < 1 or sample & (sample - 1):
             raise ValueError(f"sample must be a power of two, got {sample}")
@@ -63,7 +65,9 @@ class RepeatScan:
         self.compiled = sketch_kernel.HAVE_NUMBA if compiled is None else compiled
         # window hash -> where first seen (episode * SPAN + frame)
         self.table: repeats_kernel.HashTable | SortedTable = (
-            repeats_kernel.HashTable() if self.compiled else SortedTable()
+            repeats_kernel.HashTable(repeats_kernel.slots_for(expected_rows, max_kept))
+            if self.compiled
+            else SortedTable()
         )
         self.groups: dict[tuple[int, int, int], list[int]] = {}  # -> [matches, first frame, last frame]
         self._carry: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # per stream: its last rows
