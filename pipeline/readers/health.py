@@ -91,6 +91,7 @@ class HealthScan:
         stride: int = 1,
         gap_factor: float = 1.5,
         alone: Sequence[str] = (),
+        expected_rows: int | None = None,
     ):
         self.dims = dict(dims)
         # features whose rows the repeat scan also follows on their own: measured ones (a state), which
@@ -118,7 +119,9 @@ class HealthScan:
         self._step: dict[str, np.ndarray] = {}  # and its last step (a spike straddling a block's cut)
         self._t_last: float | None = None
         self._float32: dict[str, bool] = {}  # features stored as float32 (their values kept as such)
-        self.repeats = RepeatScan()  # runs of rows repeated across episodes (a partial re-upload)
+        # runs of rows repeated across episodes (a partial re-upload); `expected_rows` (the metadata's
+        # claim, if any) only sizes its table
+        self.repeats = RepeatScan(expected_rows=expected_rows)
         self.sample = RowSample()  # rows and steps for the profile (`readers.profile`)
 
     # ------------------------------------------------------------------------------- per block

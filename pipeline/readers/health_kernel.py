@@ -67,7 +67,11 @@ def allocate(k: int, dim: int, n: int) -> dict[str, np.ndarray]:
 
 # Dim by dim, each run's facts in locals: row by row they were loads and stores to arrays the compiler must
 # assume alias each other (~10 ns a value, 1.4x this loop); each dim's rows still come in order, so every
-# sum, extreme and first row is the same. `moved` marks the rows where some dim changed (the row runs).
+# sum, extreme and first row is the same. Per (run, dim), two loops over its rows: the values (hashes,
+# sums, ranges, extremes), then the steps (spread, jumps, excursions, constant runs): one loop holding
+# both kept ~25 scalars live (spilled to the stack) and took a mispredicted branch on every other step
+# (the excursion's sign test); split, with the excursion a select, it is ~1.7x faster, the same bits.
+# `moved` marks the rows where some dim changed (the row runs).
 def _motion_loop(  # type: ignore[no-untyped-def]
     x, bits, starts, ends, cont, carry, carry_run, carry_row_run, carry_step, pos0,
     lo, hi, total, first, last, longest, run, row_longest, row_run, jump, jump_at, bounce, bounce_at,
@@ -79,13 +83,12 @@ def _motion_loop(  # type: ignore[no-untyped-def]
         s, e, linked = starts[k], ends[k], k == 0 and cont
         offset, lane1, lane2 = pos0 if k == 0 else 0, h1[k], h2[k]
         for d in range(dim):
-            row_weight, cur = (np.uint64(d) * k3 + k4) | one, carry_run[d] if linked else 0
+            row_weight = (np.uint64(d) * k3 + k4) | one
             first[k, d], last[k, d] = x[s, d], x[e - 1, d]
+            # the values: hashes, sums, ranges, the block's extremes
             low_k, high_k, total_k = lo[k, d], hi[k, d], total[k, d]
-            longest_k, jump_k, jump_at_k = longest[k, d], jump[k, d], jump_at[k, d]
-            bounce_k, bounce_at_k, before = bounce[k, d], bounce_at[k, d], carry_step[d] if linked else np.nan
             low_v, low_c, low_r = low[d], low_count[d], low_row[d]
-            high_v, high_c, high_r, sq, sq_n = high[d], high_count[d], high_row[d], diff_sq[d], diff_n[d]
+            high_v, high_c, high_r = high[d], high_count[d], high_row[d]
             for i in range(s, e):
                 pos = i - s + offset
                 v, b = x[i, d], np.uint64(bits[i, d])
@@ -101,27 +104,50 @@ def _motion_loop(  # type: ignore[no-untyped-def]
                     if v >= high_v:
                         high_c, high_r = (high_c + 1, high_r) if v == high_v else (1, i)
                         high_v = v
-                same = False
-                if i > s or linked:
-                    prev = x[i - 1, d] if i > s else carry[d]
-                    step = v - prev
-                    finite = step == step and abs(step) != np.inf
-                    if finite:
-                        sq, sq_n = sq + step * step, sq_n + 1
-                        if abs(step) > jump_k:
-                            jump_k, jump_at_k = abs(step), pos
-                        if step * before < 0 and min(abs(step), abs(before)) > bounce_k:
-                            bounce_k, bounce_at_k = min(abs(step), abs(before)), pos - 1
-                    before = step if finite else np.nan
-                    same = step == 0
+            lo[k, d], hi[k, d], total[k, d] = low_k, high_k, total_k
+            low[d], low_count[d], low_row[d] = low_v, low_c, low_r
+            high[d], high_count[d], high_row[d] = high_v, high_c, high_r
+            # the steps: their spread, the largest, one-sample excursions, constant runs
+            cur = carry_run[d] if linked else 0
+            longest_k, jump_k, jump_at_k = longest[k, d], jump[k, d], jump_at[k, d]
+            bounce_k, bounce_at_k, before = bounce[k, d], bounce_at[k, d], carry_step[d] if linked else np.nan
+            sq, sq_n = diff_sq[d], diff_n[d]
+            if linked:
+                prev = carry[d]
+                begin = s
+            else:
+                prev = np.float64(x[s, d])
+                begin = s + 1
+                cur = 0
+                longest_k = max(longest_k, cur)
+                moved[s] = True
+            for i in range(begin, e):
+                v = np.float64(x[i, d])
+                step = v - prev
+                prev = v
+                pos = i - s + offset
+                size = abs(step)
+                finite = size != np.inf and step == step
+                if finite:
+                    sq += step * step
+                    sq_n += 1
+                    if size > jump_k:
+                        jump_k, jump_at_k = size, pos
+                    turn = step * before < 0
+                    small = size if size < abs(before) else abs(before)
+                    cand = small if turn else 0.0
+                    if cand > bounce_k:
+                        bounce_k, bounce_at_k = cand, pos - 1
+                    before = step
+                else:
+                    before = np.nan
+                same = step == 0
                 cur = cur + 1 if same else 0
                 longest_k = max(longest_k, cur)
                 moved[i] = moved[i] or not same
-            lo[k, d], hi[k, d], total[k, d] = low_k, high_k, total_k
             longest[k, d], jump[k, d], jump_at[k, d], run[k, d] = longest_k, jump_k, jump_at_k, cur
             bounce[k, d], bounce_at[k, d], last_step[d] = bounce_k, bounce_at_k, before
-            low[d], low_count[d], low_row[d] = low_v, low_c, low_r
-            high[d], high_count[d], high_row[d], diff_sq[d], diff_n[d] = high_v, high_c, high_r, sq, sq_n
+            diff_sq[d], diff_n[d] = sq, sq_n
         h1[k], h2[k] = lane1, lane2
         row_cur = carry_row_run[0] if linked else 0
         for i in range(s, e):

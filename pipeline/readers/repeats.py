@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.readers import repeats_kernel, sketch_kernel
+
 WINDOW = 8  # rows per hashed window
 SAMPLE = 1  # one window hash in SAMPLE kept (doubles each time the table reaches MAX_KEPT)
 MAX_KEPT = 4_000_000  # window hashes held (64 MB: a hash and a place each) before SAMPLE doubles
@@ -44,15 +46,29 @@ def _places(episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
 
 class RepeatScan:
     """Matches between sampled windows of different episodes, grouped by (episode, earlier episode,
-    frame offset): a repeated run is a group whose matches span many frames."""
+    frame offset): a repeated run is a group whose matches span many frames. `expected_rows` (the rows
+    the metadata claims) only sizes the compiled table up front: what it finds is the same."""
 
-    def __init__(self, window: int = WINDOW, sample: int = SAMPLE, max_kept: int = MAX_KEPT):
+    def __init__(
+        self,
+        window: int = WINDOW,
+        sample: int = SAMPLE,
+        max_kept: int = MAX_KEPT,
+        compiled: bool | None = None,
+        expected_rows: int | None = None,
+    ):
         if sample < 1 or sample & (sample - 1):
             raise ValueError(f"sample must be a power of two, got {sample}")
         self.window, self.sample, self.max_kept = window, sample, max_kept
         self._powers = np.array([_BASE] * window, dtype=np.uint64).cumprod()[::-1].copy()
-        # window hash -> where first seen (episode * SPAN + frame), as two arrays sorted by hash
-        self.keys, self.places = np.empty(0, np.uint64), np.empty(0, np.int64)
+        # compiled (numba): the windows in one loop and the table a hash table; else numpy, the reference
+        self.compiled = sketch_kernel.HAVE_NUMBA if compiled is None else compiled
+        # window hash -> where first seen (episode * SPAN + frame)
+        self.table: repeats_kernel.HashTable | SortedTable = (
+            repeats_kernel.HashTable(repeats_kernel.slots_for(expected_rows, max_kept))
+            if self.compiled
+            else SortedTable()
+        )
         self.groups: dict[tuple[int, int, int], list[int]] = {}  # -> [matches, first frame, last frame]
         self._carry: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # per stream: its last rows
         # an array task's kept windows in order (hash, episode, frame), for the main job to replay; None:
@@ -69,14 +85,38 @@ class RepeatScan:
         is one group. `busy`: keep only windows whose rows change at least every other step (one feature
         alone, a gripper's command stepping between two levels, repeats across episodes by itself), and
         1 in BUSY_SAMPLE of them (a copy of one feature is looked for over seconds of rows, not 9)."""
+        every = self.sample * (BUSY_SAMPLE if busy else 1)
+        carry = self._carry.get(stream, _EMPTY)
+        with np.errstate(over="ignore"):
+            salt = np.uint64(stream) * _SALT
+        if self.compiled:
+            kept, self._carry[stream] = repeats_kernel.windows(
+                carry, rows, ep, pos, _MIX, salt, self._powers, busy, every
+            )
+        else:
+            kept = self._windows(carry, rows, ep, pos, stream, busy, every)
+        if self.log is not None:
+            self.log.append(kept)
+        self._see(*kept)
+
+    def _windows(
+        self,
+        carry: tuple[np.ndarray, np.ndarray, np.ndarray],
+        rows: np.ndarray,
+        ep: np.ndarray,
+        pos: np.ndarray,
+        stream: int,
+        busy: bool,
+        every: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kept windows (hash, episode, first frame) in whole-block numpy passes (the reference)."""
         with np.errstate(over="ignore"):
             rows = (rows ^ (rows >> np.uint64(31))) * _MIX  # mixed, so that the low bits sample well
-        carry = self._carry.get(stream, _EMPTY)
         h, e, p = (np.r_[c, x] for c, x in zip(carry, (rows, ep, pos), strict=True))
         self._carry[stream] = (h[-(self.window - 1) :], e[-(self.window - 1) :], p[-(self.window - 1) :])
         m = len(h) - self.window + 1
         if m <= 0:
-            return
+            return _EMPTY
         with np.errstate(over="ignore"):
             wh = np.full(m, np.uint64(stream) * _SALT, dtype=np.uint64)
             for k, power in enumerate(self._powers):  # a polynomial hash of each window, in W passes
@@ -85,56 +125,31 @@ class RepeatScan:
         inside = (e[:m] == e[last:]) & (p[last:] - p[:m] == last)
         change = np.r_[0, np.cumsum(h[1:] != h[:-1])]
         moving = change[last:] - change[:m] >= (last + 1) // 2 if busy else change[last:] - change[:m] > 0
-        every = self.sample * (BUSY_SAMPLE if busy else 1)
         keep = np.flatnonzero(inside & moving & ((wh & np.uint64(every - 1)) == 0))
-        if self.log is not None:
-            self.log.append((wh[keep], e[keep], p[keep]))
-        self._see(wh[keep], e[keep], p[keep])
+        return wh[keep], e[keep], p[keep]
 
     def _see(self, keys: np.ndarray, episodes: np.ndarray, frames: np.ndarray) -> None:
         """Record the first place of each kept window; a window already seen in another episode is a
-        match of its group. The table is two sorted arrays (hash, place), searched and merged per block:
-        a dict of Python ints cost ~100 B and ~1 us a window (a third of the health pass at 7 M rows);
-        the arrays cost 16 B and a few ns."""
+        match of its group."""
         keys = np.asarray(keys, np.uint64)
         if not len(keys):
             return
-        places = _places(episodes, frames)
-        order = np.argsort(keys)
-        sk = keys[order]
-        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-        first = np.minimum.reduceat(order, starts)  # per distinct hash: its first arrival in the block
-        at = np.searchsorted(self.keys, sk[starts])
-        known = at < len(self.keys)
-        known[known] = self.keys[at[known]] == sk[starts][known]
-        lead = places[first]  # where each distinct hash was first seen: the table, else this block
-        lead[known] = self.places[at[known]]
-        self._group(places[order], np.repeat(lead, np.diff(np.r_[starts, len(sk)])), order)
-        new = ~known
-        self.keys = np.insert(self.keys, at[new], sk[starts][new])
-        self.places = np.insert(self.places, at[new], places[first][new])
-        if len(self.keys) > self.max_kept:
-            self._thin()
+        self._group(*self.table.see(keys, _places(episodes, frames)))
+        while len(self.table) > self.max_kept:
+            self.sample *= 2
+            self.table.thin(self.sample)
 
-    def _group(self, places: np.ndarray, seen: np.ndarray, arrival: np.ndarray) -> None:
-        """Count the windows whose hash was first seen in another episode, per (episode, earlier
-        episode, frame offset), with the group's first and last frame; matches are few (a loop), taken
-        in arrival order so that the groups are listed as a row-by-row scan lists them."""
-        hit = np.flatnonzero((places >> 32) != (seen >> 32))  # another episode's (SPAN is 2^32)
-        if not len(hit):
+    def _group(self, places: np.ndarray, seen: np.ndarray) -> None:
+        """Count the windows whose hash was first seen in another episode (`places`, in arrival order,
+        and where each hash was first seen), per (episode, earlier episode, frame offset), with the
+        group's first and last frame; matches are few (a loop), listed as a row-by-row scan lists them."""
+        if not len(places):
             return
-        hit = hit[np.argsort(arrival[hit], kind="stable")]
-        (episode, frame), (other, at) = np.divmod(places[hit], SPAN), np.divmod(seen[hit], SPAN)
+        (episode, frame), (other, at) = np.divmod(places, SPAN), np.divmod(seen, SPAN)
         for e, o, f, a in zip(*(v.tolist() for v in (episode, other, frame, at)), strict=True):
             group = self.groups.setdefault((e, o, f - a), [0, f, f])
             group[0] += 1
             group[1], group[2] = min(group[1], f), max(group[2], f)
-
-    def _thin(self) -> None:
-        while len(self.keys) > self.max_kept:
-            self.sample *= 2
-            kept = (self.keys & np.uint64(self.sample - 1)) == 0
-            self.keys, self.places = self.keys[kept], self.places[kept]
 
     def facts(self) -> dict[str, Any]:
         """Each repeated run (at least two matching windows at one offset) with its frames in both
@@ -153,3 +168,40 @@ class RepeatScan:
         ]
         runs.sort(key=lambda r: -r["rows"])
         return {"runs": runs, "window": self.window, "sample": self.sample}
+
+
+class SortedTable:
+    """Window hash -> the place it was first seen, as two arrays sorted by hash, searched and merged per
+    block (numpy; the compiled path's hash table gives the same matches): a dict of Python ints cost
+    ~100 B and ~1 us a window; the arrays cost 16 B and a few ns, plus a copy of the table per block."""
+
+    def __init__(self) -> None:
+        self.keys, self.places = np.empty(0, np.uint64), np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def see(self, keys: np.ndarray, places: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Insert the new keys; returns the hits (place, first place of its hash), in arrival order."""
+        order = np.argsort(keys)
+        sk = keys[order]
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        first = np.minimum.reduceat(order, starts)  # per distinct hash: its first arrival in the block
+        at = np.searchsorted(self.keys, sk[starts])
+        known = at < len(self.keys)
+        known[known] = self.keys[at[known]] == sk[starts][known]
+        lead = places[first]  # where each distinct hash was first seen: the table, else this block
+        lead[known] = self.places[at[known]]
+        seen = np.repeat(lead, np.diff(np.r_[starts, len(sk)]))
+        sorted_places = places[order]
+        hit = np.flatnonzero((sorted_places >> 32) != (seen >> 32))  # another episode's (SPAN is 2^32)
+        hit = hit[np.argsort(order[hit], kind="stable")]
+        new = ~known
+        self.keys = np.insert(self.keys, at[new], sk[starts][new])
+        self.places = np.insert(self.places, at[new], places[first][new])
+        return sorted_places[hit], seen[hit]
+
+    def thin(self, sample: int) -> None:
+        """Keep only the entries whose hash is 0 modulo `sample` (a power of two)."""
+        kept = (self.keys & np.uint64(sample - 1)) == 0
+        self.keys, self.places = self.keys[kept], self.places[kept]

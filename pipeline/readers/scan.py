@@ -213,7 +213,9 @@ def _health(contract: DatasetContract, dims: Mapping[str, int], options: ScanOpt
     fps = contract.claimed.get("fps")
     rate = float(fps) if isinstance(fps, (int, float)) else None
     measured = [k for k in dims if contract.features[k].role == "state"]
-    return HealthScan(dims, rate, 1, options.health_gap_factor, measured)
+    claimed = contract.claimed.get("total_frames")  # sizes the repeat table only: a wrong claim is harmless
+    rows = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > 0 else None
+    return HealthScan(dims, rate, 1, options.health_gap_factor, measured, rows)
 
 
 def image_summary(frames: np.ndarray) -> dict[str, Any]:

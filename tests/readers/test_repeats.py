@@ -4,6 +4,7 @@ resting rows never matched, and a bounded table."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pipeline.readers.repeats import RepeatScan
 
@@ -60,3 +61,30 @@ def test_the_table_is_bounded_and_still_finds_a_long_run() -> None:
     facts = _scan(x, ep, pos, 100, sample=1, max_kept=64)
     assert facts["sample"] >= 8  # doubled until the table fits
     assert [(r["episode"], r["of"]) for r in facts["runs"]] == [(3, 1)]
+
+
+def test_the_compiled_scan_finds_what_the_numpy_reference_finds() -> None:
+    """The hash table (numba) against the sorted arrays (numpy): the same kept windows in the same order,
+    the same groups and runs, through block cuts, a busy stream, table growth and thinning."""
+    pytest.importorskip("numba", reason="numba: the compiled scan under test")
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(48_000, 7)).round(1)
+    ep, pos = np.repeat(np.arange(400), 120), np.tile(np.arange(120), 400)
+    x[360:440], x[5000:5100], x[20000:20030] = x[140:220], x[9000:9100], x[30000:30030]  # planted copies
+    x[pos < 10] = 0.5  # resting rows
+    every, alone = row_hashes([x]), row_hashes([x[:, :3]])
+    for kw in ({}, {"max_kept": 500}, {"max_kept": 64, "sample": 2}):
+        for block in (7, 4096, 60_000):
+            found = []
+            for compiled in (False, True):
+                scan = RepeatScan(compiled=compiled, **kw)
+                scan.log = []
+                for lo in range(0, len(x), block):
+                    cut = slice(lo, lo + block)
+                    scan.observe(ep[cut], pos[cut], every[cut])
+                    scan.observe(ep[cut], pos[cut], alone[cut], 1, busy=True)
+                log = [np.concatenate([np.asarray(part[i]) for part in scan.log]) for i in range(3)]
+                found.append((scan.facts(), scan.groups, log))
+            (facts, groups, log), (facts_c, groups_c, log_c) = found
+            assert facts_c == facts and groups_c == groups and facts["runs"]
+            assert all(np.array_equal(a, b) for a, b in zip(log, log_c, strict=True))

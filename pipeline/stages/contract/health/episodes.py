@@ -25,6 +25,7 @@ from pipeline.readers.lerobot_data import LeRobotData
 from pipeline.readers.lerobot_windows import span
 from pipeline.record.records import Check
 from pipeline.stages.contract.health.common import ROWS, column, episode_ids, listed, trained, trained_text
+from pipeline.stages.contract.health.departure import normal_isf
 from pipeline.stages.contract.rows import Sources
 
 HORIZON_FIELDS = ("chunk_size", "horizon", "n_action_steps", "action_horizon", "action_chunk_size")
@@ -175,9 +176,7 @@ def _length_outliers(src: Sources, every: dict[int, int], lengths: dict[int, int
     logs = np.log(np.maximum(np.array(list(every.values()), dtype=float), 1.0))
     centre = float(np.median(logs))
     spread = max(float(np.median(np.abs(logs - centre))) * 1.4826, LOG_FLOOR)
-    from scipy.stats import norm  # ~0.8 s to import: here, not when every launch loads the stage
-
-    z_max = max(src.cfg.health.length_z, float(norm.isf(FAMILY_ALPHA / (2 * len(every)))))
+    z_max = max(src.cfg.health.length_z, normal_isf(FAMILY_ALPHA / (2 * len(every))))
     median = float(np.exp(centre))
     odd = {e: n for e, n in lengths.items() if abs(np.log(max(n, 1)) - centre) / spread > z_max}
     rule = (
