@@ -25,7 +25,7 @@ SHARED_FOLDERS = ("tests/stages/determinism", "tests/stages/render_cache", "test
 # RUN, its "by scope" table), less the launches since shared; only their order matters. A scope not named
 # weighs PER_TEST seconds a test.
 WEIGHTS = {
-    SLURM_GROUP: 794,
+    SLURM_GROUP: 440,  # 794 before the sacct poll, job_main, shared launches and reused probes (~0.55x)
     "tests/stages/determinism": 554,
     "tests/stages/render_cache": 557,
     "tests/stages/teacher_forced": 380,
