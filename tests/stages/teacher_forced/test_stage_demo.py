@@ -92,7 +92,7 @@ def test_a_manifest_that_no_longer_matches_the_data_blocks(demo, tmp_path):
 
 
 def test_faulty_demo_blocks_on_the_tampered_and_the_collapsed_checkpoint(faulty_demo, tmp_path):
-    result = run_stage(faulty_demo["dataset"], tmp_path)
+    result = run_stage(faulty_demo["dataset"], tmp_path, **NO_PROBES_NO_PLOTS)
     rows = by_id(result)
     tampered = rows["provenance.tampered"]
     assert tampered.verdict == "mismatch" and tampered.blocking
