@@ -28,7 +28,7 @@ WEIGHTS = {
     SLURM_GROUP: 794,
     "tests/stages/determinism": 443,  # x0.80: two launches run the stage in-process
     "tests/stages/render_cache": 501,  # x0.90: one session Renderers, the sharded merge on the launch
-    "tests/stages/teacher_forced": 190,  # x0.50: probes and plots off where no assertion reads them
+    "tests/stages/teacher_forced": 157,  # x0.41: probes and plots off where no assertion reads them
     "tests/test_wheel.py": 277,  # x0.96: one pair of twins
     "faulty_full": 210,
     "tests/stages/contract/test_shards_launch.py": 150,
