@@ -7,8 +7,10 @@ line; `.pth` files inside that folder are not processed from there, so this chec
 does not leak in (asserted: `pipeline` imports from the fresh venv).
 
 The full run uses a small demo (4 episodes of 60 steps, a narrower policy; it clears as the full-size
-one does), the render_cache stage's tiny demo sizes (as its own launch tests do) and 3 smoke steps: what
-the wheel must prove is that every stage runs from the install, not how big the demo is.
+one does), the render_cache stage's tiny demo sizes (as its own launch tests do), 3 smoke steps and one
+pair of twins (no second pair under the job's environment: the same trainer again, which the
+determinism tests cover): what the wheel must prove is that every stage runs from the install, not how
+big the demo is.
 """
 
 import json
@@ -34,6 +36,7 @@ SMALL = (  # a small demo, the render_cache launch tests' tiny one (their local 
     "demo.render_cache.hires=0",
     "demo.render_cache.raw_frames=0",
     "stages.determinism.steps=3",
+    "stages.determinism.job_pair=false",
     "launcher.poll_s=0.2",
 )
 

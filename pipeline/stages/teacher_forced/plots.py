@@ -11,25 +11,36 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from pipeline.storage import atomic_write_bytes
 
-from pipeline.storage import atomic_write_bytes  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def _pyplot() -> Any:
+    """pyplot on the Agg backend, imported by the first plot: the stage's import and a run with
+    plots=false do not pay for matplotlib (~0.5-1 s of CPU)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Figure, path: Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
+    _pyplot().close(fig)
     return atomic_write_bytes(path, buffer.getvalue())
 
 
 def per_dim(summaries: Mapping[str, Mapping], names: Sequence[str], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(names) + 2), 4))
+    fig, ax = _pyplot().subplots(figsize=(max(6, 0.9 * len(names) + 2), 4))
     width = 0.8 / max(1, len(summaries))
     x = np.arange(len(names))
     for i, (model, summary) in enumerate(summaries.items()):
@@ -44,7 +55,7 @@ def per_dim(summaries: Mapping[str, Mapping], names: Sequence[str], path: Path) 
 
 
 def by_position(per_sample: Mapping[str, np.ndarray], position: np.ndarray, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = _pyplot().subplots(figsize=(7, 4))
     for model, errors in per_sample.items():
         ax.scatter(position, errors, s=14, alpha=0.7, label=model)
     ax.set_xlabel("position in episode (0 = first frame, 1 = last)")
@@ -72,7 +83,7 @@ def worst_traces(
     steps = pred.shape[1]
     ticks = [f"{n}" if steps == 1 else f"{n}@{h}" for n in names for h in range(steps)]
     x = np.arange(len(ticks))
-    fig, axes = plt.subplots(
+    fig, axes = _pyplot().subplots(
         len(worst), 1, sharex=True, figsize=(max(6, 0.5 * len(ticks) + 2), 2.4 * len(worst) + 0.8)
     )
     for ax, sample in zip(np.atleast_1d(axes), worst, strict=False):

@@ -17,6 +17,10 @@ from pipeline.stages.teacher_forced import TeacherForcedConfig, run
 # faults are planted anew
 SMALL = {"variant": "default", "seed": 3, "episodes": 4, "steps": 60, "train_steps": 150, "hidden": 32}
 SMALL_OVERRIDES = tuple(f"demo.{k}={v}" for k, v in SMALL.items() if k != "variant")
+# for a test whose assertions read neither the counterfactual probe rows nor the plots (each has tests of
+# its own: test_*_probes.py, test_images.py, the demo report test): the probe search is ~3/4 of a run on
+# the demo (a forward of every sample per alternative), the plots most of the rest
+NO_PROBES_NO_PLOTS: dict[str, Any] = {"probe_models": [], "plots": False}
 
 
 def run_stage(dataset: str, run_dir: Path, **overrides: Any) -> StageResult:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.errors import ConfigError
-from tests.stages.teacher_forced.helpers import by_id, run_stage
+from tests.stages.teacher_forced.helpers import NO_PROBES_NO_PLOTS, by_id, run_stage
 
 DEMO_LOADER = "pipeline.demo.teacher_forced:load_policy"
 
@@ -50,21 +50,25 @@ def test_demo_reports_both_models_on_the_same_96_samples(demo, tmp_path):
 
 def test_same_seed_selects_the_same_samples_and_a_saved_manifest_is_reused(demo, tmp_path):
     saved = tmp_path / "samples.json"
-    first = run_stage(demo["dataset"], tmp_path / "a", sample_manifest=str(saved), samples=24)
-    second = run_stage(demo["dataset"], tmp_path / "b", samples=24)
-    again = run_stage(demo["dataset"], tmp_path / "c", sample_manifest=str(saved), seed=99)
+    first = run_stage(
+        demo["dataset"], tmp_path / "a", sample_manifest=str(saved), samples=24, **NO_PROBES_NO_PLOTS
+    )
+    second = run_stage(demo["dataset"], tmp_path / "b", samples=24, **NO_PROBES_NO_PLOTS)
+    again = run_stage(
+        demo["dataset"], tmp_path / "c", sample_manifest=str(saved), seed=99, **NO_PROBES_NO_PLOTS
+    )
     a, b = (json.loads(Path(r.artifacts["samples"]).read_text()) for r in (first, second))
     assert a["samples"] == b["samples"] and a["fingerprint"] == b["fingerprint"]
     assert by_id(again)["samples.manifest"].verdict == "match"
     metrics = [json.loads(Path(r.artifacts["metrics"]).read_text()) for r in (first, again)]
     assert metrics[0]["per_sample_l1_norm"] == metrics[1]["per_sample_l1_norm"]
-    other = run_stage(demo["dataset"], tmp_path / "d", samples=24, seed=5)
+    other = run_stage(demo["dataset"], tmp_path / "d", samples=24, seed=5, **NO_PROBES_NO_PLOTS)
     assert json.loads(Path(other.artifacts["samples"]).read_text())["samples"] != a["samples"]
 
 
 def test_a_manifest_that_no_longer_matches_the_data_blocks(demo, tmp_path):
     saved = tmp_path / "samples.json"
-    run_stage(demo["dataset"], tmp_path / "a", sample_manifest=str(saved), samples=24)
+    run_stage(demo["dataset"], tmp_path / "a", sample_manifest=str(saved), samples=24, **NO_PROBES_NO_PLOTS)
     copy = tmp_path / "demo"
     shutil.copytree(Path(demo["dataset"]).parent, copy)
     sample = json.loads(saved.read_text())["samples"][5]
@@ -78,7 +82,9 @@ def test_a_manifest_that_no_longer_matches_the_data_blocks(demo, tmp_path):
     actions[hit, 0] += 0.5
     column = pa.FixedSizeListArray.from_arrays(pa.array(actions.reshape(-1)), actions.shape[1])
     pq.write_table(table.set_column(table.column_names.index("action"), "action", column), data)
-    result = run_stage(str(copy / "dataset"), tmp_path / "b", sample_manifest=str(saved))
+    result = run_stage(
+        str(copy / "dataset"), tmp_path / "b", sample_manifest=str(saved), **NO_PROBES_NO_PLOTS
+    )
     row = by_id(result)["samples.manifest"]
     assert row.verdict == "mismatch" and row.severity == "hard" and row.blocking
     assert "changed" in row.message and result.status == "fail"
@@ -86,7 +92,7 @@ def test_a_manifest_that_no_longer_matches_the_data_blocks(demo, tmp_path):
 
 
 def test_faulty_demo_blocks_on_the_tampered_and_the_collapsed_checkpoint(faulty_demo, tmp_path):
-    result = run_stage(faulty_demo["dataset"], tmp_path)
+    result = run_stage(faulty_demo["dataset"], tmp_path, **NO_PROBES_NO_PLOTS)
     rows = by_id(result)
     tampered = rows["provenance.tampered"]
     assert tampered.verdict == "mismatch" and tampered.blocking
@@ -106,7 +112,7 @@ def test_nan_outputs_give_a_hard_row(demo, tmp_path):
         {"name": "base", "path": demo["model"], "loader": DEMO_LOADER},
         {"name": "nan", "path": demo["model"], "loader": "preflight_tf_models:nans"},
     ]
-    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=20))
+    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=20, **NO_PROBES_NO_PLOTS))
     assert rows["finite.nan"].verdict == "mismatch" and rows["finite.nan"].blocking
     assert rows["finite.nan"].evidence["samples"] == 4 and rows["finite.base"].verdict == "match"
 
@@ -117,7 +123,9 @@ def test_stochastic_model_below_the_repeatability_threshold_is_unverifiable(demo
         {"name": "noisy", "path": demo["model"], "loader": "preflight_tf_models:noisy", "stochastic": True},
         {"name": "jitter", "path": demo["model"], "loader": "preflight_tf_models:jitter", "stochastic": True},
     ]
-    result = run_stage(demo["dataset"], tmp_path, models=models, samples=48, min_pairs=40)
+    result = run_stage(
+        demo["dataset"], tmp_path, models=models, samples=48, min_pairs=40, **NO_PROBES_NO_PLOTS
+    )
     rows = by_id(result)
     noisy, jitter = rows["repeatability.noisy"], rows["repeatability.jitter"]
     assert noisy.verdict == "unverifiable" and noisy.actual < 0.9
@@ -129,13 +137,15 @@ def test_stochastic_model_below_the_repeatability_threshold_is_unverifiable(demo
 
 def test_undeclared_stochastic_model_is_caught(demo, tmp_path):
     models = [{"name": "noisy", "path": demo["model"], "loader": "preflight_tf_models:noisy"}]
-    row = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=12))["repeatability.noisy"]
+    row = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=12, **NO_PROBES_NO_PLOTS))[
+        "repeatability.noisy"
+    ]
     assert row.verdict == "mismatch" and "stochastic" in row.message
 
 
 def test_lerobot_style_chunk_api_scores_every_step_inside_the_episode(demo, tmp_path):
     models = [{"name": "chunk", "path": demo["model"], "loader": "preflight_tf_models:chunked"}]
-    result = run_stage(demo["dataset"], tmp_path, models=models, samples=30, horizon=3)
+    result = run_stage(demo["dataset"], tmp_path, models=models, samples=30, horizon=3, **NO_PROBES_NO_PLOTS)
     found = json.loads(Path(result.artifacts["metrics"]).read_text())["models"]["chunk"]
     assert len(found["l1_norm_by_step"]) == 3 and all(np.isfinite(found["l1_norm_by_step"]))
 
@@ -154,6 +164,7 @@ def test_subsets_by_episode_list_and_reference_measure(demo, tmp_path):
         subset_episodes={"early": [0, 1], "late": [2, 3]},
         reference_column="frame_index",
         permutations=200,
+        **NO_PROBES_NO_PLOTS,
     )
     rows = by_id(result)
     assert set(rows["subsets.base"].evidence["means"]) == {"early", "late"}
@@ -164,6 +175,8 @@ def test_subsets_by_episode_list_and_reference_measure(demo, tmp_path):
 
 
 def test_subsets_by_a_column(demo, tmp_path):
-    result = run_stage(demo["dataset"], tmp_path, samples=24, subset_column="episode_index", plots=False)
+    result = run_stage(
+        demo["dataset"], tmp_path, samples=24, subset_column="episode_index", **NO_PROBES_NO_PLOTS
+    )
     means = by_id(result)["subsets.base"].evidence["means"]
     assert set(means) == {f"episode_index={e}" for e in range(4)}

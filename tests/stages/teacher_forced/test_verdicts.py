@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.conftest import launch, other_stages
-from tests.stages.teacher_forced.helpers import by_id, run_stage
+from tests.stages.teacher_forced.helpers import NO_PROBES_NO_PLOTS, by_id, run_stage
 
 DEMO = "pipeline.demo.teacher_forced:load_policy"
 PLUG = "preflight_tf_models"
@@ -27,7 +27,7 @@ def model(name: str, path: str, loader: str = DEMO, **extra) -> dict:
 
 def test_a_crashing_model_is_its_own_error_row_and_the_good_one_still_reports(demo, tmp_path):
     models = [model("base", demo["model"]), model("wide", demo["model"], f"{PLUG}:wrong_width")]
-    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64))
+    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64, **NO_PROBES_NO_PLOTS))
     error = rows["error.wide"]
     assert error.verdict == "error" and "wide: scoring failed: ValueError" in error.message
     assert demo["model"] in error.message and "6 action dims" in error.message
@@ -42,7 +42,9 @@ def test_a_checkpoint_whose_tensors_do_not_fit_is_an_error_row_naming_the_file(d
     weights[first] = weights[first][..., :-1].contiguous()  # another architecture's layer
     save_file(weights, str(broken / "model.safetensors"))
     models = [model("base", demo["model"]), model("broken", str(broken))]
-    rows = by_id(run_stage(demo["dataset"], tmp_path / "run", models=models, samples=64))
+    rows = by_id(
+        run_stage(demo["dataset"], tmp_path / "run", models=models, samples=64, **NO_PROBES_NO_PLOTS)
+    )
     assert (
         rows["error.broken"].verdict == "error" and "broken: loading failed" in rows["error.broken"].message
     )
@@ -58,7 +60,9 @@ def test_a_weights_only_refusal_is_one_line_naming_the_file_and_what_to_do(demo,
     shutil.copytree(demo["model"], pickled)
     torch.save({"policy": Pickled()}, pickled / "model.pt")
     models = [model("base", demo["model"]), model("pickled", str(pickled), f"{PLUG}:torch_pickle")]
-    rows = by_id(run_stage(demo["dataset"], tmp_path / "run", models=models, samples=64))
+    rows = by_id(
+        run_stage(demo["dataset"], tmp_path / "run", models=models, samples=64, **NO_PROBES_NO_PLOTS)
+    )
     message = rows["error.pickled"].message
     assert "\n" not in message and "\x1b" not in message and len(message) < 500, message
     assert message.startswith("pickled: loading failed: UnpicklingError: refused to unpickle: it holds ")
@@ -100,7 +104,9 @@ def test_a_worse_model_names_the_dims_its_exchanged_normalizer_stats_spoil(demo,
     base = _mean_std_copy(demo["model"], tmp_path / "base")
     swapped = _mean_std_copy(demo["model"], tmp_path / "swapped", exchanged=(2, 4))
     models = [model("base", base), model("swapped", swapped)]
-    rows = by_id(run_stage(demo["dataset"], tmp_path / "run", models=models, samples=96))
+    rows = by_id(
+        run_stage(demo["dataset"], tmp_path / "run", models=models, samples=96, **NO_PROBES_NO_PLOTS)
+    )
     row = rows["compare.swapped_vs_base"]
     # the extra error sits in the exchanged dims (most of it in the gripper's, the larger in dataset
     # units), and the normalizer comparison names both
@@ -114,7 +120,7 @@ def test_a_worse_model_names_the_dims_its_exchanged_normalizer_stats_spoil(demo,
 
 def test_nan_outputs_are_counted_hard_and_never_make_the_model_look_better(demo, tmp_path):
     models = [model("base", demo["model"]), model("nan", demo["model"], f"{PLUG}:nans")]
-    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64))
+    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64, **NO_PROBES_NO_PLOTS))
     finite = rows["finite.nan"]
     assert finite.verdict == "mismatch" and finite.severity == "hard" and finite.actual == 13  # every 5th
     assert rows["l1.nan"].verdict == "mismatch" and rows["l1.nan"].actual == float("inf")
@@ -125,7 +131,9 @@ def test_nan_outputs_are_counted_hard_and_never_make_the_model_look_better(demo,
 
 def test_a_one_step_model_is_compared_with_the_first_step_of_a_four_step_one(demo, tmp_path):
     models = [model("base", demo["model"]), model("four", demo["model"], f"{PLUG}:four_step")]
-    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64, horizon=4))
+    rows = by_id(
+        run_stage(demo["dataset"], tmp_path, models=models, samples=64, horizon=4, **NO_PROBES_NO_PLOTS)
+    )
     row = rows["compare.four_vs_base"]
     assert "four predicts 4, base 1: compared on the first 1" in row.message
     assert row.verdict == "match" and row.message.endswith("identical predictions")
@@ -133,14 +141,18 @@ def test_a_one_step_model_is_compared_with_the_first_step_of_a_four_step_one(dem
 
 def test_a_clearly_worse_model_under_three_times_the_error_is_not_match(demo, tmp_path):
     models = [model("base", demo["model"]), model("biased", demo["model"], f"{PLUG}:biased")]
-    row = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=96))["compare.biased_vs_base"]
+    row = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=96, **NO_PROBES_NO_PLOTS))[
+        "compare.biased_vs_base"
+    ]
     assert row.actual < 3 and row.verdict == "mismatch" and "clearly worse" in row.message
     assert row.evidence["ci"][0] > 0 and row.evidence["p"] < 0.05
 
 
 def test_sixteen_paired_samples_cannot_clear_a_comparison(demo, tmp_path):
     models = [model("base", demo["model"]), model("biased", demo["model"], f"{PLUG}:biased")]
-    row = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=16))["compare.biased_vs_base"]
+    row = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=16, **NO_PROBES_NO_PLOTS))[
+        "compare.biased_vs_base"
+    ]
     assert row.verdict == "unverifiable" and "only 16 paired samples, fewer than min_pairs=64" in row.message
 
 
@@ -159,7 +171,9 @@ def test_a_pickle_a_binary_pin_manifest_a_fifo_and_dev_zero_are_named_rows(demo,
         model("fifo", str(fifo)),
         model("zero", "/dev/zero"),
     ]
-    rows = by_id(run_stage(demo["dataset"], tmp_path / "run", models=models, samples=64))
+    rows = by_id(
+        run_stage(demo["dataset"], tmp_path / "run", models=models, samples=64, **NO_PROBES_NO_PLOTS)
+    )
     assert "a pickle-based file (torch.save / pickle)" in rows["error.pickled"].message
     assert f"{manifest}: not UTF-8 text" in rows["error.badpin"].message
     assert "is a FIFO (named pipe), expected a regular file" in rows["error.fifo"].message
@@ -171,7 +185,7 @@ def test_a_pin_written_sha256_colon_hex_is_accepted(demo, tmp_path):
     weights = Path(demo["model"]) / "model.safetensors"
     pin = "sha256:" + hashlib.sha256(weights.read_bytes()).hexdigest().upper()
     models = [model("file", str(weights), expected_sha256=pin)]
-    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64))
+    rows = by_id(run_stage(demo["dataset"], tmp_path, models=models, samples=64, **NO_PROBES_NO_PLOTS))
     assert rows["provenance.file"].verdict == "match"
 
 
