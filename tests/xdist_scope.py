@@ -23,7 +23,9 @@ SLURM_GROUP = "slurm"
 SHARED_FOLDERS = ("tests/stages/determinism", "tests/stages/render_cache", "tests/stages/teacher_forced")
 # test-seconds per scope in a full run on the shared 2-core machine, loaded (benchmarks/suite_durations.py
 # RUN, its "by scope" table), less the launches since shared; only their order matters. A scope not named
-# weighs PER_TEST seconds a test.
+# weighs PER_TEST seconds a test. The files whose launches moved into the test process (launch_here) or
+# whose rollouts come from the demo's cache are scaled by their measured after/before test-seconds
+# (--durations=0, each file alone, same loaded machine).
 WEIGHTS = {
     SLURM_GROUP: 440,  # 794 before the sacct poll, job_main, shared launches and reused probes (~0.55x)
     "tests/stages/determinism": 443,  # x0.80: two launches run the stage in-process
@@ -31,16 +33,16 @@ WEIGHTS = {
     "tests/stages/teacher_forced": 157,  # x0.41: probes and plots off where no assertion reads them
     "tests/test_wheel.py": 277,  # x0.96: one pair of twins
     "faulty_full": 210,
-    "tests/stages/contract/test_shards_launch.py": 150,
+    "tests/stages/contract/test_shards_launch.py": 92,
     "tests/stages/contract/test_finetune.py": 87,
-    "tests/test_malformed_inputs.py": 226,
-    "tests/test_launch.py": 172,
-    "tests/stages/contract/test_alignment_demo.py": 168,
+    "tests/test_malformed_inputs.py": 95,
+    "tests/test_launch.py": 155,
+    "tests/stages/contract/test_alignment_demo.py": 124,
     "tests/stages/contract/test_stage_launch.py": 92,
-    "tests/test_reliability_faults.py": 135,
-    "tests/stages/contract/test_episode_shift.py": 132,
+    "tests/test_reliability_faults.py": 132,
+    "tests/stages/contract/test_episode_shift.py": 84,
     "tests/run/test_status.py": 102,
-    "tests/test_reliability_recovery.py": 90,
+    "tests/test_reliability_recovery.py": 50,
     "tests/demo/test_provider.py": 89,
     "tests/cli/test_training_command.py": 87,
     "tests/stages/contract/test_lerobot_pack.py": 85,
