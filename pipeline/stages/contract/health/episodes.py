@@ -229,12 +229,22 @@ def _in_training(src: Sources, groups: list[list[int]]) -> list[list[int]]:
     return [g for g in cut if len(g) > 1]
 
 
+def _alike(ids: list[int], digests: np.ndarray) -> list[list[int]]:
+    """The groups of episodes sharing a digest, each in episode order, the groups in the order of their
+    first episode (a dict over 20k digests in Python cost ~0.15 s; sorted once, only the shared ones)."""
+    if not len(ids):
+        return []
+    _, first, inverse, counts = np.unique(digests, return_index=True, return_inverse=True, return_counts=True)
+    members, ends = np.argsort(inverse.ravel(), kind="stable"), np.cumsum(counts)  # each digest's, in order
+    shared = np.flatnonzero(counts > 1)
+    return [
+        [ids[i] for i in members[ends[g] - counts[g] : ends[g]]] for g in shared[np.argsort(first[shared])]
+    ]
+
+
 def _duplicates(src: Sources, facts: dict[str, Any]) -> list[Check]:
     ids = episode_ids(facts)
-    exact: dict[str, list[int]] = {}
-    for episode, digest in zip(ids, column(facts, "digest").tolist(), strict=True):
-        exact.setdefault(digest, []).append(episode)
-    every = [g for g in exact.values() if len(g) > 1]
+    every = _alike(ids, column(facts, "digest"))
     groups = _in_training(src, every)
     copies, judged = sum(len(g) - 1 for g in groups), int(trained(src, ids).sum())
     share, limit = copies / max(judged, 1), src.cfg.health.max_duplicate_share
