@@ -94,9 +94,8 @@ class HealthScan:
         expected_rows: int | None = None,
     ):
         self.dims = dict(dims)
-        # features whose rows the repeat scan also follows on their own: measured ones (a state), which
-        # two episodes never record alike bit for bit; commands do repeat (a scripted or replayed
-        # sequence), so they are followed only with the rest of the row
+        # features the repeat scan also follows alone: measured ones (a state), which two episodes never
+        # record alike bit for bit; commands do repeat (a replayed sequence), so only with the whole row
         self.alone = [k for k in alone if k in self.dims]
         self.fps = fps if fps and fps > 0 else None
         self.gap_factor = gap_factor
@@ -119,9 +118,7 @@ class HealthScan:
         self._step: dict[str, np.ndarray] = {}  # and its last step (a spike straddling a block's cut)
         self._t_last: float | None = None
         self._float32: dict[str, bool] = {}  # features stored as float32 (their values kept as such)
-        # runs of rows repeated across episodes (a partial re-upload); `expected_rows` (the metadata's
-        # claim, if any) only sizes its table
-        self.repeats = RepeatScan(expected_rows=expected_rows)
+        self.repeats = RepeatScan(expected_rows=expected_rows)  # rows repeated across episodes
         self.sample = RowSample()  # rows and steps for the profile (`readers.profile`)
 
     # ------------------------------------------------------------------------------- per block

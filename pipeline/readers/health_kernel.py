@@ -108,52 +108,55 @@ def _motion_loop(  # type: ignore[no-untyped-def]
             low[d], low_count[d], low_row[d] = low_v, low_c, low_r
             high[d], high_count[d], high_row[d] = high_v, high_c, high_r
             # the steps: their spread, the largest, one-sample excursions, constant runs
-            cur = carry_run[d] if linked else 0
-            longest_k, jump_k, jump_at_k = longest[k, d], jump[k, d], jump_at[k, d]
-            bounce_k, bounce_at_k, before = bounce[k, d], bounce_at[k, d], carry_step[d] if linked else np.nan
-            sq, sq_n = diff_sq[d], diff_n[d]
             if linked:
-                prev = carry[d]
-                begin = s
+                prev, cur, before = carry[d], carry_run[d], carry_step[d]
             else:
-                prev = np.float64(x[s, d])
-                begin = s + 1
-                cur = 0
-                longest_k = max(longest_k, cur)
+                prev, cur, before = np.float64(x[s, d]), 0, np.nan
                 moved[s] = True
-            for i in range(begin, e):
-                v = np.float64(x[i, d])
-                step = v - prev
-                prev = v
-                pos = i - s + offset
-                size = abs(step)
-                finite = size != np.inf and step == step
-                if finite:
-                    sq += step * step
-                    sq_n += 1
-                    if size > jump_k:
-                        jump_k, jump_at_k = size, pos
-                    turn = step * before < 0
-                    small = size if size < abs(before) else abs(before)
-                    cand = small if turn else 0.0
-                    if cand > bounce_k:
-                        bounce_k, bounce_at_k = cand, pos - 1
-                    before = step
-                else:
-                    before = np.nan
-                same = step == 0
-                cur = cur + 1 if same else 0
-                longest_k = max(longest_k, cur)
-                moved[i] = moved[i] or not same
-            longest[k, d], jump[k, d], jump_at[k, d], run[k, d] = longest_k, jump_k, jump_at_k, cur
-            bounce[k, d], bounce_at[k, d], last_step[d] = bounce_k, bounce_at_k, before
-            diff_sq[d], diff_n[d] = sq, sq_n
+            (
+                run[k, d], last_step[d], longest[k, d], jump[k, d], jump_at[k, d], bounce[k, d],
+                bounce_at[k, d], diff_sq[d], diff_n[d],
+            ) = _step_pass(
+                x, s if linked else s + 1, e, d, s - offset, prev, cur, before, longest[k, d], jump[k, d],
+                jump_at[k, d], bounce[k, d], bounce_at[k, d], diff_sq[d], diff_n[d], moved,
+            )  # fmt: skip
         h1[k], h2[k] = lane1, lane2
         row_cur = carry_row_run[0] if linked else 0
         for i in range(s, e):
             row_cur = row_cur + 1 if (i > s or linked) and not moved[i] else 0
             row_longest[k] = max(row_longest[k], row_cur)
         row_run[k] = row_cur
+
+
+def _step_pass(  # type: ignore[no-untyped-def]
+    x, begin, e, d, base, prev, cur, before, longest, jump, jump_at, bounce, bounce_at, sq, sq_n, moved
+):  # fmt: skip
+    """One dim's steps over rows begin..e of a run (`base`: the row at position 0): their sum of squares,
+    the largest, the largest one-sample excursion (a step undone by the next), the constant run's
+    length; `moved` marks the rows where any dim changed. Compiled with `_motion_loop`, which calls it."""
+    for i in range(begin, e):
+        v = np.float64(x[i, d])
+        step = v - prev
+        prev = v
+        pos = i - base
+        size = abs(step)
+        if size != np.inf and step == step:
+            sq += step * step
+            sq_n += 1
+            if size > jump:
+                jump, jump_at = size, pos
+            small = size if size < abs(before) else abs(before)
+            cand = small if step * before < 0 else 0.0
+            if cand > bounce:
+                bounce, bounce_at = cand, pos - 1
+            before = step
+        else:
+            before = np.nan
+        same = step == 0
+        cur = cur + 1 if same else 0
+        longest = max(longest, cur)
+        moved[i] = moved[i] or not same
+    return cur, before, longest, jump, jump_at, bounce, bounce_at, sq, sq_n
 
 
 def runs(eq: np.ndarray, carry: np.ndarray) -> np.ndarray:
@@ -258,8 +261,13 @@ def _kernel() -> Callable[..., None]:
     if not _COMPILED:
         import numba
 
+        global _step_pass
         try:
-            _COMPILED.append(numba.njit(cache=True, nogil=True)(_motion_loop))
+            jit = numba.njit(cache=True, nogil=True)
+            step_pass = jit(_step_pass)
         except RuntimeError:  # read-only install and home
-            _COMPILED.append(numba.njit(nogil=True)(_motion_loop))
+            jit = numba.njit(nogil=True)
+            step_pass = jit(_step_pass)
+        _step_pass = step_pass  # the loop calls the compiled helper: bound before the loop compiles
+        _COMPILED.append(jit(_motion_loop))
     return _COMPILED[0]
