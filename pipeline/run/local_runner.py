@@ -31,7 +31,15 @@ from omegaconf import DictConfig
 from submitit.local.local import LocalJob
 
 from pipeline.record.runfolder import RunFolder
-from pipeline.run.executors import FINAL_OK, TERMINAL, ArrayJobs, job_callable, python_argv, submit_array
+from pipeline.run.executors import (
+    FINAL_OK,
+    TERMINAL,
+    ArrayJobs,
+    job_callable,
+    job_command,
+    python_argv,
+    submit_array,
+)
 from pipeline.run.plan import JobSpec
 
 
@@ -94,7 +102,12 @@ def adoptable(previous: dict[str, dict[str, Any]], folder: RunFolder) -> dict[st
 
 class _LocalExecutor(submitit.LocalExecutor):
     """submitit's, with its job controller started as `pipeline.run.local_controller`, which makes the job's
-    folder itself before it opens its log there (see that module for the race it closes)."""
+    folder itself before it opens its log there (see that module for the race it closes), and its jobs
+    started through `job_main` as a Slurm job's are (no interpreter teardown for dependants to wait on)."""
+
+    @property
+    def _submitit_command_str(self) -> str:
+        return job_command(self.python, Path(self.folder))
 
     def _submit_command(self, command: str) -> LocalJob:
         ntasks = self.parameters.get("tasks_per_node", 1)
