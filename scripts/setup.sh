@@ -16,15 +16,12 @@ if [[ ! -x .venv/bin/python ]]; then
     "${PYTHON}" -m venv .venv
 fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
-# --no-compile: pip byte-compiles every file of every wheel (torch alone: thousands never imported), which
-# was most of the install (torch: 45 s without, 180 s with, on two loaded cores); Python compiles what an
-# import reads, once, on first use
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-    pip install --no-compile "torch==2.13.0"
+    pip install "torch==2.13.0"
 fi
 if ! .venv/bin/python -c "import pipeline, pytest, jsonschema, xdist" 2>/dev/null \
         || [[ pyproject.toml -nt .venv/.preflight-installed ]]; then
-    pip install --no-compile -e ".[test]"
+    pip install -e ".[test]"
     touch .venv/.preflight-installed
 fi
 echo "setup: ready (.venv/bin/python -m pipeline.launch --help)"
