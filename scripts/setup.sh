@@ -24,4 +24,8 @@ if ! .venv/bin/python -c "import pipeline, pytest, jsonschema, xdist" 2>/dev/nul
     pip install -e ".[test]"
     touch .venv/.preflight-installed
 fi
+# this checkout's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set (this machine and its CI
+# copy) no import writes it, so every launch and job process compiled the package from source again
+# (importing the launcher, a job and the contract stage: 1.8 s -> 1.0 s); a stale file is only ignored
+.venv/bin/python -m compileall -q -j 0 pipeline tests benchmarks > /dev/null
 echo "setup: ready (.venv/bin/python -m pipeline.launch --help)"
