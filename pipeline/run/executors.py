@@ -47,12 +47,20 @@ def job_command(python: str, folder: Path) -> str:
     return " ".join([python, f"-u -m {JOB_MAIN}", shlex.quote(str(folder))])
 
 
-class SlurmExecutor(submitit.SlurmExecutor):
-    """submitit's Slurm executor whose jobs start through `job_main` instead of `submitit.core._submit`."""
+class JobMainCommand:
+    """Mixed into a submitit executor: its jobs start through `job_main` instead of
+    `submitit.core._submit` (no interpreter teardown for dependants to wait on)."""
+
+    python: str
+    folder: Path
 
     @property
     def _submitit_command_str(self) -> str:
         return job_command(self.python, Path(self.folder))
+
+
+class SlurmExecutor(JobMainCommand, submitit.SlurmExecutor):
+    """submitit's Slurm executor, its jobs started through `job_main`."""
 
 
 def job_callable(spec: JobSpec, folder: RunFolder) -> Any:

@@ -35,8 +35,8 @@ from pipeline.run.executors import (
     FINAL_OK,
     TERMINAL,
     ArrayJobs,
+    JobMainCommand,
     job_callable,
-    job_command,
     python_argv,
     submit_array,
 )
@@ -100,14 +100,10 @@ def adoptable(previous: dict[str, dict[str, Any]], folder: RunFolder) -> dict[st
     return found
 
 
-class _LocalExecutor(submitit.LocalExecutor):
+class _LocalExecutor(JobMainCommand, submitit.LocalExecutor):
     """submitit's, with its job controller started as `pipeline.run.local_controller`, which makes the job's
     folder itself before it opens its log there (see that module for the race it closes), and its jobs
     started through `job_main` as a Slurm job's are (no interpreter teardown for dependants to wait on)."""
-
-    @property
-    def _submitit_command_str(self) -> str:
-        return job_command(self.python, Path(self.folder))
 
     def _submit_command(self, command: str) -> LocalJob:
         ntasks = self.parameters.get("tasks_per_node", 1)
