@@ -135,6 +135,10 @@ def launch(cfg: DictConfig) -> int:
     """Validate, resolve and plan (nothing on disk yet), then write the run folder and hand the jobs to
     the executor. A failure before any job was queued removes what this launch created."""
     executor = resolve_launcher(cfg.launcher.name)
+    if executor == "local" and cfg.stage.name == "contract" and not cfg.dry_run:
+        from pipeline.stages.contract.drawing import prestart
+
+        prestart()  # a dataset alone: its plots' drawer imports matplotlib while this launch plans
     registry = load_registry(cfg)
     validate(cfg, registry)
     if executor == "slurm" and not cfg.dry_run:

@@ -27,20 +27,10 @@ TOLERANCE_S = 1e-4
 NONE = np.iinfo(np.int64).max  # "no such frame" in the first_* columns
 # per-episode columns and how two pieces of one episode merge (an episode whose rows are not contiguous)
 MERGE = {
-    "rows": "add",
-    "segments": "add",
-    "backwards": "add",
-    "repeated": "add",
-    "gaps": "add",
-    "dt_sum": "add",
-    "dt_n": "add",
-    "frame_bad": "add",
-    "grid_miss": "add",
-    "grid_other": "add",
+    **dict.fromkeys(("rows", "segments", "backwards", "repeated", "gaps", "dt_sum", "dt_n"), "add"),
+    **dict.fromkeys(("frame_bad", "grid_miss", "grid_other"), "add"),
+    **dict.fromkeys(("first_grid_miss", "first_backwards", "first_frame_bad"), "min"),
     "grid_off": "max",
-    "first_grid_miss": "min",
-    "first_backwards": "min",
-    "first_frame_bad": "min",
     "t_first": "first",
     "t_last": "last",
 }
@@ -92,8 +82,10 @@ class HealthScan:
         gap_factor: float = 1.5,
         alone: Sequence[str] = (),
         expected_rows: int | None = None,
+        compiled: bool | None = None,
     ):
         self.dims = dict(dims)
+        self.compiled = compiled  # numba's kernels (None: where installed): `sketch_kernel.compiled_for`
         # features the repeat scan also follows alone: measured ones (a state), which two episodes never
         # record alike bit for bit; commands do repeat (a replayed sequence), so only with the whole row
         self.alone = [k for k in alone if k in self.dims]
@@ -118,7 +110,8 @@ class HealthScan:
         self._step: dict[str, np.ndarray] = {}  # and its last step (a spike straddling a block's cut)
         self._t_last: float | None = None
         self._float32: dict[str, bool] = {}  # features stored as float32 (their values kept as such)
-        self.repeats = RepeatScan(expected_rows=expected_rows)  # rows repeated across episodes
+        # rows repeated across episodes
+        self.repeats = RepeatScan(compiled=compiled, expected_rows=expected_rows)
         self.sample = RowSample()  # rows and steps for the profile (`readers.profile`)
 
     # ------------------------------------------------------------------------------- per block
@@ -218,6 +211,7 @@ class HealthScan:
             np.atleast_1d(opened[f"{key}/row_run"][0]) if opened else np.zeros(1, np.int64),
             int(seg.pos[0]),
             self._step.get(key) if seg.cont else None,
+            self.compiled,
         )
         self.diff_sq[key] += out["diff_sq"]
         self.diff_n[key] += out["diff_n"]

@@ -242,15 +242,16 @@ def motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, c
 
 
 def motion(
-    x, starts, ends, cont, carry, carry_run, carry_row_run, pos0, carry_step=None
+    x, starts, ends, cont, carry, carry_run, carry_row_run, pos0, carry_step=None, compiled=None
 ) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
-    """The per-run and per-block arrays for one feature of one block (numba where installed);
-    `carry_step` is the open episode's last step per dim (None: no step before this block)."""
+    """The per-run and per-block arrays for one feature of one block (numba where installed, unless
+    `compiled` is False); `carry_step` is the open episode's last step per dim (None: no step before
+    this block)."""
     out = allocate(len(starts), x.shape[1], x.shape[0])
     bits = x.view(np.uint32 if x.dtype == np.float32 else np.uint64)
     carry = np.zeros(x.shape[1]) if carry is None else np.asarray(carry, dtype=np.float64)
     step = np.full(x.shape[1], np.nan) if carry_step is None else np.asarray(carry_step, dtype=np.float64)
-    if not sketch_kernel.HAVE_NUMBA:
+    if not (sketch_kernel.HAVE_NUMBA if compiled is None else compiled):
         motion_numpy(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, step, pos0, out)
         return out
     _kernel()(x, bits, starts, ends, cont, carry, carry_run, carry_row_run, step, pos0, *out.values())

@@ -19,6 +19,7 @@ import numpy as np
 
 from pipeline.readers.base import DatasetContract
 from pipeline.readers.health import HealthScan
+from pipeline.readers.sketch_kernel import compiled_for
 from pipeline.readers.stats import QUANTILES, FeatureStats, finish_stats, rank_of, reduce_blocks
 
 Blocks = Callable[[], Iterable[Mapping[str, np.ndarray]]]
@@ -69,9 +70,11 @@ class Scan:
         pair: tuple[str, str] | None,
         options: ScanOptions,
         health: HealthScan | None = None,
+        compiled: bool | None = None,
     ):
         self.dims = dict(dims)
         self.health = health
+        self.kernel = None if compiled is None else ("numba" if compiled else "numpy")
         self.pair = pair
         self.options = options
         self.rows = 0
@@ -126,10 +129,9 @@ class Scan:
                 for done in pending:
                     done.result()
 
-            opts = self.options
-            self.sketches.update(
-                reduce_blocks(tapped(), self.dims, rank_error=opts.rank_error, quantiles=QUANTILES)
-            )
+            opts, kernel = self.options, self.kernel
+            feats = reduce_blocks(tapped(), self.dims, rank_error=opts.rank_error, kernel=kernel)
+            self.sketches.update(feats)
 
     def stats(self, blocks: Blocks) -> dict[str, dict[str, np.ndarray]]:
         """The stats from pass 1's sketches (this scan's or merged array tasks'); `blocks()` re-read
@@ -161,20 +163,18 @@ def dynamics_pair(contract: DatasetContract) -> tuple[str, str] | None:
 
 def finish(contract: DatasetContract, blocks: Blocks, options: ScanOptions) -> DatasetContract:
     """Run the scan over the vector features and store what it found on the contract."""
-    dims = vector_dims(contract)
-    scan = Scan(dims, dynamics_pair(contract), options, _health(contract, dims, options))
-    contract.recomputed = scan.run(blocks) if dims else {}
+    scan = scan_for(contract, options)
+    contract.recomputed = scan.run(blocks) if scan.dims else {}
     return store(contract, scan)
 
 
 def scan_for(contract: DatasetContract, options: ScanOptions) -> Scan:
-    """An empty scan of the contract's vector features (an array task fills it with `reduce`)."""
-    return Scan(
-        vector_dims(contract),
-        dynamics_pair(contract),
-        options,
-        _health(contract, vector_dims(contract), options),
-    )
+    """An empty scan of the contract's vector features (an array task fills it with `reduce`), its
+    kernels chosen by the whole dataset's size (every array task of one dataset runs the same ones)."""
+    dims = vector_dims(contract)
+    rows = _claimed_rows(contract)
+    compiled = compiled_for(rows * sum(dims.values()) if rows else None)
+    return Scan(dims, dynamics_pair(contract), options, _health(contract, dims, options, compiled), compiled)
 
 
 def vector_dims(contract: DatasetContract) -> dict[str, int]:
@@ -206,16 +206,24 @@ def store(contract: DatasetContract, scan: Scan) -> DatasetContract:
     return contract
 
 
-def _health(contract: DatasetContract, dims: Mapping[str, int], options: ScanOptions) -> HealthScan | None:
+def _claimed_rows(contract: DatasetContract) -> int | None:
+    """The rows the metadata claims: it sizes the repeat table and picks the kernels, so a wrong claim
+    costs time, never a finding."""
+    claimed = contract.claimed.get("total_frames")
+    return claimed if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > 0 else None
+
+
+def _health(
+    contract: DatasetContract, dims: Mapping[str, int], options: ScanOptions, compiled: bool | None
+) -> HealthScan | None:
     """The health side channel, following every episode (its facts are a few numbers per episode and dim)."""
     if options.health_episodes <= 0:
         return None
     fps = contract.claimed.get("fps")
     rate = float(fps) if isinstance(fps, (int, float)) else None
     measured = [k for k in dims if contract.features[k].role == "state"]
-    claimed = contract.claimed.get("total_frames")  # sizes the repeat table only: a wrong claim is harmless
-    rows = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > 0 else None
-    return HealthScan(dims, rate, 1, options.health_gap_factor, measured, rows)
+    rows = _claimed_rows(contract)
+    return HealthScan(dims, rate, 1, options.health_gap_factor, measured, rows, compiled)
 
 
 def image_summary(frames: np.ndarray) -> dict[str, Any]:

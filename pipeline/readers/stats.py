@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.readers import sketch_kernel
 from pipeline.readers.moments import Moments, block_moments
 from pipeline.readers.sketch import QUANTILES, WINDOW, QuantileSketch, keys_to_float, order_keys
 from pipeline.readers.sketch_kernel import BUCKETS, kernels, warm
@@ -162,12 +163,16 @@ def reduce_blocks(
     *,
     rank_error: float = 1e-3,
     quantiles: Mapping[str, float] = QUANTILES,
+    kernel: str | None = None,
 ) -> dict[str, FeatureStats]:
     """Pass 1 alone: the per-feature moments and sketches, which an array task writes for its files and
-    the main job merges (`pipeline.readers.scan_shards`) before `finish_stats`."""
-    feats = {name: FeatureStats(dim, rank_error, quantiles) for name, dim in dims.items()}
+    the main job merges (`pipeline.readers.scan_shards`) before `finish_stats`. `kernel`: "numba",
+    "numpy" or None (the module's `KERNEL`, else numba where installed)."""
+    kernel = kernel or KERNEL
+    feats = {name: FeatureStats(dim, rank_error, quantiles, kernel) for name, dim in dims.items()}
+    compiled = kernel == "numba" or (kernel is None and sketch_kernel.HAVE_NUMBA)
     with ThreadPoolExecutor(max_workers=min(len(feats), THREADS) or 1) as pool:
-        warming = pool.submit(warm) if feats and KERNEL is None else None  # overlaps the first decode
+        warming = pool.submit(warm) if feats and compiled else None  # overlaps the first decode
         for block in coalesce(blocks):
             if warming is not None:
                 warming.result()

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,11 +191,31 @@ def digest_path(path: str | Path | None, whole: bool = True) -> str:
 @functools.lru_cache(maxsize=1)
 def environment_digest() -> str:
     """The software a `container=none` job runs with: interpreter plus every installed distribution."""
-    import importlib.metadata as metadata
     import sys
 
-    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
-    return digest_value([sys.executable, dists])
+    return digest_value([sys.executable, sorted(_distributions(sys.path))])
+
+
+def _distributions(paths: Iterable[str]) -> Iterator[str]:
+    """`name-version` of each distribution on `paths`, from its metadata folder's name (a wheel's
+    `.dist-info` is named so): reading every METADATA file instead took 0.2 s of each launch. A folder
+    whose name holds no version (a source checkout's `.egg-info`) is read."""
+    import importlib.metadata as metadata
+
+    for entry in paths:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for name in names:
+            stem, dot, kind = name.rpartition(".")
+            if not dot or kind not in ("dist-info", "egg-info"):
+                continue
+            if "-" in stem:
+                yield stem
+            else:
+                dist = metadata.PathDistribution(Path(entry or ".") / name)
+                yield f"{dist.metadata['Name']}-{dist.version}"
 
 
 # keys of a stage's config that decide whether it runs, not what it finds

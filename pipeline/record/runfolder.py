@@ -20,6 +20,7 @@ presence means the whole record exists, so the launcher never says "clear" witho
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import re
@@ -57,6 +58,7 @@ def demo_dir(output_root: str | Path) -> Path:
 
 
 PROBE_CACHE_ENV = "PREFLIGHT_PROBE_CACHE"
+_CONFIGS: dict[tuple[str, int, int, int], DictConfig] = {}  # `load_config`'s one parsed file
 
 
 def probe_cache_file(output_root: str | Path) -> Path:
@@ -210,14 +212,20 @@ class RunFolder:
 
     # ------------------------------------------------------------------------------------ reads
     def load_config(self) -> DictConfig:
+        """The run's config.yaml; parsed once per process and file version (the in-process jobs, stage
+        and gate, read the same file: 0.2 s a parse), each caller given its own copy."""
         try:
-            cfg = OmegaConf.load(self.config_file)
+            st = os.stat(self.config_file)
+            key = (str(self.config_file), st.st_ino, st.st_size, st.st_mtime_ns)
+            cfg = _CONFIGS[key] if key in _CONFIGS else OmegaConf.load(self.config_file)
         except (OSError, OmegaConfBaseException, ValueError) as exc:
             what = f"{self.config_file}: cannot read the run's config: {exc}"
             raise InputError(what, path=self.config_file) from None
         if not isinstance(cfg, DictConfig):
             raise InputError(f"{self.config_file}: expected a mapping", path=self.config_file)
-        return cfg
+        _CONFIGS.clear()
+        _CONFIGS[key] = cfg
+        return copy.deepcopy(cfg)
 
     def load_plan(self) -> dict[str, Any]:
         plan = self._json(self.plan_file, "plan")

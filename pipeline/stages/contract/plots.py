@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -24,6 +25,9 @@ from matplotlib.patches import Patch  # noqa: E402
 from pipeline.storage import atomic_write_bytes  # noqa: E402
 
 BASE, DATA, FLAG = "#3465a4", "#f57900", "#cc0000"
+PROFILE_MAX_WIDTH_IN = 30.0  # 3,000 px at matplotlib's 100 dpi, whatever the number of dims (ticks thin out)
+PROFILE_MAX_BARS = 200  # dims drawn as bars; past that, as one filled step line
+PROFILE_COLOURS = {"continuous": "#3465a4", "discrete": "#f57900", "constant": "#888a85"}
 MAX_DIMS = 96  # rows of one plot (a 4,000-dim state would ask for a figure 100,000 px high): the flagged
 # dims first, then the first others, and the title says how many of how many are shown
 
@@ -108,3 +112,29 @@ def save_png(fig: Figure, path: Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return atomic_write_bytes(path, buffer.getvalue())
+
+
+def profile_plot(path: Path, rows: list[dict[str, Any]]) -> Path:
+    width = min(max(6.0, 0.18 * len(rows) + 2), PROFILE_MAX_WIDTH_IN)  # 4,000 dims: 30 in, not 722 in
+    fig = Figure(figsize=(width, 3.8))
+    ax = fig.subplots()
+    x = range(len(rows))
+    for kind, colour in PROFILE_COLOURS.items():
+        at = [r["at_limits"] if r["kind"] == kind else 0 for r in rows]
+        label = f"share of rows at min/max ({kind})"
+        if len(rows) <= PROFILE_MAX_BARS:  # a bar per dim of this kind (a rectangle costs ~1 ms to add)
+            mine = [i for i, r in enumerate(rows) if r["kind"] == kind]
+            ax.bar(mine, [at[i] for i in mine], color=colour, label=label)
+        else:  # one artist, not one rectangle per dim (4,000 of them took over a minute to lay out)
+            ax.stairs(at, [i - 0.5 for i in range(len(rows) + 1)], fill=True, color=colour, label=label)
+    ax.plot(x, [r["held_share_p50"] for r in rows], "k.", label="median share of an episode held still")
+    step = max(1, len(rows) // 40)
+    ticks = [f"{r['feature'][-12:]}:{r['dim']}" for r in rows]
+    ax.set_xticks(list(x)[::step], ticks[::step], rotation=90, fontsize=6)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("feature:dim")
+    ax.set_ylabel("share")
+    ax.set_title("Dataset profile: time at the limits and held still, per dim (what the data is)")
+    ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    return save_png(fig, path)

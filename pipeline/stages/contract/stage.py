@@ -47,6 +47,7 @@ from pipeline.stages.contract import (
 )
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.deploy import deploy_rows
+from pipeline.stages.contract.drawing import Plots, health_args, range_args
 from pipeline.stages.contract.health import health_rows
 from pipeline.stages.contract.profile import write_profile
 from pipeline.stages.contract.rows import NAME, Pair, Sources, pair_features, vec
@@ -189,13 +190,16 @@ def _inferred(check: Check, a: Contract) -> Check:
 
 def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     config = settings(ContractConfig, cfg, ctx.config, NAME)
-    a, b, c, sharded = load_sources(cfg, config, ctx)
-    checks, src = reconcile(a, b, c, config)
-    checks += sharded
-    checks += _known_good(cfg, config, b, c, checks)
-    checks += deploy_rows(cfg, src)  # D, where the trained policy will run, where the launch names one
-    checks = corrected.remedied(cfg, checks, src, ctx.artifacts_dir, lambda *abc: reconcile(*abc, config))
-    artifacts = _artifacts(ctx.artifacts_dir, src, checks)
+    with Plots.start() as plots:  # matplotlib imported by the drawer while the data is read
+        a, b, c, sharded = load_sources(cfg, config, ctx)
+        checks, src = reconcile(a, b, c, config)
+        checks += sharded
+        checks += _known_good(cfg, config, b, c, checks)
+        checks += deploy_rows(cfg, src)  # D, where the trained policy will run, where the launch names one
+        remedy = lambda *abc: reconcile(*abc, config)  # noqa: E731
+        checks = corrected.remedied(cfg, checks, src, ctx.artifacts_dir, remedy)
+        artifacts = _artifacts(ctx.artifacts_dir, src, checks, plots)
+        plots.finish()
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 
 
@@ -270,7 +274,7 @@ def _dump_contract(contract: Contract) -> dict[str, Any]:
     return data
 
 
-def _artifacts(out_dir: Path, src: Sources, checks: list[Check]) -> dict[str, str]:
+def _artifacts(out_dir: Path, src: Sources, checks: list[Check], plots: Plots) -> dict[str, str]:
     evidence = {
         "A": _dump_contract(src.a),
         "B": _dump_contract(src.b),
@@ -280,15 +284,11 @@ def _artifacts(out_dir: Path, src: Sources, checks: list[Check]) -> dict[str, st
         "action_mode_inferred": units.infer_action_mode(src),
     }
     path = atomic_write_json(out_dir / "contract_evidence.json", jsonable(evidence))
-    artifacts = {"contract_evidence": str(path), **write_profile(out_dir, src)}
-    if any(c.category == "health" for c in checks):
-        from pipeline.stages.contract.health.plot import health_plot  # matplotlib: only when drawn
-
-        plot = health_plot(out_dir / "health_episodes.png", src.c.health, checks)
-        if plot is not None:
-            artifacts["health_episodes"] = str(plot)
+    artifacts = {"contract_evidence": str(path), **write_profile(out_dir, src, plots)}
+    if any(c.category == "health" for c in checks) and (args := health_args(src.c.health, checks)):
+        artifacts["health_episodes"] = str(plots.draw("health", out_dir / "health_episodes.png", **args))
     for pair in pair_features(src):
-        path = _plot(out_dir, src, pair, checks)
+        path = _plot(out_dir, src, pair, checks, plots)
         if path is not None:
             artifacts[f"ranges_{pair.a.key}"] = str(path)
     return artifacts
@@ -307,7 +307,7 @@ def _bounds(stats: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None
     return {"lo": lo, "hi": hi, "mean": mean if mean is not None else (lo + hi) / 2}
 
 
-def _plot(out_dir: Path, src: Sources, pair: Pair, checks: list[Check]) -> Path | None:
+def _plot(out_dir: Path, src: Sources, pair: Pair, checks: list[Check], plots: Plots) -> Path | None:
     if pair.c is None:
         return None
     a = _bounds(src.a.stats.get(pair.a.key))
@@ -322,9 +322,7 @@ def _plot(out_dir: Path, src: Sources, pair: Pair, checks: list[Check]) -> Path 
     title = (
         f"{pair.a.key}: base (A) vs dataset (C{' ' + pair.c.key if pair.c.key != pair.a.key else ''}) per dim"
     )
-    from pipeline.stages.contract.plots import range_plot  # matplotlib: only when a plot is drawn
-
-    return range_plot(out_dir / f"ranges_{safe}.png", a, c, flagged, title=title)
+    return plots.draw("range", out_dir / f"ranges_{safe}.png", **range_args(a, c, flagged, title))
 
 
 def _physical(src: Sources) -> list[str]:

@@ -66,7 +66,7 @@ def test_a_4000_dim_state_gets_plots_of_a_bounded_size(tmp_path: Path) -> None:
     import numpy as np
 
     from pipeline.stages.contract import plots
-    from pipeline.stages.contract.profile import _plot
+    from pipeline.stages.contract.plots import profile_plot
 
     rows = [
         {
@@ -78,7 +78,7 @@ def test_a_4000_dim_state_gets_plots_of_a_bounded_size(tmp_path: Path) -> None:
         }
         for d in range(4000)
     ]
-    width, height = _png_size(_plot(tmp_path / "profile.png", rows))
+    width, height = _png_size(profile_plot(tmp_path / "profile.png", rows))
     assert width <= 3000 and height <= 400
     stats = {k: np.linspace(0, 1, 4000) + i for i, k in enumerate(("lo", "mean", "hi"))}
     assert plots.shown_dims(4000, {3999, 7})[:3] == [0, 1, 2] and 3999 in plots.shown_dims(4000, {3999})

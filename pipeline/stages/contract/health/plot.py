@@ -6,31 +6,22 @@ matplotlib (Agg), written atomically like the contract's range plots.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from pipeline.record.records import Check  # noqa: E402
 from pipeline.stages.contract.plots import save_png  # noqa: E402
 
 
-def health_plot(path: Path, facts: dict[str, Any], checks: list[Check]) -> Path | None:
-    episodes = facts.get("episodes") or {}
-    if not len(episodes.get("index", ())):
-        return None
-    flagged: dict[int, int] = {}
-    for check in checks:
-        if check.category == "health" and check.verdict != "match":
-            for episode, count in (check.evidence.get("frames_per_episode") or {}).items():
-                flagged[int(episode)] = flagged.get(int(episode), 0) + int(count)
-    ids = [int(e) for e in episodes["index"]]
+def health_plot(path: Path, ids: list[int], rows: list[int], flagged: list[int]) -> Path:
+    """Per episode (ids in order): its rows and its frames a health row flagged
+    (`drawing.health_args`)."""
     fig = Figure(figsize=(9, 3.6))
     ax = fig.subplots()
-    ax.bar(range(len(ids)), [int(n) for n in episodes["rows"]], color="#babdb6", label="episode length")
-    ax.bar(range(len(ids)), [flagged.get(i, 0) for i in ids], color="#cc0000", label="flagged frames")
+    ax.bar(range(len(ids)), rows, color="#babdb6", label="episode length")
+    ax.bar(range(len(ids)), flagged, color="#cc0000", label="flagged frames")
     step = max(1, len(ids) // 20)
     ax.set_xticks(range(0, len(ids), step), [str(i) for i in ids[::step]], fontsize=7)
     ax.set_xlabel("episode index")
