@@ -10,6 +10,7 @@ the same dataclass instance as `ctx.config`: no casts where values are used.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ def typed(cls: type[C], section: Any, key: str) -> C:
     """The stage's section of a composed or saved config as its dataclass, validated."""
     raw = section if section is not None else {}
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(cls), raw)
+        merged = OmegaConf.merge(_schema(cls), raw)
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         where = f"{key}.{exc.full_key}" if getattr(exc, "full_key", None) else key
@@ -98,6 +99,13 @@ def typed(cls: type[C], section: Any, key: str) -> C:
     assert isinstance(obj, cls)
     obj.validate(key)
     return obj
+
+
+@functools.cache
+def _schema(cls: type[StageConfig]) -> DictConfig:
+    """The class's structured config, built once per process (0.1 s for the contract's, and a launch
+    types each section three or four times); `OmegaConf.merge` copies it, so it is never changed."""
+    return OmegaConf.structured(cls)
 
 
 def settings(cls: type[C], cfg: Any, given: Any, name: str) -> C:
@@ -115,7 +123,7 @@ def store_registered(configs: dict[str, type[StageConfig]]) -> None:
     composed config (`--cfg job`, overrides without `+`) from its dataclass alone. It is refreshed on each
     `register`; Hydra reads it when it composes, after `stages.load()` has imported the stages.
     """
-    node = {**configs, "gate": GateConfig}
+    node = {name: _schema(cls) for name, cls in {**configs, "gate": GateConfig}.items()}
     ConfigStore.instance().store(group="stages", name="registered", node=node)
 
 
