@@ -99,3 +99,34 @@ def effect_text(found: dict[str, Any], limit: float, names: list[str] | None) ->
         f"; over the data they move the normalized values by up to {found['largest']:.3g} "
         f"({found.get('worst_mode', found['mode'])}{label}){which}, {verdict} the {limit:g} that blocks"
     )
+
+
+def modes_for(mode: str | None) -> list[str]:
+    """The moment modes to judge by: the one training uses, both where it is not known, none where it
+    reads no moments (a quantile mode, IDENTITY)."""
+    return [mode] if mode in MOMENT_MODES else list(MOMENT_MODES) if mode is None else []
+
+
+def removal_effect(
+    stats: dict[str, float], rows: int, value: float, rest: tuple[float, float], modes: list[str]
+) -> tuple[float, str | None]:
+    """How far one sample (`value`) moves the normalized data through the stats it enters: the largest
+    |normalized with it - normalized without it| over the other samples' range `rest` (lo, hi), and the
+    mode giving it. `stats`: one dim's mean, std, min and max over `rows` samples, that one included."""
+    n, mean, std = float(rows), stats["mean"], stats["std"]
+    if n < 3:
+        return 0.0, None
+    mean2 = (n * mean - value) / (n - 1)
+    var2 = (n * (std * std + mean * mean) - value * value) / (n - 1) - mean2 * mean2
+    std2 = float(np.sqrt(max(var2, 0.0)))
+    lo, hi = rest
+    best: tuple[float, str | None] = (0.0, None)
+    for mode in modes:
+        if mode == "MEAN_STD":
+            gaps = [abs((x - mean) / (std + EPS) - (x - mean2) / (std2 + EPS)) for x in rest]
+        else:
+            span, span2 = max(stats["max"] - stats["min"], EPS), max(hi - lo, EPS)
+            gaps = [abs(2 * (x - stats["min"]) / span - 2 * (x - lo) / span2) for x in rest]
+        if max(gaps) > best[0]:
+            best = (float(f"{max(gaps):.4g}"), mode)
+    return best

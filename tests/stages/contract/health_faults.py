@@ -273,9 +273,12 @@ FAULTS: dict[str, tuple[Callable[[Copy], dict[str, Any]], str, str]] = {
     "frozen": (frozen, "contract.health.frozen:action", "soft"),
     "stuck": (stuck, "contract.health.stuck:observation.state", "hard"),
     "held": (held, "contract.health.held:action", "hard"),
-    "spike": (spike, "contract.health.spikes:action", "soft"),
+    # hard: the model's action mode is not known (a training config would say), and under MIN_MAX the
+    # spike alone widens the range every other action is scaled by (0.6-0.9 normalized units)
+    "spike": (spike, "contract.health.spikes:action", "hard"),
     # a one-frame far value is a spike; clipping or a constant dim over the whole dataset is what the data
     # is (the profile), a departure only from a base's stats (test_health_departures.py)
+    # soft: the model reads the state unnormalized (IDENTITY), so the far value moves no stat it uses
     "outlier": (outlier, "contract.health.spikes:observation.state", "soft"),
     "short": (short, "contract.health.episodes.short", "hard"),
     "missing_episode": (missing_episode, "contract.health.episodes.missing", "soft"),

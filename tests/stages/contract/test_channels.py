@@ -143,3 +143,23 @@ def test_stale_std_on_real_data_blocks_only_by_its_effect(
     row = rows(copy)[f"contract.normalization.stale:{state}"]
     assert (row.verdict, row.severity) == ("mismatch", severity), row.message
     assert row.evidence["effect"]["dim"] == dim and "move the normalized values by up to" in row.message
+
+
+def test_one_sample_is_judged_by_what_it_does_to_the_normalizer() -> None:
+    """A 50-sd sample sets the range MIN_MAX divides by (the other samples squeezed into a tenth of it)
+    and inflates the std; a sample inside the others' range moves neither by more than round-off."""
+    from pipeline.stages.contract.stale_effect import removal_effect
+
+    x = np.random.default_rng(4).normal(size=5000)
+    spiked = np.r_[x, 50.0]
+    stats = {"mean": spiked.mean(), "std": spiked.std(), "min": spiked.min(), "max": spiked.max()}
+    rest = (float(x.min()), float(x.max()))
+    effect, mode = removal_effect(stats, len(spiked), 50.0, rest, ["MEAN_STD", "MIN_MAX"])
+    assert mode == "MIN_MAX" and effect > 1.5
+    effect, mode = removal_effect(stats, len(spiked), 50.0, rest, ["MEAN_STD"])
+    expected = np.abs((np.array(rest) - spiked.mean()) / spiked.std() - (np.array(rest) - x.mean()) / x.std())
+    assert mode == "MEAN_STD" and effect == pytest.approx(expected.max(), rel=1e-3)
+    inside = np.r_[x, 0.5]
+    stats = {"mean": inside.mean(), "std": inside.std(), "min": inside.min(), "max": inside.max()}
+    effect, _ = removal_effect(stats, len(inside), 0.5, rest, ["MEAN_STD", "MIN_MAX"])
+    assert effect < 1e-3

@@ -9,7 +9,9 @@ opens, a dead sensor), `frozen` (a hold much longer than the dim's holds in the 
 discrete dim's jumps are its level changes, never judged). What every episode shares (a gripper held shut,
 clipped actions) is the habit itself and stays in the profile. With fewer than `min_episodes` episodes
 there is no habit to depart from: one `skipped` row says so. Severity: `held` is hard where the model
-reads or predicts the feature (it is taught that the dim does not move); the rest are soft.
+reads or predicts the feature (it is taught that the dim does not move); `spikes` where the model uses the
+feature and one spike alone moves the normalized data by more than `stale.effect` through the stats it
+enters (MIN_MAX's range, MEAN_STD's moments: every other sample squeezed); the rest are soft.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from pipeline.readers.profile import kinds
 from pipeline.record.records import Check
+from pipeline.stages.contract import stale_effect
 from pipeline.stages.contract.health.base import base_rows
 from pipeline.stages.contract.health.common import (
     ROWS,
@@ -34,7 +37,7 @@ from pipeline.stages.contract.health.common import (
 )
 from pipeline.stages.contract.health.departure import depart
 from pipeline.stages.contract.health.stuck import state_action, stuck_rows
-from pipeline.stages.contract.rows import Sources
+from pipeline.stages.contract.rows import Sources, vec
 
 ACTUATED = ("state", "action")  # the robot's own dims: an object at rest is not a fault
 LOG_FLOOR = 0.5  # the smallest spread (in log units, a factor of 1.65) a dim's habit is given
@@ -237,6 +240,7 @@ def _excursions(v: _View, what: str, other: _View | None, paired: dict[int, int]
         dep.flagged = _together(v, dep.z, large & judged & moving)
     found = {
         (v.ids[r], int(d)): {"frame": int(v.fact[at][r, d]), "size": round(float(size[r, d]), 1)}
+        | (_spike_effect(v, int(r), int(d)) if what == "spikes" else {})
         for r, d in np.argwhere(dep.flagged)
     }
     noun = "one-sample spike" if what == "spikes" else "step"
@@ -250,12 +254,42 @@ def _excursions(v: _View, what: str, other: _View | None, paired: dict[int, int]
         for (e, d), x in ranked
     ]
     message = f"{v.key}: {what} ({rule}): {listed(shown, 5)}" if found else f"{v.key}: no {what} ({rule})"
+    worst = max(found.items(), key=lambda kv: kv[1].get("effect", 0.0), default=None)
+    limit = v.src.cfg.stale.effect
+    hard = v.used and worst is not None and worst[1].get("effect", 0.0) > limit
+    if hard:
+        (e, d), x = worst
+        message += (
+            f"; the spike at episode {e} dim {labels(v.names, [d])[0]} alone moves the normalized values "
+            f"by up to {x['effect']:.3g} ({x['mode']}), above the {limit:g} that blocks; the model {v.role} "
+            f"{v.key}"
+        )
     spikes: dict[int, dict[str, list[int]]] = {}
     for (e, d), x in found.items():
         entry = spikes.setdefault(e, {"dims": [], "frames": []})
         entry["dims"].append(d)
         entry["frames"].append(x["frame"])
-    return _row(what, v, found, message, "soft", {what: spikes})
+    return _row(what, v, found, message, "hard" if hard else "soft", {what: spikes})
+
+
+def _spike_effect(v: _View, r: int, d: int) -> dict[str, Any]:
+    """What one spike does to the stats the model normalizes with (`stale_effect.removal_effect`): the
+    spiked value is the episode's extreme farther from the dim's mean (a spike that is not one moves
+    nothing); without it the dim's range is the other episodes' and the spike's neighbour's (one of
+    them lies `bounce` from it)."""
+    stats = {k: vec(v.src.c.recomputed.get(v.key) or {}, k) for k in ("mean", "std", "min", "max")}
+    modes = stale_effect.modes_for(v.src.b_mode_of(v.src.c.features[v.key].type))
+    if any(x is None or x.size <= d for x in stats.values()) or not modes or len(v.ids) < 2:
+        return {}
+    one = {k: float(x[d]) for k, x in stats.items()}  # type: ignore[union-attr]
+    lo, hi = float(v.fact["lo"][r, d]), float(v.fact["hi"][r, d])
+    up = abs(hi - one["mean"]) >= abs(lo - one["mean"])
+    value = hi if up else lo
+    near = value - np.sign(value - one["mean"]) * float(v.fact["bounce"][r, d])
+    rest = np.delete(np.arange(len(v.ids)), r)
+    bounds = (min(float(v.fact["lo"][rest, d].min()), near), max(float(v.fact["hi"][rest, d].max()), near))
+    effect, mode = stale_effect.removal_effect(one, int(v.src.c.rows), value, bounds, modes)
+    return {"effect": effect, "mode": mode} if mode else {}
 
 
 def _row(
