@@ -270,7 +270,8 @@ FAULTS: dict[str, tuple[Callable[[Copy], dict[str, Any]], str, str]] = {
     "fps_disagrees": (fps_disagrees, "contract.health.time.fps", "hard"),
     "frame_index_broken": (frame_index_broken, "contract.health.time.frame_index", "soft"),
     "index_break": (index_break, "contract.health.time.index", "hard"),
-    "frozen": (frozen, "contract.health.frozen:action", "soft"),
+    # hard: every command held 5-6 s while the joints moved (a recording dropout) and the model predicts it
+    "frozen": (frozen, "contract.health.frozen:action", "hard"),
     "stuck": (stuck, "contract.health.stuck:observation.state", "hard"),
     "held": (held, "contract.health.held:action", "hard"),
     # hard: the model's action mode is not known (a training config would say), and under MIN_MAX the

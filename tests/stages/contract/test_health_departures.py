@@ -219,8 +219,9 @@ def test_a_planted_fault_is_named_by_episode_and_dim(
     rows = _rows(tmp_path / "data", base)
     found = [r for r in rows.values() if r.verdict == "mismatch" and _names(r, expected)]
     assert found, [f"{k}: {r.message}" for k, r in rows.items() if r.verdict not in ("match", "skipped")]
-    # taught wrong: blocks; a 50-sd spike blocks by what it does to the normalizer's range
-    if fault in ("dead", "never_opens", "stuck_action", "spike") or fault.startswith("copied"):
+    # taught wrong: blocks; a 50-sd spike by what it does to the normalizer's range; a joint frozen 60 % of
+    # an episode (5-10 s) while its command moves, as a dropout
+    if fault in ("dead", "never_opens", "stuck_action", "spike", "frozen") or fault.startswith("copied"):
         assert any(r.blocking for r in found), [r.message for r in found]
     if fault == "spike":
         assert "alone moves the normalized values by up to" in " ".join(r.message for r in found)

@@ -9,9 +9,11 @@ opens, a dead sensor), `frozen` (a hold much longer than the dim's holds in the 
 discrete dim's jumps are its level changes, never judged). What every episode shares (a gripper held shut,
 clipped actions) is the habit itself and stays in the profile. With fewer than `min_episodes` episodes
 there is no habit to depart from: one `skipped` row says so. Severity: `held` is hard where the model
-reads or predicts the feature (it is taught that the dim does not move); `spikes` where the model uses the
-feature and one spike alone moves the normalized data by more than `stale.effect` through the stats it
-enters (MIN_MAX's range, MEAN_STD's moments: every other sample squeezed); the rest are soft.
+reads or predicts the feature (it is taught that the dim does not move); `frozen` where it does and the
+hold outlasts its moving partner's by FROZEN_HARD_S or more (a sensor or actuator dropout); `spikes` where
+the model uses the feature and one spike alone moves the normalized data by more than `stale.effect`
+through the stats it enters (MIN_MAX's range, MEAN_STD's moments: every other sample squeezed); the rest
+are soft.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pipeline.stages.contract.rows import Sources, vec
 ACTUATED = ("state", "action")  # the robot's own dims: an object at rest is not a fault
 LOG_FLOOR = 0.5  # the smallest spread (in log units, a factor of 1.65) a dim's habit is given
 FROZEN_BEYOND = 1.5  # a frozen hold exceeds the partner's (or the feature's) by this x frozen_share
+FROZEN_HARD_S = 2.0  # a joint still this long beyond its moving command (or the reverse) is a dropout: hard
 TOGETHER_Z = 2.0  # each of them beyond this robust z (their number at one frame is the evidence)
 TOGETHER = 0.25  # a seam: at least this share of a feature's moving dims jump at the same frame
 HELD_RARE = 0.05  # a held episode departs only where at most this share of the others is held too
@@ -100,6 +103,8 @@ class _View:
         self.limit = np.where(self.discrete, 1.5, self.cfg.spike_z)
         self.judged = judged[:, None] & self.live[None, :]
         self.names = dim_names(src, key)
+        fps = facts.get("fps")
+        self.fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
         self.used = key in model_reads(src) | model_predicts(src)
         self.role = "reads" if key in model_reads(src) else "predicts"
 
@@ -180,6 +185,7 @@ def _frozen(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
     need = np.maximum(v.cfg.frozen_frames, v.cfg.frozen_share * v.length)[:, None]
     large = (v.fact["longest"] >= need) & (v.spread > 0) & (own >= FROZEN_BEYOND * v.cfg.frozen_share)
     dep = depart(own, v.judged, floor, v.cfg.departure_alpha, large)
+    fps = v.fps or np.nan
     found = {
         (v.ids[r], int(d)): {
             "steps": int(v.fact["longest"][r, d]),
@@ -187,6 +193,7 @@ def _frozen(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
             "share": round(float(own[r, d]), 3),
             "habit": round(float(dep.centre[d]), 3),
             "against": "its partner" if int(d) in paired and other is not None else "the feature",
+            "seconds": round(float(hold[r, d] / fps), 2),  # NaN without an fps: never hard
         }
         for r, d in np.argwhere(dep.flagged)
     }
@@ -200,7 +207,13 @@ def _frozen(v: _View, other: _View | None, paired: dict[int, int]) -> Check:
         for (e, d), x in found.items()
     ]
     message = f"{v.key}: frozen ({rule}): {listed(shown, 5)}" if found else f"{v.key}: no frozen dim ({rule})"
-    return _row("frozen", v, found, message, "soft")
+    dropped = [x for x in found.values() if x["against"] == "its partner" and x["seconds"] >= FROZEN_HARD_S]
+    if v.used and dropped:
+        message += (
+            f"; held {max(x['seconds'] for x in dropped):.3g} s while its partner moved "
+            f"(>= {FROZEN_HARD_S:g} s: a dropout, not a pause); the model {v.role} {v.key}"
+        )
+    return _row("frozen", v, found, message, "hard" if v.used and dropped else "soft")
 
 
 def _partner(v: _View, other: _View | None, paired: dict[int, int], flag: np.ndarray | None) -> np.ndarray:
