@@ -35,35 +35,50 @@ def _draw_all(plots: Plots, out: Path) -> list[Path]:
     return paths
 
 
-def test_the_drawer_draws_the_files_the_stage_would(tmp_path: Path) -> None:
+def test_the_drawer_draws_the_files_the_stage_would_and_serves_the_next_run(tmp_path: Path) -> None:
     here = _draw_all(Plots(), tmp_path / "here")
-    proc = drawing.spawn()
-    assert proc is not None
-    with Plots(proc) as plots:
+    drawer = drawing.spawn()
+    assert drawer is not None
+    with Plots(drawer) as plots:
         there = _draw_all(plots, tmp_path / "drawer")
-        assert set(plots.sent) == set()  # finished: nothing left to draw here
-    assert proc.returncode == 0  # it drew them all and ended when its input closed
+        assert plots.sent == {}  # finished: nothing left to draw here
     for a, b in zip(here, there, strict=True):
         assert b.is_file() and a.read_bytes() == b.read_bytes(), b.name
+    assert drawer.alive()  # a finished run leaves it for the next one
+    with Plots(drawer) as plots:
+        again = _draw_all(plots, tmp_path / "again")
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in here]
+    drawer.proc.stdin.close()  # this process's exit: the drawer ends on its own
+    assert drawer.proc.wait(timeout=60) == 0
 
 
 def test_a_dead_drawer_costs_no_plot(tmp_path: Path) -> None:
-    proc = drawing.spawn()
-    assert proc is not None
-    plots = Plots(proc)
+    drawer = drawing.spawn()
+    assert drawer is not None
+    plots = Plots(drawer)
     first = plots.draw("profile", tmp_path / "profile.png", rows=ROWS)  # sent, then the drawer dies
-    proc.kill()
-    proc.wait()
+    drawer.proc.kill()
+    drawer.proc.wait()
     second = plots.draw("range", tmp_path / "range.png", **RANGE)  # drawn here: the pipe is gone
     plots.finish()  # the one it never answered is drawn here
     assert first.is_file() and second.is_file()
 
 
 def test_a_plot_the_drawer_fails_on_is_drawn_here_and_its_error_raised(tmp_path: Path) -> None:
-    proc = drawing.spawn()
-    assert proc is not None
-    with Plots(proc) as plots:
+    drawer = drawing.spawn()
+    assert drawer is not None
+    with Plots(drawer) as plots:
         plots.draw("histogram", tmp_path / "h.png", values=[1, 2])  # a kind no drawer knows
         with pytest.raises(ValueError, match="unknown plot kind 'histogram'"):
             plots.finish()  # the drawer answered with its error; drawn here, the error is the stage's
-    assert proc.returncode == 0  # the drawer itself went on and ended normally
+    assert drawer.alive()  # the drawer itself went on
+    drawer.stop()
+
+
+def test_a_stage_run_that_fails_stops_the_drawer_it_left_unanswered(tmp_path: Path) -> None:
+    drawer = drawing.spawn()
+    assert drawer is not None
+    with pytest.raises(RuntimeError), Plots(drawer) as plots:
+        plots.draw("profile", tmp_path / "profile.png", rows=ROWS)
+        raise RuntimeError("the stage failed before it finished its plots")
+    assert drawer.proc.wait(timeout=60) is not None and not drawer.alive()
