@@ -3,8 +3,7 @@ config groups (which live inside the package) without copying them."""
 
 import pytest
 
-from tests.conftest import other_stages
-from tests.in_process_launch import launch_here
+from tests.conftest import launch, other_stages
 
 LAUNCHER = """# a site's Slurm profile, kept in the user's own config folder
 name: slurm
@@ -22,9 +21,7 @@ def test_a_users_config_folder_adds_a_launcher_profile(tmp_path, how):
     (mine / "launcher").mkdir(parents=True)
     (mine / "launcher" / "site.yaml").write_text(LAUNCHER)
     where = ["--config-dir", str(mine)] if how == "--config-dir" else [f"hydra.searchpath=[file://{mine}]"]
-    proc = launch_here(
-        tmp_path, *where, "launcher=site", "~demo", "dry_run=true", other_stages("container_check")
-    )
+    proc = launch(tmp_path, *where, "launcher=site", "~demo", "dry_run=true", other_stages("container_check"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "#SBATCH --constraint=site_a100" in proc.stdout and "#SBATCH --signal=USR2@120" in proc.stdout
     assert "dry run: nothing submitted" in proc.stdout
@@ -32,9 +29,9 @@ def test_a_users_config_folder_adds_a_launcher_profile(tmp_path, how):
 
 def test_a_missing_user_config_is_named(tmp_path):
     """Hydra's own messages (exit 1): the folder, or the group option that is in none of the folders."""
-    proc = launch_here(tmp_path, "--config-dir", str(tmp_path / "nowhere"), "launcher=site", "~demo")
+    proc = launch(tmp_path, "--config-dir", str(tmp_path / "nowhere"), "launcher=site", "~demo")
     assert proc.returncode != 0 and str(tmp_path / "nowhere") in proc.stdout + proc.stderr
     (tmp_path / "empty").mkdir()
-    proc = launch_here(tmp_path, "--config-dir", str(tmp_path / "empty"), "launcher=site", "~demo")
+    proc = launch(tmp_path, "--config-dir", str(tmp_path / "empty"), "launcher=site", "~demo")
     assert proc.returncode != 0 and "launcher/site" in proc.stdout + proc.stderr
     assert not (tmp_path / "preflight").exists()
