@@ -15,8 +15,12 @@ from pipeline import trainlog
 
 
 @pytest.fixture
-def restore_determinism():
-    """MetricsLog applies PREFLIGHT_DETERMINISTIC process-wide; put torch back for the other tests."""
+def restore_determinism(monkeypatch):
+    """MetricsLog applies PREFLIGHT_DETERMINISTIC process-wide; put torch back for the other tests, and
+    the variable Inductor reads (`trainlog.log.INDUCTOR_ENV`), which the later tests' jobs would inherit."""
+    from pipeline.trainlog.log import INDUCTOR_ENV
+
+    monkeypatch.delenv(INDUCTOR_ENV, raising=False)  # put back as it was by monkeypatch's undo
     before = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
