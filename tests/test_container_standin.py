@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.conftest import gate_of, other_stages, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.sif_images import build_image, sha256sum
 
 STANDIN = Path(__file__).resolve().parents[1] / "containers" / "standin" / "apptainer"
@@ -53,7 +54,7 @@ def image_rows(gate: dict) -> dict[str, dict]:
 
 def test_launch_refuses_apptainer_without_the_binary_before_submitting(tmp_path):
     image = build_image(tmp_path, LABELS).path
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=local",
         "~demo",
@@ -67,7 +68,9 @@ def test_launch_refuses_apptainer_without_the_binary_before_submitting(tmp_path)
 
 def test_a_digest_that_is_not_the_promoted_one_blocks_the_gate_local(tmp_path, standin):
     image = build_image(tmp_path, LABELS).path
-    proc = launch(tmp_path, "launcher=local", *through_standin(image, "container.expect_sha256=" + "0" * 64))
+    proc = launch_here(
+        tmp_path, "launcher=local", *through_standin(image, "container.expect_sha256=" + "0" * 64)
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     gate = gate_of(run_dir_of(tmp_path, proc))
     rows = image_rows(gate)
@@ -83,7 +86,7 @@ def test_a_digest_that_is_not_the_promoted_one_blocks_the_gate_local(tmp_path, s
 def test_a_slurm_stage_job_runs_inside_the_sif_root_through_the_standin(tmp_path, standin, slurm):
     image = build_image(tmp_path, LABELS).path
     digest = sha256sum(image)
-    proc = launch(
+    proc = launch_here(
         tmp_path, "launcher=slurm", "wait=true", *through_standin(image, f"container.expect_sha256={digest}")
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

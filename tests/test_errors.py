@@ -12,7 +12,7 @@ import pytest
 from pipeline.errors import ConfigError, InputError, one_line
 from pipeline.record.fingerprint import digest_path
 from pipeline.record.runfolder import RunFolder
-from tests.conftest import launch, other_stages
+from tests.conftest import other_stages
 from tests.in_process_launch import launch_here
 
 
@@ -107,7 +107,7 @@ def test_one_line_joins_multiline_messages():
 
 @pytest.mark.slurm
 def test_refused_submission_leaves_no_run_folder(tmp_path, slurm):
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=slurm",
         "~demo",
@@ -126,7 +126,7 @@ def test_refused_submission_leaves_no_run_folder(tmp_path, slurm):
 def test_refused_chained_sbatch_prints_sbatch_stderr_and_what_keeps_running(tmp_path, slurm):
     script = tmp_path / "train.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --partition=no_such_partition_xyz\necho train\n")
-    proc = launch(
+    proc = launch_here(
         tmp_path, "launcher=slurm", "~demo", other_stages("container_check"), f"+chain.sbatch={script}"
     )
     out = proc.stdout + proc.stderr

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROBE_SEED, gate_of, launch, other_stages, run_dir_of, slurm_launch
+from tests.conftest import PROBE_SEED, gate_of, other_stages, run_dir_of, slurm_launch
+from tests.in_process_launch import launch_here
 from tests.test_launch import summary
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
@@ -203,7 +204,7 @@ def test_local_mode_gives_the_same_gate_record_as_slurm(blocked_run: BlockedRun)
     (cwd / "l").mkdir()
     on_slurm = blocked_run.proc
     PROBE_SEED.plant(cwd / "l" / "preflight")  # its container_check reuses the node probes, as on Slurm
-    local = launch(cwd / "l", "launcher=local", "launcher.poll_s=0.2", *blocked_run.common)
+    local = launch_here(cwd / "l", "launcher=local", "launcher.poll_s=0.2", *blocked_run.common)
     assert on_slurm.returncode == local.returncode == 3
     slurm_gate, local_gate = (
         gate_of(run_dir_of(cwd / "s", on_slurm)),

@@ -21,35 +21,58 @@ from typing import Any
 SLURM_GROUP = "slurm"
 # stage folders whose conftest.py holds session fixtures: one scope each (elsewhere a module is a scope)
 SHARED_FOLDERS = ("tests/stages/determinism", "tests/stages/render_cache", "tests/stages/teacher_forced")
-# test-seconds per scope in a full run on the shared 2-core machine, loaded (benchmarks/suite_durations.py
-# RUN, its "by scope" table), less the launches since shared; only their order matters. A scope not named
-# weighs PER_TEST seconds a test. The files whose launches moved into the test process (launch_here) or
-# whose rollouts come from the demo's cache are scaled by their measured after/before test-seconds
-# (--durations=0, each file alone, same loaded machine).
+# test-seconds per scope in a clean-clone CI run (`-n 2 --dist loadgroup`, benchmarks/suite_durations.py
+# on its build/test-junit.xml, "by scope"), every scope of 8 s or more: only their order matters. The
+# scopes changed since are scaled by their measured after/before (each alone, same machine): render_cache
+# x0.6 (launches in process, no unread main demo), determinism x0.8 (twins without torch._dynamo, launches
+# in process). A scope not named weighs PER_TEST seconds a test: a one-test scope of 24 s weighed 0.8 and
+# started last, its worker finishing alone.
 WEIGHTS = {
-    SLURM_GROUP: 440,  # 794 before the sacct poll, job_main, shared launches and reused probes (~0.55x)
-    "tests/stages/determinism": 443,  # x0.80: two launches run the stage in-process
-    "tests/stages/render_cache": 501,  # x0.90: one session Renderers, the sharded merge on the launch
-    "tests/stages/teacher_forced": 157,  # x0.41: probes and plots off where no assertion reads them
-    "tests/test_wheel.py": 277,  # x0.96: one pair of twins
-    "faulty_full": 210,
-    "tests/stages/contract/test_shards_launch.py": 92,
-    "tests/stages/contract/test_finetune.py": 87,
-    "tests/test_malformed_inputs.py": 95,
-    "tests/test_launch.py": 155,
-    "tests/stages/contract/test_alignment_demo.py": 124,
-    "tests/stages/contract/test_stage_launch.py": 92,
-    "tests/test_reliability_faults.py": 132,
-    "tests/stages/contract/test_episode_shift.py": 84,
-    "tests/run/test_status.py": 102,
-    "tests/test_reliability_recovery.py": 50,
-    "tests/demo/test_provider.py": 89,
-    "tests/cli/test_training_command.py": 87,
-    "tests/stages/contract/test_lerobot_pack.py": 85,
-    "tests/run/test_chain.py": 84,
-    "tests/demo/test_memo.py": 76,
-    "tests/record/test_history.py": 66,
-    "tests/demo/test_cache_entries.py": 60,
+    "tests/stages/render_cache": 240,
+    "tests/stages/determinism": 215,
+    SLURM_GROUP: 219,
+    "faulty_full": 97,
+    "tests/stages/teacher_forced": 93,
+    "tests/test_wheel.py": 90,
+    "tests/stages/contract/test_episode_shift.py": 50,
+    "tests/cli/test_training_command.py": 48,
+    "tests/stages/contract/test_alignment_demo.py": 46,
+    "tests/stages/contract/test_finetune.py": 41,
+    "tests/run/test_inprocess.py": 39,
+    "tests/stages/contract/test_health_departures.py": 31,
+    "tests/demo/test_memo.py": 30,
+    "tests/test_malformed_inputs.py": 28,
+    "tests/test_launch.py": 28,
+    "tests/stages/contract/test_shards_launch.py": 27,
+    "tests/demo/test_cache_entries.py": 26,
+    "tests/stages/contract/test_lerobot_pack.py": 25,
+    "tests/cli/test_remedy_line.py": 24,
+    "tests/test_reliability_faults.py": 22,
+    "tests/stages/contract/test_conventions_real.py": 22,
+    "tests/record/test_audit.py": 21,
+    "tests/stages/contract/test_stage_launch.py": 20,
+    "tests/cli/test_inputs_outside.py": 19,
+    "tests/stages/contract/test_health_scaling.py": 18,
+    "tests/stages/contract/test_shards_stale.py": 18,
+    "tests/demo/test_demo.py": 17,
+    "tests/stages/contract/test_alignment.py": 16,
+    "tests/record/test_records.py": 14,
+    "tests/stages/contract/test_clean_corpus.py": 14,
+    "tests/run/test_chain.py": 13,
+    "tests/run/test_status.py": 13,
+    "tests/test_reliability_recovery.py": 13,
+    "tests/demo/test_provider.py": 13,
+    "tests/demo/test_cameras.py": 12,
+    "tests/record/test_history.py": 12,
+    "tests/cli/test_compose.py": 11,
+    "tests/stages/contract/test_health.py": 11,
+    "tests/test_container_standin.py": 11,
+    "tests/readers/test_repeats.py": 10,
+    "tests/test_progress.py": 10,
+    "tests/stages/contract/test_channels.py": 10,
+    "tests/stages/contract/test_reconcile_real.py": 10,
+    "tests/run/test_input_checks.py": 10,
+    "tests/demo/test_demo_image.py": 9,
 }
 PER_TEST = 0.8
 

@@ -9,6 +9,7 @@ import math
 import os
 import platform
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -109,9 +110,9 @@ def apply_determinism(mode: str | None = None) -> dict[str, Any]:
     """Set torch's determinism switches from `PREFLIGHT_DETERMINISTIC`; returns what was set."""
     mode = (mode if mode is not None else os.environ.get(ENV_MODE, "")).strip().lower()
     if mode in ("1", "true", "yes", "on"):
-        torch.use_deterministic_algorithms(True)
+        deterministic_algorithms(warn_only=False)
     elif mode == "warn":
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic_algorithms(warn_only=True)
     if mode in ("1", "true", "yes", "on", "warn"):
         torch.backends.cudnn.benchmark = False
     return {
@@ -120,6 +121,23 @@ def apply_determinism(mode: str | None = None) -> dict[str, Any]:
         "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
     }
+
+
+INDUCTOR_CONFIG = "torch._inductor.config"
+INDUCTOR_ENV = "TORCHINDUCTOR_DETERMINISTIC"  # what that config reads into `deterministic` on import
+
+
+def deterministic_algorithms(warn_only: bool) -> None:
+    """`torch.use_deterministic_algorithms(True, warn_only=...)` without its import of Inductor's config,
+    which imports `torch._dynamo`: ~1.9 CPU-s, as long as torch's own import, in every twin of a trainer
+    that never compiles. The config reads `TORCHINDUCTOR_DETERMINISTIC` when first imported, so a later
+    `torch.compile` is as deterministic as the public call makes it; an already imported config is set
+    as that call sets it (by the call itself)."""
+    if INDUCTOR_CONFIG in sys.modules or not hasattr(torch._C, "_set_deterministic_algorithms"):
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+        return
+    os.environ[INDUCTOR_ENV] = "1"
+    torch._C._set_deterministic_algorithms(True, warn_only=warn_only)
 
 
 def device_info() -> dict[str, Any]:

@@ -20,7 +20,8 @@ from pipeline.readers import hub_cache, lerobot_command
 from pipeline.record.runfolder import composed_text
 from pipeline.stages.contract import composed
 from tests.cli.test_training_command import BASE_ID, COMMIT, DATA_ID, hub_snapshot
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 
 RENAME_AWAY = '--rename_map={"observation.state": "observation.elsewhere"}'
 
@@ -99,7 +100,7 @@ def test_a_ref_out_of_the_cache_at_launch_is_one_line_and_nothing_is_submitted(t
     os.environ["HF_LEROBOT_HOME"] = str(home)
     try:
         command = ["lerobot-train", f"--policy.path={BASE_ID}", f"--dataset.repo_id={DATA_ID}"]
-        proc = launch(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
+        proc = launch_here(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
     finally:
         del os.environ["HF_LEROBOT_HOME"]
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -180,7 +181,7 @@ def test_a_relaunch_after_a_swap_still_blocks_on_the_users_own_rename_map(tmp_pa
     command = ["lerobot-train", f"--policy.path={BASE_ID}", f"--dataset.repo_id={DATA_ID}", RENAME_AWAY]
     os.environ["HF_LEROBOT_HOME"] = str(home)
     try:
-        dry = launch(
+        dry = launch_here(
             tmp_path, "stage=contract", "launcher=local", "dry_run=true", "--", *command, seed_demo=False
         )
         assert dry.returncode == 0, dry.stdout + dry.stderr
@@ -189,7 +190,7 @@ def test_a_relaunch_after_a_swap_still_blocks_on_the_users_own_rename_map(tmp_pa
         clean.write_text(json.dumps({**json.loads(written.read_text()), "rename_map": {}}))
         written.unlink()
         written.symlink_to(clean)
-        proc = launch(
+        proc = launch_here(
             tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False
         )
     finally:

@@ -14,6 +14,7 @@ import yaml
 
 from pipeline.errors import InputError
 from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.in_process_launch import launch_here
 
 BASE_ID, DATA_ID = "acme/pick_base", "acme/so101_pick"
 COMMIT = "0" * 40
@@ -45,7 +46,7 @@ def test_a_lerobot_train_line_alone_names_a_b_and_c_and_clears(tmp_path, hf_home
     cwd.mkdir()
     big = "--job_name=" + "x" * 120_000  # near Linux's limit on one argv item: the record quotes it capped
     command = ["lerobot-train", f"--policy.path={BASE_ID}", f"--dataset.repo_id={DATA_ID}", "--steps=10", big]
-    proc = launch(cwd, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
+    proc = launch_here(cwd, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert f"base {hf_home['base']}" in proc.stdout and "composed by hpc-preflight" in proc.stdout
     run = run_dir_of(cwd, proc)
@@ -71,7 +72,9 @@ def test_a_lerobot_train_line_alone_names_a_b_and_c_and_clears(tmp_path, hf_home
 
 def test_no_base_policy_type_on_the_demo_dataset_clears_with_the_base_side_skipped(tmp_path, hf_home):
     command = ["lerobot-train", "--policy.type=act", f"--dataset.repo_id={DATA_ID}"]
-    proc = launch(tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
+    proc = launch_here(
+        tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "no base (--policy.type=act)" in proc.stdout
     stage = next(s for s in gate_of(run_dir_of(tmp_path, proc))["stages"] if s["stage"] == "contract")
@@ -87,7 +90,9 @@ def test_the_real_clients_act_by_hub_id_gives_no_false_hard_row(tmp_path, hf_hom
     """act_trained: a state-only ACT that lerobot-train 0.4.4 trained on the demo dataset."""
     hub_snapshot(hf_home["hub"], "acme/act_trained", REAL_ACT / "pretrained_model")
     command = ["lerobot-train", "--policy.path=acme/act_trained", f"--dataset.repo_id={DATA_ID}"]
-    proc = launch(tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False)
+    proc = launch_here(
+        tmp_path, "stage=contract", "launcher=local", "wait=true", "--", *command, seed_demo=False
+    )
     stage = next(s for s in gate_of(run_dir_of(tmp_path, proc))["stages"] if s["stage"] == "contract")
     bad = ("mismatch", "error")
     hard = [c["id"] for c in stage["checks"] if c["verdict"] in bad and c["severity"] == "hard"]
@@ -96,7 +101,7 @@ def test_the_real_clients_act_by_hub_id_gives_no_false_hard_row(tmp_path, hf_hom
 
 def test_a_hub_id_not_in_the_cache_is_one_line_and_nothing_submitted(tmp_path, hf_home):
     command = ["lerobot-train", "--policy.path=acme/never_fetched", f"--dataset.repo_id={DATA_ID}"]
-    proc = launch(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
+    proc = launch_here(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = proc.stdout.strip().splitlines()[-1]
     assert "acme/never_fetched" in line and str(hf_home["hub"]) in line
@@ -106,7 +111,7 @@ def test_a_hub_id_not_in_the_cache_is_one_line_and_nothing_submitted(tmp_path, h
 
 def test_a_dataset_repo_id_not_under_the_lerobot_home_is_one_line(tmp_path, hf_home):
     command = ["lerobot-train", f"--policy.path={BASE_ID}", "--dataset.repo_id=acme/missing"]
-    proc = launch(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
+    proc = launch_here(tmp_path, "stage=contract", "launcher=local", "--", *command, seed_demo=False)
     assert proc.returncode == 2
     assert "acme/missing" in proc.stdout and "--repo-type dataset" in proc.stdout
 
@@ -177,7 +182,7 @@ def test_a_job_with_lerobot_composes_b_again_when_the_launch_could_not(tmp_path,
 
 
 def test_a_command_that_is_not_lerobot_train_with_no_input_is_refused_not_judged_on_the_demo(tmp_path):
-    proc = launch(tmp_path, "stage=full", "launcher=local", "--", "python", "train.py", seed_demo=False)
+    proc = launch_here(tmp_path, "stage=full", "launcher=local", "--", "python", "train.py", seed_demo=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = proc.stdout.strip().splitlines()[-1]
     assert "training.command" in line and "python train.py is not lerobot-train" in line

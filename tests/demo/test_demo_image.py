@@ -14,7 +14,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from pipeline.demo.provider import pin_image
-from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.conftest import gate_of, other_stages, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.sif_images import require_tools
 from tests.test_container_standin import STANDIN, image_rows, standin  # noqa: F401 - a fixture
 
@@ -57,7 +58,7 @@ def test_the_demo_image_is_pinned_by_its_record_and_faulty_names_both_digests_fr
     pinned = OmegaConf.create({"container": {"image": image, "promotion_record": None}})
     pin_image(pinned)  # the default demo: its own image pinned by its own record
     assert pinned.container.promotion_record == str(Path(image).with_name("preflight-demo.promoted.yaml"))
-    faulty = launch(tmp_path, *through_demo_image(image, "demo=faulty"))
+    faulty = launch_here(tmp_path, *through_demo_image(image, "demo=faulty"))
     assert faulty.returncode == 3, faulty.stdout + faulty.stderr
     gate = gate_of(run_dir_of(tmp_path, faulty))
     rows = image_rows(gate)

@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from pipeline.errors import ConfigError
 from pipeline.run import chain
 from pipeline.run.executors import chain_argv
-from tests.conftest import launch, other_stages, run_dir_of, slurm_launch
+from tests.conftest import other_stages, run_dir_of, slurm_launch
+from tests.in_process_launch import launch_here
 
 # items a shell would split, expand, run or re-quote; JSON as `--rename_map` takes it
 TRICKY = [
@@ -87,7 +88,7 @@ def _sbatch_argv(stdout: str) -> list[str]:
 def test_the_dry_run_shows_the_chained_job_with_the_typed_argv_exactly(tmp_path):
     command = ["python", "-c", PRINT_ARGV, *TRICKY]
     args = ("launcher=slurm", "dry_run=true", "~demo", other_stages("container_check"))
-    proc = launch(tmp_path, *args, '+chain.args=["--time=5"]', "--", *command)
+    proc = launch_here(tmp_path, *args, '+chain.args=["--time=5"]', "--", *command)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     argv = _sbatch_argv(proc.stdout)
     script = argv[argv.index("--dependency=afterok:JOBID_gate") + 1]
@@ -104,7 +105,7 @@ LOCAL = ("launcher=local", "~demo", "min_free_mb=1", "chain.run_local=true")
 def test_locally_run_local_runs_the_command_after_a_clear_gate(tmp_path):
     marker = tmp_path / "trained.json"
     code = f"import json, sys; open({str(marker)!r}, 'w').write(json.dumps(sys.argv[1:]))"
-    proc = launch(
+    proc = launch_here(
         tmp_path, *LOCAL, other_stages("container_check"), "--", sys.executable, "-c", code, *TRICKY
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -116,7 +117,7 @@ def test_locally_a_blocked_gate_never_starts_the_command(tmp_path):
     marker = tmp_path / "trained"
     code = f"open({str(marker)!r}, 'w').write('trained')"
     crash = ("plugins=[preflight_crash_stage]", other_stages("container_check"))
-    proc = launch(tmp_path, *LOCAL, *crash, "--", sys.executable, "-c", code)
+    proc = launch_here(tmp_path, *LOCAL, *crash, "--", sys.executable, "-c", code)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "training command not started: the gate did not clear" in proc.stdout
     assert not marker.exists()

@@ -12,7 +12,8 @@ from pathlib import Path
 from pipeline.record.records import StageResult
 from pipeline.record.runfolder import RunFolder
 from pipeline.run.status import produced_by, stage_status
-from tests.conftest import PLUGINS, launch, other_stages
+from tests.conftest import PLUGINS, other_stages
+from tests.in_process_launch import launch_here
 
 BASE = ("launcher=local", "~demo", "min_free_mb=1")
 
@@ -85,7 +86,7 @@ def test_relaunch_does_not_show_the_earlier_jobs_result_beside_the_new_job(tmp_p
     control.mkdir()
     (control / "release").touch()
     args = (*BASE, "run_id=r1", "plugins=[preflight_slow_stage]", f"+stages.slow.control={control}")
-    first = launch(tmp_path, *args, other_stages())
+    first = launch_here(tmp_path, *args, other_stages())
     assert first.returncode == 0, first.stdout + first.stderr
     assert row_of(status(tmp_path, "r1"), "slow")[-1] == "pass"
     (control / "release").unlink()

@@ -15,7 +15,8 @@ from pipeline.stages import StageContext
 from pipeline.stages.checkpoint_storage import NAME, CheckpointStorageConfig, run
 from pipeline.stages.config import typed
 from pipeline.storage import save_checkpoint
-from tests.conftest import gate_of, launch, run_dir_of
+from tests.conftest import gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.storage.conftest import tmpfs
 
 MIB = 2**20
@@ -122,7 +123,7 @@ def test_bad_settings_name_their_key(overrides, key):
 def test_launch_blocks_a_run_whose_checkpoints_do_not_fit_on_a_small_filesystem(tmp_path):
     """The stage as a job (local executor): checkpoint_dir on a 4 MiB tmpfs, 3 x 2 MiB planned."""
     with tmpfs(tmp_path / "small", "4m") as mount:
-        proc = launch(
+        proc = launch_here(
             tmp_path,
             "launcher=local",
             "~demo",
@@ -153,7 +154,7 @@ def test_without_a_model_or_a_size_it_needs_one_of_those_keys() -> None:
 
 
 def test_alone_without_a_model_or_a_size_is_exit_2_naming_the_keys(tmp_path) -> None:
-    proc = launch(tmp_path, "stage=checkpoint_storage", "launcher=local", "~demo")
+    proc = launch_here(tmp_path, "stage=checkpoint_storage", "launcher=local", "~demo")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert f"model.path or stages.{NAME}.size_bytes" in out and len(out.strip().splitlines()) == 1, out

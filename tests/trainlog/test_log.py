@@ -15,8 +15,12 @@ from pipeline import trainlog
 
 
 @pytest.fixture
-def restore_determinism():
-    """MetricsLog applies PREFLIGHT_DETERMINISTIC process-wide; put torch back for the other tests."""
+def restore_determinism(monkeypatch):
+    """MetricsLog applies PREFLIGHT_DETERMINISTIC process-wide; put torch back for the other tests, and
+    the variable Inductor reads (`trainlog.log.INDUCTOR_ENV`), which the later tests' jobs would inherit."""
+    from pipeline.trainlog.log import INDUCTOR_ENV
+
+    monkeypatch.delenv(INDUCTOR_ENV, raising=False)  # put back as it was by monkeypatch's undo
     before = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -173,3 +177,29 @@ def test_worker_streams_forked_identically_are_found(tmp_path, held, restore_det
         assert [(d["stream"], d["workers"]) for d in found] == [("dataset.rng", [0, 1])]
     else:  # torch reseeds random, numpy and torch per worker: nothing duplicated
         assert found == []
+
+
+FRESH_DETERMINISM = """
+import sys, torch
+from pipeline.trainlog.log import apply_determinism
+warn = apply_determinism("warn")
+strict = apply_determinism("1")
+dynamo = "torch._dynamo" in sys.modules
+import torch._inductor.config as inductor
+print(warn["warn_only"], strict["deterministic_algorithms"], strict["warn_only"])
+print(dynamo, inductor.deterministic)
+"""
+
+
+def test_deterministic_mode_leaves_dynamo_unimported_and_inductor_deterministic():
+    """In a fresh process (this one may hold Inductor's config already): the switches are torch's public
+    call's, without its import of torch._dynamo, and Inductor's config, imported later, is deterministic."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_DETERMINISTIC"}
+    out = subprocess.run(
+        [sys.executable, "-c", FRESH_DETERMINISM], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["True", "True", "False", "False", "True"], out

@@ -19,7 +19,8 @@ from pipeline.stages.contract import scan_options, sides
 from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.contract.deploy import deploy_rows
 from pipeline.stages.contract.rows import Sources
-from tests.conftest import gate_of, launch, run_dir_of
+from tests.conftest import gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 
 RECORD_TEST = "SamueleSandrini__record-test"
 ROBOT = ["lerobot-record", "--robot.type=so101_follower", "--policy.path=outputs/ckpt"]
@@ -234,7 +235,7 @@ def test_a_deploy_line_typed_after_its_own_double_dash_is_judged_and_named_in_so
     if not (folder / "meta" / "info.json").is_file():
         pytest.skip(f"real data missing: {folder}")
     line = [*ROBOT, cams(front="width: 1280, height: 720, fps: 30")]
-    proc = launch(
+    proc = launch_here(
         tmp_path, "launcher=local", "stage=contract", "~demo", f"dataset.path={folder}", "--", *line
     )
     run_dir = run_dir_of(tmp_path, proc)

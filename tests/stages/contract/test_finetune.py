@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.stages.contract.helpers import copy_with, edit_stats
 from tests.stages.contract.in_process import contract_run
 from tests.stages.contract.lerobot_pack import policy_folder
@@ -189,7 +190,7 @@ def test_a_dataset_alone_with_a_duplicated_episode_blocks(tmp_path: Path, real_d
 def test_stage_full_with_a_dataset_alone_runs_and_skips_what_needs_more(demo: Path, tmp_path: Path) -> None:
     cwd = tmp_path / "run"
     cwd.mkdir()
-    proc = launch(
+    proc = launch_here(
         cwd, "launcher=local", "launcher.poll_s=0.2", "stage=full", f"dataset.path={demo / 'dataset'}"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

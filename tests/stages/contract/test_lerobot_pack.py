@@ -18,7 +18,8 @@ from pipeline.record.records import Check
 from pipeline.stages.contract import reconcile
 from pipeline.stages.contract.camera_fit import Signature, ties
 from pipeline.stages.contract.frames import _generic_base
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.stages.contract.helpers import STAGE_CFG, edit_stats
 from tests.stages.contract.lerobot_pack import (
     RECORD,
@@ -189,4 +190,4 @@ def test_launched_on_act_trained_as_a_user_would(real_data: Path, demo_dataset: 
 def _launch(cwd: Path, model: Path, dataset: Path) -> subprocess.CompletedProcess[str]:
     cwd.mkdir()
     paths = (f"model.path={model}", f"dataset.path={dataset}", f"training.path={model / 'train_config.json'}")
-    return launch(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract", *paths)
+    return launch_here(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract", *paths)

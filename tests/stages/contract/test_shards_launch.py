@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.make_large_dataset import Shape, make
 from pipeline.record.records import StageResult
-from tests.conftest import gate_of, launch, other_stages, run_dir_of
+from tests.conftest import gate_of, other_stages, run_dir_of
 from tests.in_process_launch import launch_here
 from tests.stages.contract.helpers import null_action
 
@@ -140,7 +140,7 @@ def local_array(tmp_path_factory: pytest.TempPathFactory, inputs: tuple[str, ...
         f"dataset.path={data}",
         *inputs[1:],
     )
-    rows, found = contract_rows(cwd, launch(cwd, *own, timeout=600))
+    rows, found = contract_rows(cwd, launch_here(cwd, *own))
     parts = sorted(
         p.parent.name for p in (found["run_dir"] / "parts/contract").glob("task-*/scan_partial.npz")
     )
@@ -166,7 +166,7 @@ def test_a_relaunch_after_a_data_file_changed_never_merges_the_first_launch_part
     assert [(s["verdict"], s["actual"]) for s in local_array.found["shards"]] == [("match", 4)]
     changed = sorted((local_array.data / "data").rglob("*.parquet"))[3]  # task 2 reads it and the next
     null_action(changed, 5)
-    second = launch(local_array.cwd, *local_array.own, timeout=600)
+    second = launch_here(local_array.cwd, *local_array.own)
     assert second.returncode == 3, second.stdout + second.stderr
     run_dir = local_array.found["run_dir"]
     task = run_dir / "parts/contract/task-0002"
@@ -187,7 +187,7 @@ def test_slurm_array_equals_one_pass(
     cwd = tmp_path / "slurm"
     cwd.mkdir()
     own = tuple(other_stages("contract") if o.startswith("skip=") else o for o in inputs)
-    proc = launch(cwd, "launcher=slurm", "wait=true", SHARDED, *own, timeout=900)
+    proc = launch_here(cwd, "launcher=slurm", "wait=true", SHARDED, *own)
     rows, found = contract_rows(cwd, proc)
     jobs = json.loads((found["run_dir"] / "jobs.json").read_text())
     assert "contract.task" in jobs and found["plan"]["contract.task"]["array"] == 4

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAULTY_FULL_GROUP, FAULTY_WAIVED, DemoCache, Launched, gate_of, launch, run_dir_of
+from tests.conftest import FAULTY_FULL_GROUP, FAULTY_WAIVED, DemoCache, Launched, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.stages.contract.in_process import contract_run
 
 PLANTED = {
@@ -61,7 +62,7 @@ def _contract(run_dir: Path) -> dict:
 
 
 def test_demo_default_clears(cwd: Path) -> None:
-    proc = launch(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract")
+    proc = launch_here(cwd, "launcher=local", "launcher.poll_s=0.2", "stage=contract")
     run_dir = run_dir_of(cwd, proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert gate_of(run_dir)["gate"] == "clear"
@@ -162,7 +163,7 @@ def test_malformed_inputs_give_an_error_row_and_a_gate_record(cwd: Path, corrupt
         state.write_bytes((10**9).to_bytes(8, "little") + state.read_bytes()[8:])
     else:
         (model / "policy_preprocessor.json").write_text('{"steps": [')
-    proc = launch(cwd, "launcher=debug", "stage=contract", *overrides)
+    proc = launch_here(cwd, "launcher=debug", "stage=contract", *overrides)
     run_dir = run_dir_of(cwd, proc)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert gate_of(run_dir)["gate"] == "blocked"

@@ -16,7 +16,7 @@ from pipeline.errors import ConfigError, InputError
 from pipeline.stages.config import typed
 from pipeline.stages.determinism import runner
 from pipeline.stages.determinism.config import DeterminismConfig
-from tests.conftest import launch
+from tests.in_process_launch import launch_here
 
 VALUES = {"seed": "0", "out": "/tmp/o", "dataset": "/data/a b; rm -rf ~"}
 
@@ -175,11 +175,11 @@ def test_without_lerobot_the_launch_refuses_determinism_on_the_command_unless_sk
     dataset = real_data / "SamueleSandrini__record-test"
     line = ["lerobot-train", "--policy.type=act", "--dataset.repo_id=me/rec", f"--dataset.root={dataset}"]
     args = ("stage=full", "launcher=slurm", "dry_run=true")
-    proc = launch(tmp_path, *args, "--", *line, seed_demo=False)
+    proc = launch_here(tmp_path, *args, "--", *line, seed_demo=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("config error: stages.determinism.train_cmd: ") and "['lerobot']" in last, last
-    skipped = launch(tmp_path, *args, "skip=[determinism]", "--", *line, seed_demo=False)
+    skipped = launch_here(tmp_path, *args, "skip=[determinism]", "--", *line, seed_demo=False)
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
     chained = next(x for x in skipped.stdout.splitlines() if x.startswith("sbatch argv: "))
     argv = shlex.split(chained.removeprefix("sbatch argv: "))

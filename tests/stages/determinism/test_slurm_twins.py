@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import gate_of, launch, run_dir_of
+from tests.conftest import gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.stages.determinism.helpers import reference_overrides
 from tests.test_slurm import final, jobs_of
 
@@ -13,7 +14,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 
 
 def test_twins_are_separate_overlapping_jobs_and_the_gate_is_clear(tmp_path, tiny_dataset):
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=slurm",
         "wait=true",

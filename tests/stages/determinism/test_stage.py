@@ -16,7 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.errors import InputError
 from pipeline.stages import StageContext, determinism
 from pipeline.stages.determinism.config import DeterminismConfig
-from tests.conftest import FAULTY_FULL_GROUP, Launched, gate_of, launch, run_dir_of
+from tests.conftest import FAULTY_FULL_GROUP, Launched, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 from tests.stages.determinism.helpers import (
     REFERENCE_CMD,
     REFERENCE_LOADER,
@@ -46,7 +47,7 @@ def checks(run_dir: Path) -> dict[str, dict]:
 
 
 def test_identical_twins_and_differing_control_pass_with_ddp_ranks_agreeing(tmp_path, tiny_dataset):
-    proc = launch(tmp_path, *BASE, f"dataset.path={tiny_dataset}", "stages.determinism.ddp_procs=2")
+    proc = launch_here(tmp_path, *BASE, f"dataset.path={tiny_dataset}", "stages.determinism.ddp_procs=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = run_dir_of(tmp_path, proc)
     found = checks(run_dir)
@@ -191,7 +192,7 @@ def test_the_lerobot_train_wrapper_without_lerobot_is_refused_before_planning(ke
 @NO_LEROBOT
 def test_the_lerobot_train_wrapper_without_lerobot_is_exit_2_at_launch(tmp_path, tiny_dataset):
     cmd = "stages.determinism.train_cmd=[" + ",".join(f"'{i}'" for i in LEROBOT_TRAIN) + "]"
-    proc = launch(tmp_path, "launcher=local", "stage=full", "~demo", f"dataset.path={tiny_dataset}", cmd)
+    proc = launch_here(tmp_path, "launcher=local", "stage=full", "~demo", f"dataset.path={tiny_dataset}", cmd)
     lines = [line for line in proc.stdout.splitlines() if "error" in line]
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert len(lines) == 1 and "stages.determinism.train_cmd" in lines[0], proc.stdout

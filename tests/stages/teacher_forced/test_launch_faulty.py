@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from tests.conftest import FAULTY_FULL_GROUP, Launched, gate_of, launch, run_dir_of
+from tests.conftest import FAULTY_FULL_GROUP, Launched, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 
 
 @pytest.mark.xdist_group(FAULTY_FULL_GROUP)
@@ -39,7 +40,7 @@ def test_a_config_type_that_is_a_list_is_an_error_row_not_a_launch_traceback(tmp
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps(config | {"type": ["act"]}))
     dataset = real_data / "SamueleSandrini__record-test"
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "stage=teacher_forced",
         "launcher=local",

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.conftest import launch, other_stages
+from tests.conftest import other_stages
+from tests.in_process_launch import launch_here
 from tests.stages.teacher_forced.helpers import NO_PROBES_NO_PLOTS, by_id, run_stage
 
 DEMO = "pipeline.demo.teacher_forced:load_policy"
@@ -193,9 +194,11 @@ def test_an_unknown_stage_key_and_a_missing_loader_package_are_exit_2_at_launch(
     # refused while the configuration is composed, before any demo is used: no session demo seeded (with
     # one, a session that had not built the full-size default demo yet built it here, ~60 s)
     keep = other_stages("teacher_forced")
-    unknown = launch(tmp_path, "launcher=local", keep, "+stages.teacher_forced.sampels=64", seed_demo=False)
+    unknown = launch_here(
+        tmp_path, "launcher=local", keep, "+stages.teacher_forced.sampels=64", seed_demo=False
+    )
     assert unknown.returncode == 2 and "stages.teacher_forced.sampels" in unknown.stdout, unknown.stdout
-    missing = launch(
+    missing = launch_here(
         tmp_path,
         "launcher=local",
         keep,
@@ -209,7 +212,7 @@ def test_an_unknown_stage_key_and_a_missing_loader_package_are_exit_2_at_launch(
 
 def test_a_teacher_forced_launch_on_given_inputs_builds_no_demo_and_names_them(demo, tmp_path):
     models = f"stages.teacher_forced.models=[{{name: base, path: '{demo['model']}', loader: '{DEMO}'}}]"
-    proc = launch(
+    proc = launch_here(
         tmp_path, "launcher=local", "stage=teacher_forced", f"dataset.path={demo['dataset']}", models
     )
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
