@@ -11,19 +11,46 @@ import jsonschema
 from pipeline.record import audit
 from pipeline.record.records import SCHEMA_PATH, Check, GateRecord, StageResult
 
-WRITER = """
-import sys
+# Fifty gate writers, each a process of its own, forked from one parent that imported the audit writer
+# once (50 imports were ~17 CPU-s of the test): each waits on a pipe until all are forked, so they write
+# at once, as gate jobs on a shared filesystem ending together would.
+WRITERS = """
+import os, sys, traceback
 from pathlib import Path
 from pipeline.record import audit
 from pipeline.record.records import Check, GateRecord, StageResult
-i = int(sys.argv[2])
-check = Check(id="s.x", stage="s", category="units", feature="x", verdict="mismatch" if i % 2 else "match")
-rec = GateRecord(run_id=f"run-{i:03d}", created=f"2026-12-02T10:00:{i % 60:02d}+00:00",
-                 verdict="mismatch" if i % 2 else "pass", gate="blocked" if i % 2 else "clear",
-                 reasons=("s.x: planted",) if i % 2 else (), stages=(StageResult.from_checks("s", [check]),),
-                 sources={"model": {"name": "m|odel", "path": "/m"}, "training": {"path": None},
-                          "dataset": {"name": "d", "path": "/d"}, "container": {"kind": "none"}})
-audit.write_record(Path(sys.argv[1]), rec)
+
+def write(i):
+    bad = i % 2
+    check = Check(id="s.x", stage="s", category="units", feature="x", verdict="mismatch" if bad else "match")
+    rec = GateRecord(run_id=f"run-{i:03d}", created=f"2026-12-02T10:00:{i % 60:02d}+00:00",
+                     verdict="mismatch" if bad else "pass", gate="blocked" if bad else "clear",
+                     reasons=("s.x: planted",) if bad else (),
+                     stages=(StageResult.from_checks("s", [check]),),
+                     sources={"model": {"name": "m|odel", "path": "/m"}, "training": {"path": None},
+                              "dataset": {"name": "d", "path": "/d"}, "container": {"kind": "none"}})
+    audit.write_record(Path(sys.argv[1]), rec)
+
+start, go = os.pipe()
+pids = []
+for i in range(int(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        os.close(go)
+        os.read(start, 1)  # end of file once the parent closed its end: every writer forked
+        try:
+            write(i)
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    pids.append(pid)
+os.close(start)
+os.close(go)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+print(codes)
+sys.exit(0 if codes == [0] * len(pids) else 1)
 """
 
 
@@ -55,9 +82,11 @@ def gate_record(run_id: str, gate: str = "clear") -> GateRecord:
 
 
 def test_fifty_concurrent_gates_lose_no_entry(tmp_path):
-    """Separate processes, as separate gate jobs on a shared filesystem would be."""
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(i)]) for i in range(50)]
-    assert all(p.wait(timeout=300) == 0 for p in procs)
+    """Separate processes, as separate gate jobs on a shared filesystem would be (`WRITERS`)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITERS, str(tmp_path), "50"], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == str([0] * 50), proc.stdout + proc.stderr
     rows = audit.parse_timeline((tmp_path / "timeline.md").read_text())
     assert sorted(r["run"] for r in rows) == sorted(f"`run-{i:03d}`" for i in range(50))
     assert [r["created"] for r in rows] == sorted(r["created"] for r in rows)
