@@ -192,13 +192,15 @@ def run(cfg: DictConfig, ctx: StageContext) -> StageResult:
     config = settings(ContractConfig, cfg, ctx.config, NAME)
     with Plots.start() as plots:  # matplotlib imported by the drawer while the data is read
         a, b, c, sharded = load_sources(cfg, config, ctx)
+        # what the data is needs no row: its plot is drawn while the rows are judged
+        profiled = write_profile(ctx.artifacts_dir, Sources(a, b, c, config), plots)
         checks, src = reconcile(a, b, c, config)
         checks += sharded
         checks += _known_good(cfg, config, b, c, checks)
         checks += deploy_rows(cfg, src)  # D, where the trained policy will run, where the launch names one
         remedy = lambda *abc: reconcile(*abc, config)  # noqa: E731
         checks = corrected.remedied(cfg, checks, src, ctx.artifacts_dir, remedy)
-        artifacts = _artifacts(ctx.artifacts_dir, src, checks, plots)
+        artifacts = _artifacts(ctx.artifacts_dir, src, checks, plots, profiled)
         plots.finish()
     return StageResult.from_checks(NAME, checks, artifacts=artifacts, physical_checks=tuple(_physical(src)))
 
@@ -274,7 +276,9 @@ def _dump_contract(contract: Contract) -> dict[str, Any]:
     return data
 
 
-def _artifacts(out_dir: Path, src: Sources, checks: list[Check], plots: Plots) -> dict[str, str]:
+def _artifacts(
+    out_dir: Path, src: Sources, checks: list[Check], plots: Plots, profiled: dict[str, str]
+) -> dict[str, str]:
     evidence = {
         "A": _dump_contract(src.a),
         "B": _dump_contract(src.b),
@@ -284,7 +288,7 @@ def _artifacts(out_dir: Path, src: Sources, checks: list[Check], plots: Plots) -
         "action_mode_inferred": units.infer_action_mode(src),
     }
     path = atomic_write_json(out_dir / "contract_evidence.json", jsonable(evidence))
-    artifacts = {"contract_evidence": str(path), **write_profile(out_dir, src, plots)}
+    artifacts = {"contract_evidence": str(path), **profiled}
     if any(c.category == "health" for c in checks) and (args := health_args(src.c.health, checks)):
         artifacts["health_episodes"] = str(plots.draw("health", out_dir / "health_episodes.png", **args))
     for pair in pair_features(src):
