@@ -187,10 +187,14 @@ class Launched:
 @pytest.fixture(scope="session")
 def piped_container_check(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     """A clear local launch of container_check alone, run id p1, its output piped: the progress lines it
-    printed (test_progress) and the status table of its run (test_status_table) read the same run."""
+    printed (test_progress) and the status table of its run (test_status_table) read the same run. The
+    launcher's entry runs in the test process (tests/in_process_launch.py), its output captured as a
+    pipe would; the job is a process of the local executor."""
+    from tests.in_process_launch import launch_here
+
     cwd = tmp_path_factory.mktemp("piped_container_check")
     overrides = ("launcher=local", "~demo", "min_free_mb=1", "run_id=p1", other_stages("container_check"))
-    return Launched(cwd, launch(cwd, *overrides))
+    return Launched(cwd, launch_here(cwd, *overrides))
 
 
 # the xdist group of the tests that read `faulty_full`: one worker launches it, once per session

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, launch, other_stages
+from tests.conftest import REPO, other_stages
+from tests.in_process_launch import launch_here
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 SCRIPT = REPO / "slurm" / "train_after_gate.sbatch"
@@ -25,7 +26,7 @@ def scontrol(job_id: str) -> str:
 
 
 def test_shipped_chain_script_is_accepted_and_waits_for_the_gate(tmp_path: Path) -> None:
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=slurm",
         "~demo",
@@ -54,7 +55,7 @@ def test_shipped_chain_script_is_accepted_and_waits_for_the_gate(tmp_path: Path)
 
 def test_chain_sbatch_refusal_is_sbatch_message_in_one_line(tmp_path: Path) -> None:
     """The old example's 8 GPUs on a cluster without GPUs: sbatch's own words, exit 2, no traceback."""
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=slurm",
         "~demo",

@@ -1,4 +1,7 @@
-"""The launcher end to end on this machine (local executor): what a user sees without a cluster."""
+"""The launcher end to end on this machine (local executor): what a user sees without a cluster. The clear
+launch is a real `python -m pipeline.launch`; the others run the launcher's entry in the test process
+(tests/in_process_launch.py), their jobs processes of the local executor (or, for `launcher=debug`,
+of the launcher's own process, as there)."""
 
 import json
 import os
@@ -31,7 +34,7 @@ def clear_run(tmp_path_factory: pytest.TempPathFactory) -> Launched:
 def crash_run(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     """A local launch whose plugin stage crashes: its record, and the local half of local vs debug."""
     cwd = tmp_path_factory.mktemp("crash")
-    return Launched(cwd, launch(cwd, "launcher=local", *CRASH))
+    return Launched(cwd, launch_here(cwd, "launcher=local", *CRASH))
 
 
 def test_local_run_is_clear_and_leaves_every_record(clear_run):
@@ -62,7 +65,7 @@ def test_crashing_stage_is_an_error_and_blocks_with_exit_3(crash_run):
 
 def test_debug_executor_gives_the_same_record_as_local(crash_run, tmp_path):
     local = crash_run.proc
-    debug = launch(tmp_path, "launcher=debug", *CRASH)
+    debug = launch_here(tmp_path, "launcher=debug", *CRASH)
     assert local.returncode == debug.returncode == 3, debug.stdout + debug.stderr
     assert summary(gate_of(run_dir_of(crash_run.cwd, local))) == summary(gate_of(run_dir_of(tmp_path, debug)))
 
@@ -157,7 +160,7 @@ def test_container_apptainer_wraps_every_job_fake_apptainer(tmp_path, monkeypatc
     image = build_image(tmp_path, name="my image;rm -rf x.sif").path  # a real SIF: container_check reads it
     log = tmp_path / "argv.log"
     monkeypatch.setenv("FAKE_APPTAINER_LOG", str(log))
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=local",
         "~demo",

@@ -10,7 +10,8 @@ from pipeline.progress import LineProgress, make_console, progress, track
 from pipeline.record.runfolder import RunFolder
 from pipeline.run.follow import Follower
 from pipeline.run.plan import JobSpec
-from tests.conftest import launch, other_stages, run_dir_of
+from tests.conftest import other_stages, run_dir_of
+from tests.in_process_launch import launch_here
 
 RES = {"cpus_per_task": 1, "mem_gb": 1, "gpus_per_node": 0, "time_min": 5, "partition": None}
 JOBS = [
@@ -98,7 +99,7 @@ def test_nested_bars_on_a_terminal_share_one_display():
 
 
 def test_progress_lines_appear_in_the_job_log(tmp_path):
-    proc = launch(
+    proc = launch_here(
         tmp_path,
         "launcher=local",
         "~demo",

@@ -1,7 +1,8 @@
 """Faults on real filesystems (a small tmpfs, filled or remounted read-only; needs root to mount): the
 launcher ends in one line with a documented exit code, never says "clear" without the whole record,
-and leaves nothing half-written. A launch refused before any job starts runs the launcher's entry in
-this process (tests/in_process_launch.py); one whose jobs run is a real `python -m pipeline.launch`."""
+and leaves nothing half-written. A local launch runs the launcher's entry in this process
+(tests/in_process_launch.py), its jobs processes of the local executor; the Slurm case is a real
+`python -m pipeline.launch`, its gate a Slurm job."""
 
 import contextlib
 import json
@@ -14,7 +15,7 @@ from omegaconf import OmegaConf
 from pipeline.cli.runguard import validate_run_folders
 from pipeline.errors import ConfigError
 from pipeline.record.runfolder import RunFolder
-from tests.conftest import launch, other_stages, slurm_launch
+from tests.conftest import other_stages, slurm_launch
 from tests.in_process_launch import launch_here
 from tests.storage.conftest import fill
 from tests.storage.conftest import tmpfs as mounted_tmpfs
@@ -100,7 +101,7 @@ def test_audit_folder_filled_mid_gate_is_never_clear(tmp_path, tmpfs, keep_kib, 
         f"+stages.fill.target={audit}",
         f"+stages.fill.keep_kib={keep_kib}",
     )
-    proc = launch(
+    proc = launch_here(
         tmp_path, *BASE, f"audit_dir={audit}", "run_id=full1", *plug, other_stages("container_check")
     )
     text = one_line_error(proc)
@@ -121,7 +122,8 @@ def test_audit_folder_filled_mid_gate_is_never_clear(tmp_path, tmpfs, keep_kib, 
     assert not leftovers(audit) and not leftovers(run)
     if written == "json":  # room again: the same run id completes the record and is clear
         (audit / "filler.bin").unlink()
-        proc = launch(tmp_path, *BASE, f"audit_dir={audit}", "run_id=full1", other_stages("container_check"))
+        again = (f"audit_dir={audit}", "run_id=full1", other_stages("container_check"))
+        proc = launch_here(tmp_path, *BASE, *again)
         assert proc.returncode == 0 and "gate: clear" in proc.stdout, proc.stdout + proc.stderr
         assert (run / "gate.json").exists() and not (run / "gate_failure.json").exists()
         assert list(audit.glob("*_audit.md")) and (audit / "timeline.md").exists()
@@ -130,7 +132,9 @@ def test_audit_folder_filled_mid_gate_is_never_clear(tmp_path, tmpfs, keep_kib, 
 def test_output_root_filled_mid_run_is_one_line_exit_1_and_leaves_no_partial_file(tmp_path, tmpfs):
     root = tmpfs("out", 4096)
     plug = ("plugins=[preflight_fill_stage]", f"+stages.fill.target={root}")
-    proc = launch(tmp_path, *BASE, f"output_root={root}", "run_id=r1", *plug, other_stages("container_check"))
+    proc = launch_here(
+        tmp_path, *BASE, f"output_root={root}", "run_id=r1", *plug, other_stages("container_check")
+    )
     text = one_line_error(proc)
     assert proc.returncode == 1, text
     assert "gate: clear" not in text

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from pipeline.storage import LockHeld, exclusive_lock
-from tests.conftest import PLUGINS, launch, other_stages
+from tests.conftest import PLUGINS, other_stages
 from tests.in_process_launch import launch_here
 
 BASE = ("launcher=local", "~demo", "min_free_mb=1")
@@ -119,7 +119,7 @@ def test_sigkilled_launcher_job_is_adopted_not_duplicated_and_the_lock_keeps_lau
     try:
         wait_for(lambda: starts.exists() and starts.read_text().strip(), "the slow stage to start")
         job_pid = int(starts.read_text().split()[0])
-        second = launch(tmp_path, *args)  # while the first one holds the run
+        second = launch_here(tmp_path, *args)  # while the first one holds the run (a process of its own)
         assert second.returncode == 2, second.stdout + second.stderr
         assert f"config error: run_id: run k1 is being launched by pid {first.pid}" in second.stdout
         first.send_signal(signal.SIGKILL)

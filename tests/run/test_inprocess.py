@@ -2,7 +2,9 @@
 records are the DAG's. Each comparison launches the same real dataset twice as a user types it, once
 with `launcher.in_process=false` (the local runner's job processes) and once in process, each in its own
 folder, and compares what they wrote field by field, masking only what differs by nature: the run id,
-the folder, times, job ids (pids), and the digests over those."""
+the folder, times, job ids (pids), and the digests over those. The launcher's entry runs in the test
+process (tests/in_process_launch.py): what is compared is what the launch wrote and said, not its
+process; the DAG's jobs stay processes of the local runner."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from omegaconf import OmegaConf
 from pipeline.errors import ConfigError
 from pipeline.run import inprocess
 from pipeline.run.plan import JobSpec
-from tests.conftest import DemoCache, gate_of, launch, run_dir_of
+from tests.conftest import DemoCache, gate_of, run_dir_of
+from tests.in_process_launch import launch_here
 
 DATASET = "SamueleSandrini__record-test"  # v3.0, 1492 rows, no videos: unverifiable rows, blocked by default
 ALONE = ("stage=contract", "launcher=local", "wait=true")
@@ -59,7 +62,7 @@ def _both(tmp_path: Path, dataset: Path, *overrides: str) -> dict[str, dict[str,
     for path, setting in (("dag", "launcher.in_process=false"), ("inprocess", "launcher.in_process=true")):
         cwd = tmp_path / path
         cwd.mkdir()
-        proc = launch(cwd, *ALONE, f"dataset.path={dataset}", setting, *overrides, seed_demo=False)
+        proc = launch_here(cwd, *ALONE, f"dataset.path={dataset}", setting, *overrides, seed_demo=False)
         run_dir = run_dir_of(cwd, proc)
         run_id, audit = run_dir.name, cwd / "audit_logs"
         twin = next(audit.glob(f"*_{run_id}_audit.json"))
@@ -109,9 +112,9 @@ def test_a_result_from_the_history_is_reused_in_process(tmp_path, demo_cache: De
     """The reuse decision is the plan's, before either path runs a job: a second in-process launch
     takes the first one's clear contract from the audit history and runs only the gate here."""
     demo_cache.seed(tmp_path)
-    first = launch(tmp_path, "stage=contract", "launcher=local", "run_id=one")
+    first = launch_here(tmp_path, "stage=contract", "launcher=local", "run_id=one")
     assert first.returncode == 0 and "in process" in first.stdout, first.stdout + first.stderr
-    second = launch(tmp_path, "stage=contract", "launcher=local", "run_id=two")
+    second = launch_here(tmp_path, "stage=contract", "launcher=local", "run_id=two")
     assert second.returncode == 0, second.stdout + second.stderr
     run_dir = tmp_path / "preflight" / "runs" / "two"
     plan = json.loads((run_dir / "plan.json").read_text())["jobs"]["contract"]

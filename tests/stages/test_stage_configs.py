@@ -22,7 +22,7 @@ from pipeline.stages.contract.config import ContractConfig
 from pipeline.stages.determinism.config import DeterminismConfig
 from pipeline.stages.render_cache.config import RenderCacheConfig
 from pipeline.stages.teacher_forced import TeacherForcedConfig
-from tests.conftest import launch
+from tests.in_process_launch import launch_here
 
 CLASSES = {
     "container_check": ContainerCheckConfig,
@@ -83,7 +83,8 @@ def test_a_bad_type_or_range_is_a_config_error_naming_the_key():
 
 
 def test_launch_refuses_an_out_of_range_value_before_submitting(tmp_path):
-    proc = launch(tmp_path, "launcher=local", "stage=container_check", "stages.contract.rank_error=0.9")
+    overrides = ("launcher=local", "stage=container_check", "stages.contract.rank_error=0.9")
+    proc = launch_here(tmp_path, *overrides, seed_demo=False)  # refused before a demo is read
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert (
         "stages.contract.rank_error: expected a rank error in (0, 0.5], got 0.9" in proc.stdout + proc.stderr

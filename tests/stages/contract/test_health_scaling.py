@@ -1,11 +1,12 @@
 """Health faults planted in whole real datasets of different widths and lengths: the widest under
 ../shared/data/real (open_50, 34 dims, keys `state`/`actions`) and the longest (G1, 26 dims, 35965 rows in
 100 episodes). Each fault is named by its row with the episode, the dim and the frames; the clean copy
-gives no such row."""
+gives no such row (its rows computed once per dataset for the module)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,21 @@ def health(dataset: Path, work: Path, state: str) -> dict[str, Check]:
     return {r.id: r for r in rows}
 
 
+@pytest.fixture(scope="module")
+def clean_health(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Check]]:
+    """`clean_health(which)`: the health rows of the untouched dataset, computed once for the module: each
+    fault's test compares its copy with the same clean rows (a whole-dataset health pass each time)."""
+    found: dict[str, dict[str, Check]] = {}
+
+    def of(which: str) -> dict[str, Check]:
+        if which not in found:
+            folder, state, _ = WHOLE[which]
+            found[which] = health(REAL / folder, tmp_path_factory.mktemp(f"clean-{which}"), state)
+        return found[which]
+
+    return of
+
+
 def rows_of(cols: Columns, episode: int) -> np.ndarray:
     return np.flatnonzero(cols["episode_index"] == episode)
 
@@ -81,9 +97,9 @@ def copy_runs(cols: Columns, state: str, action: str) -> list[tuple[int, int, in
 
 
 @pytest.mark.parametrize("which", sorted(WHOLE))
-def test_short_copied_runs_are_each_named(which: str, tmp_path: Path) -> None:
+def test_short_copied_runs_are_each_named(which: str, tmp_path: Path, clean_health: Callable) -> None:
     folder, state, action = WHOLE[which]
-    clean = health(REAL / folder, tmp_path / "clean", state)["contract.health.episodes.repeated_rows"]
+    clean = clean_health(which)["contract.health.episodes.repeated_rows"]
     assert clean.verdict == "match", clean.message
     copy = tmp_path / "data"
     planted = rewritten(REAL / folder, copy, lambda cols: copy_runs(cols, state, action))
@@ -122,10 +138,12 @@ def spikes(row: Check) -> set[tuple[int, int, int]]:
 
 
 @pytest.mark.parametrize("which", sorted(WHOLE))
-def test_a_spike_beside_a_larger_genuine_step_is_named_alone(which: str, tmp_path: Path) -> None:
+def test_a_spike_beside_a_larger_genuine_step_is_named_alone(
+    which: str, tmp_path: Path, clean_health: Callable
+) -> None:
     folder, state, _ = WHOLE[which]
     row_id = f"contract.health.spikes:{state}"
-    clean = health(REAL / folder, tmp_path / "clean", state)[row_id]
+    clean = clean_health(which)[row_id]
     copy = tmp_path / "data"
     episode, dim, frame = rewritten(
         REAL / folder, copy, lambda cols: spike_beside_the_largest_step(cols, state)
@@ -154,9 +172,11 @@ def freeze_most_discrete(cols: Columns, state: str, action: str) -> tuple[int, i
 
 
 @pytest.mark.parametrize("which", sorted(WHOLE))
-def test_an_actuator_frozen_for_a_whole_episode_is_named(which: str, tmp_path: Path) -> None:
+def test_an_actuator_frozen_for_a_whole_episode_is_named(
+    which: str, tmp_path: Path, clean_health: Callable
+) -> None:
     folder, state, action = WHOLE[which]
-    clean = health(REAL / folder, tmp_path / "clean", state)[f"contract.health.stuck:{state}"]
+    clean = clean_health(which)[f"contract.health.stuck:{state}"]
     assert clean.verdict == "match", clean.message
     copy = tmp_path / "data"
     episode, dim, length = rewritten(
