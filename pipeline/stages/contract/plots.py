@@ -18,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402  (after the backend is chosen)
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -26,7 +27,7 @@ from pipeline.storage import atomic_write_bytes  # noqa: E402
 
 BASE, DATA, FLAG = "#3465a4", "#f57900", "#cc0000"
 PROFILE_MAX_WIDTH_IN = 30.0  # 3,000 px at matplotlib's 100 dpi, whatever the number of dims (ticks thin out)
-PROFILE_MAX_BARS = 200  # dims drawn as bars; past that, as one filled step line
+MAX_BARS = 200  # positions drawn as bars (dims, episodes); past that, as one filled step line
 PROFILE_COLOURS = {"continuous": "#3465a4", "discrete": "#f57900", "constant": "#888a85"}
 MAX_DIMS = 96  # rows of one plot (a 4,000-dim state would ask for a figure 100,000 px high): the flagged
 # dims first, then the first others, and the title says how many of how many are shown
@@ -106,6 +107,17 @@ def shown_dims(total: int, flagged: set[int]) -> list[int]:
     return sorted(first + [d for _, d in zip(range(MAX_DIMS - len(first)), rest, strict=False)])
 
 
+def bars(ax: Axes, values: list[float], colour: str, label: str, where: list[int] | None = None) -> None:
+    """A bar per position (only those in `where`, where given), or past MAX_BARS positions one filled
+    step line over all of them: one artist, not a rectangle per position (each costs ~1 ms to add and
+    lay out: 4,000 dims took over a minute, 1,000 episodes seconds)."""
+    if len(values) <= MAX_BARS:
+        at = range(len(values)) if where is None else where
+        ax.bar(list(at), [values[i] for i in at], color=colour, label=label)
+    else:
+        ax.stairs(values, [i - 0.5 for i in range(len(values) + 1)], fill=True, color=colour, label=label)
+
+
 def save_png(fig: Figure, path: Path) -> Path:
     """Render in memory, then the one atomic writer (temp file, fsync, rename; the umask's permissions):
     a reader (the audit record) never sees half a plot."""
@@ -122,11 +134,7 @@ def profile_plot(path: Path, rows: list[dict[str, Any]]) -> Path:
     for kind, colour in PROFILE_COLOURS.items():
         at = [r["at_limits"] if r["kind"] == kind else 0 for r in rows]
         label = f"share of rows at min/max ({kind})"
-        if len(rows) <= PROFILE_MAX_BARS:  # a bar per dim of this kind (a rectangle costs ~1 ms to add)
-            mine = [i for i, r in enumerate(rows) if r["kind"] == kind]
-            ax.bar(mine, [at[i] for i in mine], color=colour, label=label)
-        else:  # one artist, not one rectangle per dim (4,000 of them took over a minute to lay out)
-            ax.stairs(at, [i - 0.5 for i in range(len(rows) + 1)], fill=True, color=colour, label=label)
+        bars(ax, at, colour, label, [i for i, r in enumerate(rows) if r["kind"] == kind])
     ax.plot(x, [r["held_share_p50"] for r in rows], "k.", label="median share of an episode held still")
     step = max(1, len(rows) // 40)
     ticks = [f"{r['feature'][-12:]}:{r['dim']}" for r in rows]

@@ -12,9 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-from pipeline.stages.contract.plots import save_png  # noqa: E402
-
-MAX_BARS = 200  # episodes drawn as bars; past that, as one filled step line
+from pipeline.stages.contract.plots import bars, save_png  # noqa: E402
 
 
 def health_plot(path: Path, ids: list[int], rows: list[int], flagged: list[int]) -> Path:
@@ -22,12 +20,8 @@ def health_plot(path: Path, ids: list[int], rows: list[int], flagged: list[int])
     (`drawing.health_args`)."""
     fig = Figure(figsize=(9, 3.6))
     ax = fig.subplots()
-    drawn = ((rows, "#babdb6", "episode length"), (flagged, "#cc0000", "flagged frames"))
-    for values, colour, label in drawn:
-        if len(ids) <= MAX_BARS:
-            ax.bar(range(len(ids)), values, color=colour, label=label)
-        else:  # one artist, not a rectangle per episode (1,000 of them took seconds to lay out and draw)
-            ax.stairs(values, [i - 0.5 for i in range(len(ids) + 1)], fill=True, color=colour, label=label)
+    bars(ax, rows, "#babdb6", "episode length")
+    bars(ax, flagged, "#cc0000", "flagged frames")
     step = max(1, len(ids) // 20)
     ax.set_xticks(range(0, len(ids), step), [str(i) for i in ids[::step]], fontsize=7)
     ax.set_xlabel("episode index")
