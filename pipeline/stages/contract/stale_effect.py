@@ -70,7 +70,7 @@ def judged(
     """The effect of the stale dims under the mode training uses (every moment mode where it is not
     known: a dataset checked alone): `{mode, modes, largest, dim, per_dim}`; `largest` 0 where the mode
     reads none of these stats."""
-    modes = [mode] if mode in MOMENT_MODES else list(MOMENT_MODES) if mode is None else []
+    modes = modes_for(mode)
     best: dict[str, Any] = {"mode": mode, "modes": modes, "largest": 0.0, "dim": None, "per_dim": {}}
     for m in modes:
         values = effect(shipped, rec, m)
@@ -110,23 +110,20 @@ def modes_for(mode: str | None) -> list[str]:
 def removal_effect(
     stats: dict[str, float], rows: int, value: float, rest: tuple[float, float], modes: list[str]
 ) -> tuple[float, str | None]:
-    """How far one sample (`value`) moves the normalized data through the stats it enters: the largest
-    |normalized with it - normalized without it| over the other samples' range `rest` (lo, hi), and the
-    mode giving it. `stats`: one dim's mean, std, min and max over `rows` samples, that one included."""
+    """How far one sample (`value`) moves the normalized data through the stats it enters: `effect` of
+    the stats with it against those without it, over the other samples' range `rest` (lo, hi), and the
+    mode giving the largest. `stats`: one dim's mean, std, min and max over `rows` samples, that one
+    included."""
     n, mean, std = float(rows), stats["mean"], stats["std"]
     if n < 3:
         return 0.0, None
     mean2 = (n * mean - value) / (n - 1)
     var2 = (n * (std * std + mean * mean) - value * value) / (n - 1) - mean2 * mean2
-    std2 = float(np.sqrt(max(var2, 0.0)))
-    lo, hi = rest
+    without = {"mean": mean2, "std": float(np.sqrt(max(var2, 0.0))), "min": rest[0], "max": rest[1]}
+    arrays = [{k: np.array([v]) for k, v in side.items()} for side in (stats, without)]
     best: tuple[float, str | None] = (0.0, None)
     for mode in modes:
-        if mode == "MEAN_STD":
-            gaps = [abs((x - mean) / (std + EPS) - (x - mean2) / (std2 + EPS)) for x in rest]
-        else:
-            span, span2 = max(stats["max"] - stats["min"], EPS), max(hi - lo, EPS)
-            gaps = [abs(2 * (x - stats["min"]) / span - 2 * (x - lo) / span2) for x in rest]
-        if max(gaps) > best[0]:
-            best = (float(f"{max(gaps):.4g}"), mode)
+        values = effect(arrays[0], arrays[1], mode)
+        if values is not None and values[0] > best[0]:
+            best = (float(f"{values[0]:.4g}"), mode)
     return best
