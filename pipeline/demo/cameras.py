@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.demo.cache_entries import Damaged, discard, expect_array, expect_names, kept, load_npz
+from pipeline.storage import user_cache
 from pipeline.storage.atomic import atomic_write_bytes
 
 ENV_ID = "cube-single-v0"
@@ -45,9 +46,8 @@ PARALLEL_FROM = 600  # states; below this one process is faster than starting tw
 
 
 def cache_dir() -> Path:
-    """Where rendered frames are kept between builds: $PREFLIGHT_CACHE or ~/.cache/hpc-preflight."""
-    root = os.environ.get("PREFLIGHT_CACHE") or Path.home() / ".cache" / "hpc-preflight"
-    return Path(root) / "demo-cameras"
+    """Where rendered frames are kept between builds (in the user's cache)."""
+    return user_cache() / "demo-cameras"
 
 
 def render_episodes(episodes: Sequence[Mapping[str, np.ndarray]], size: int) -> list[dict[str, np.ndarray]]:

@@ -1,5 +1,6 @@
 """The demo build's slow inputs kept between builds, keyed by everything they are made from: the oracle's
-episodes and the policies trained on them, beside the rendered frames (`cameras.cache_dir`).
+episodes and the policies trained on them, beside the rendered frames (`cameras.cache_dir`) in the user's
+cache (`storage.user_cache`).
 
 `demo=faulty` plants its faults after the rollouts and the trainings, so a faulty build after a default
 one (or any later build with the same settings) reuses ~25 s of rollouts and training instead of
@@ -24,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.demo.cache_entries import Damaged, discard, expect_array, expect_names, kept, load_npz
-from pipeline.demo.cameras import cache_dir
 from pipeline.errors import InputError, one_line
 from pipeline.readers.base import read_json
+from pipeline.storage import user_cache
 from pipeline.storage.atomic import atomic_write_bytes
 
 VERSION = 1  # bump when generate_episodes or train_policy change what they make
@@ -35,7 +36,7 @@ LOSS_FILE = "final_loss.json"
 
 
 def root() -> Path:
-    return cache_dir().parent
+    return user_cache()
 
 
 def key(*parts: Any, arrays: Sequence[Mapping[str, np.ndarray]] = ()) -> str:

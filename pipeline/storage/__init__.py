@@ -9,6 +9,8 @@ other locations when the primary is full or over quota, and records where each o
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 from typing import Any
 
 from pipeline.storage.atomic import (
@@ -30,6 +32,12 @@ _LAZY = {
         "pipeline.storage.maintain",
     ),
 }
+
+
+def user_cache() -> Path:
+    """What this user keeps between launches (demo builds, rendered frames, compiled page templates):
+    `$PREFLIGHT_CACHE`, else ~/.cache/hpc-preflight."""
+    return Path(os.environ.get("PREFLIGHT_CACHE") or Path.home() / ".cache" / "hpc-preflight")
 
 
 def __getattr__(name: str) -> Any:

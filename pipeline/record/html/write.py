@@ -33,7 +33,7 @@ from pipeline.record.html.diff import diff
 from pipeline.record.html.entries import Entry, entries, previous
 from pipeline.record.html.index import row_cells, summary_context
 from pipeline.record.html.page import page_context
-from pipeline.storage import atomic_write_text, file_lock
+from pipeline.storage import atomic_write_text, file_lock, user_cache
 
 INDEX = "index.html"
 
@@ -49,8 +49,8 @@ def page_name(stem: str) -> str:
 
 @functools.cache
 def environment() -> Environment:
-    """The templates' environment. Compiled templates are kept in the user's cache (`$PREFLIGHT_CACHE`
-    or ~/.cache/hpc-preflight, `jinja/`), checked against their source: compiling the page's template
+    """The templates' environment. Compiled templates are kept in the user's cache (`storage.user_cache`,
+    `jinja/`), checked against their source: compiling the page's template
     took 0.2 s of every gate. Where no cache folder can be made, each gate compiles them."""
     env = Environment(
         loader=PackageLoader("pipeline.record.html", "templates"),
@@ -65,8 +65,7 @@ def environment() -> Environment:
 
 
 def _bytecode_cache() -> FileSystemBytecodeCache | None:
-    root = os.environ.get("PREFLIGHT_CACHE") or Path.home() / ".cache" / "hpc-preflight"
-    folder = Path(root) / "jinja"
+    folder = user_cache() / "jinja"
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError:
