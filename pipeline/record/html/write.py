@@ -68,9 +68,12 @@ def _bytecode_cache() -> FileSystemBytecodeCache | None:
     folder = user_cache() / "jinja"
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = folder.stat()
     except OSError:
         return None
-    return FileSystemBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+    # compiled code is loaded from it: only a folder this user owns and no one else can write to
+    private = st.st_uid == os.getuid() and not st.st_mode & 0o022
+    return FileSystemBytecodeCache(str(folder)) if private and os.access(folder, os.W_OK) else None
 
 
 def _asset(name: str) -> str:
